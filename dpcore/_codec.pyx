@@ -1,0 +1,83 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The Directed Message header.
+
+Eight bytes in network byte order, so the data part of each frame is used fully
+(FACTS DP-C01): the destination endpoint, the source node and endpoint, and one word
+holding the message type (4 bits) and the message length (12 bits). The length is
+needed because short frames are padded to the link's minimum frame.
+
+    0      2       4       6          8
+    +------+-------+-------+----------+
+    |dst_ep|src_nid|src_ep |type:len  |  data ...
+    +------+-------+-------+----------+
+"""
+
+DM_HEADER_BYTES = 8
+DM_MAX_LENGTH = 0xFFF
+DM_MAX_TYPE = 0xF
+DM_TYPE_DATA = 0
+
+
+cdef int dm_parse(const unsigned char* p, Py_ssize_t avail, DmHeader* h) noexcept nogil:
+    """Fill `h` from `avail` bytes at `p`; -1 if they cannot be a header + its data."""
+    cdef int tl
+    if avail < 8:
+        return -1
+    h.dst_ep = (p[0] << 8) | p[1]
+    h.src_nid = (p[2] << 8) | p[3]
+    h.src_ep = (p[4] << 8) | p[5]
+    tl = (p[6] << 8) | p[7]
+    h.mtype = tl >> 12
+    h.length = tl & 0xFFF
+    if h.length > avail - 8:
+        return -1
+    return 0
+
+
+cdef void dm_build(unsigned char* p, int dst_ep, int src_nid, int src_ep, int mtype, int length) noexcept nogil:
+    cdef int tl = (mtype << 12) | length
+    p[0] = dst_ep >> 8
+    p[1] = dst_ep & 0xFF
+    p[2] = src_nid >> 8
+    p[3] = src_nid & 0xFF
+    p[4] = src_ep >> 8
+    p[5] = src_ep & 0xFF
+    p[6] = tl >> 8
+    p[7] = tl & 0xFF
+
+
+def dm_pack(unsigned char[::1] buf, Py_ssize_t off, int dst_ep, int src_nid, int src_ep, int mtype, int length):
+    """Write a header at buf[off:off+8]; ValueError for a field out of range."""
+    if not (0 <= dst_ep <= 0xFFFF and 0 <= src_nid <= 0xFFFF and 0 <= src_ep <= 0xFFFF):
+        raise ValueError("endpoint and node numbers are 16-bit")
+    if not 0 <= mtype <= DM_MAX_TYPE:
+        raise ValueError(f"message type {mtype} out of range 0..{DM_MAX_TYPE}")
+    if not 0 <= length <= DM_MAX_LENGTH:
+        raise ValueError(f"message length {length} out of range 0..{DM_MAX_LENGTH}")
+    if off < 0 or off + 8 > buf.shape[0]:
+        raise ValueError("no room for the header")
+    dm_build(&buf[off], dst_ep, src_nid, src_ep, mtype, length)
+
+
+def dm_unpack(const unsigned char[::1] buf, Py_ssize_t off=0):
+    """Return (dst_ep, src_nid, src_ep, mtype, length); ValueError if malformed."""
+    cdef DmHeader h
+    if off < 0 or off > buf.shape[0] or dm_parse(&buf[off] if off < buf.shape[0] else NULL,
+                                                 buf.shape[0] - off, &h) < 0:
+        raise ValueError("malformed Directed Message header")
+    return (h.dst_ep, h.src_nid, h.src_ep, h.mtype, h.length)
+
+
+def dm_parse_at(const unsigned char[::1] mem, Py_ssize_t addr, Py_ssize_t avail):
+    """MDR's parse of a received frame's payload in physical memory; None if malformed."""
+    cdef DmHeader h
+    if addr < 0 or avail < 8 or addr + avail > mem.shape[0]:
+        return None
+    if dm_parse(&mem[addr], avail, &h) < 0:
+        return None
+    return (h.dst_ep, h.src_nid, h.src_ep, h.mtype, h.length)
+
+
+def dm_build_at(unsigned char[::1] mem, Py_ssize_t addr, int dst_ep, int src_nid, int src_ep, int mtype, int length):
+    """Transmit path: write the header in place in a TX buffer (fields already checked)."""
+    dm_build(&mem[addr], dst_ep, src_nid, src_ep, mtype, length)

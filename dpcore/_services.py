@@ -1,0 +1,260 @@
+"""DP's services layer: endpoints, NART, MDR and the transmit path.
+
+The whole of DP in the kernel is this layer plus the network-interface layer below it
+(FACTS DP-A04): no protocol processing, one message per frame, no reliability. What
+each call costs on the modeled machine is charged where the work is done, from the
+node's platform profile.
+
+Transmit (FACTS DP-C05): the call gate enters the kernel, DP looks up the target's
+network address in the NART, builds the frame straight into the buffer of the next
+transmit descriptor, tells the NIC, and returns -- all on the caller's CPU time.
+
+Receive (FACTS DP-C06): the NIC's interrupt path hands each frame of DP's link
+protocol to the MDR, which parses the Directed Message header, finds the endpoint
+and deposits the message into its Token Buffer Pool, waking a reader.
+"""
+from __future__ import annotations
+
+import errno
+
+from dpcore._codec import DM_HEADER_BYTES, DM_MAX_LENGTH, DM_TYPE_DATA, dm_build_at, dm_parse_at
+from dpcore._tbp import TokenBufferPool
+from kernelsim import OpenFile, WouldBlock
+
+__all__ = ["DP_ETHERTYPE", "DirectedPoint", "Endpoint", "Nart", "Token"]
+
+DP_ETHERTYPE = 0x88B5          # HARDWARE.md: IEEE 802 local experimental EtherType
+MAX_ENDPOINT = 0xFFFF
+
+
+class Nart:
+    """Network Address Resolution Table: NID -> (network device, hardware address)."""
+
+    def __init__(self):
+        self._map: dict[int, tuple] = {}
+
+    def add(self, nid: int, dev, hwaddr) -> None:
+        self._map[nid] = (dev, hwaddr)
+
+    def remove(self, nid: int) -> None:
+        self._map.pop(nid, None)
+
+    def lookup(self, nid: int):
+        entry = self._map.get(nid)
+        if entry is None:
+            raise OSError(errno.EHOSTUNREACH, f"node {nid} is not in the NART")
+        return entry
+
+    def __contains__(self, nid) -> bool:
+        return nid in self._map
+
+    def entries(self) -> dict:
+        return {nid: (dev.name, hw) for nid, (dev, hw) in sorted(self._map.items())}
+
+
+class Token:
+    """A received message read in place: a read-only view of its TBP slot.
+
+    Release it (or use it as a context manager) to give the slot back to the pool.
+    """
+
+    __slots__ = ("_ep", "_slot", "data", "source")
+
+    def __init__(self, ep: "Endpoint", slot: int):
+        self._ep = ep
+        self._slot = slot
+        self.data = ep.tbp.view(slot)
+        self.source = ep.tbp.source(slot)
+
+    def release(self) -> None:
+        if self._slot < 0:
+            raise OSError(errno.EINVAL, "token already released")
+        self.data.release()
+        self._ep.release_slot(self._slot)
+        self._slot = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._slot >= 0:
+            self.release()
+
+    def __len__(self):
+        return self.data.nbytes
+
+
+class Endpoint(OpenFile):
+    """A DP endpoint: a vertex port of the directed graph, as an open file."""
+
+    kind = "DP endpoint"
+
+    def __init__(self, dp: "DirectedPoint", proc, ep: int):
+        super().__init__(dp.node)
+        self.dp = dp
+        self.proc = proc
+        self.ep = ep
+        self.tbp = TokenBufferPool(dp.node.mem, dp.tbp_slots, dp.max_message)
+        self.target: tuple | None = None
+        self.sent = 0
+        self.received = 0
+
+    # Reads: the TBP is mapped into the process read-only, so reading is user-level
+    # work; the generic read() path below adds the system-call entry in front.
+
+    def read_path(self, proc, nbytes):
+        return self.dp.read_path(self, nbytes)
+
+    def write_path(self, proc, data):
+        return self.dp.write_path(self, data)
+
+    def release_slot(self, slot: int) -> None:
+        self.tbp.release(slot)
+        if self.tbp.count == 0:
+            self.set_readable(False)
+
+    def release(self, proc) -> None:
+        self.dp.endpoints.pop(self.ep, None)
+        self.tbp.unpin()
+        self.node.modules.module_put("dp")
+        self.readers.wake()
+
+    def stats(self) -> dict:
+        return {"ep": self.ep, "target": self.target, "sent": self.sent, "received": self.received,
+                "tbp": self.tbp.stats()}
+
+
+class DirectedPoint:
+    """DP's state in one kernel (the `dp` module's instance)."""
+
+    def __init__(self, node, tbp_slots: int, max_message: int):
+        self.node = node
+        self.costs = node.costs
+        p = node.profile
+        self.c_open = node.costs.cycles(p["dp.open_cycles"])
+        self.c_xmit = node.costs.cycles(p["dp.xmit_cycles"])
+        self.c_mdr = node.costs.cycles(p["dp.mdr_cycles"])
+        self.c_read = node.costs.cycles(p["dp.read_cycles"])
+        self.tbp_slots = tbp_slots
+        self.max_message = max_message
+        self.nart = Nart()
+        self.endpoints: dict[int, Endpoint] = {}
+        self.netdevs: list = []
+        self.types: dict = {}           # message type -> protocol handler (protocol modules)
+        self.rx_malformed = 0
+        self.rx_no_endpoint = 0
+        self.rx_unknown_type = 0
+
+    # -- system calls ------------------------------------------------------------------
+
+    def sys_open(self, proc, ep):
+        """dp_open(ep): the one new system call: endpoint + pinned TBP, as an fd."""
+        yield self.c_open
+        if not isinstance(ep, int) or isinstance(ep, bool) or not 0 <= ep <= MAX_ENDPOINT:
+            raise OSError(errno.EINVAL, f"endpoint number must be 0..{MAX_ENDPOINT}, not {ep!r}")
+        if ep in self.endpoints:
+            raise OSError(errno.EADDRINUSE, f"endpoint {ep} is already open on node {self.node.nid}")
+        try:
+            e = Endpoint(self, proc, ep)
+        except MemoryError:
+            raise OSError(errno.ENOBUFS, "no memory for the endpoint's Token Buffer Pool") from None
+        self.endpoints[ep] = e
+        self.node.modules.module_get("dp")
+        return proc.fds.install(e)
+
+    def sys_target(self, proc, fd, nid, ep):
+        """dp_target(fd, nid, ep): the destination of this endpoint's writes."""
+        yield self.c_open
+        e = self._endpoint(proc, fd)
+        if not isinstance(ep, int) or not 0 <= ep <= MAX_ENDPOINT:
+            raise OSError(errno.EINVAL, f"endpoint number must be 0..{MAX_ENDPOINT}, not {ep!r}")
+        if not isinstance(nid, int):
+            raise OSError(errno.EINVAL, f"node id must be an int, not {nid!r}")
+        self.nart.lookup(nid)
+        e.target = (nid, ep)
+        return 0
+
+    def gate_write(self, proc, fd, data):
+        """dp_write through the call gate: no VFS, straight to the transmit path."""
+        return (yield from self.write_path(self._endpoint(proc, fd), data))
+
+    def _endpoint(self, proc, fd) -> Endpoint:
+        f = proc.fds.get(fd)
+        if not isinstance(f, Endpoint):
+            raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
+        return f
+
+    # -- transmit ----------------------------------------------------------------------
+
+    def write_path(self, e: Endpoint, data):
+        if e.target is None:
+            raise OSError(errno.EDESTADDRREQ, f"endpoint {e.ep} has no target: call dp_target first")
+        n = len(data)
+        if n > self.max_message:
+            raise OSError(errno.EMSGSIZE, f"message of {n} bytes exceeds DP's {self.max_message}-byte limit")
+        nid, dst_ep = e.target
+        dev, hw = self.nart.lookup(nid)
+        yield self.c_xmit
+        buf = dev.tx_reserve()
+        mem = self.node.mem
+        dev.write_link_header(buf, hw, DP_ETHERTYPE)
+        at = buf + dev.link_header_bytes
+        dm_build_at(mem.buf, at, dst_ep, self.node.nid, e.ep, DM_TYPE_DATA, n)
+        mem.write(at + DM_HEADER_BYTES, data)
+        yield self.costs.copy(n)
+        yield from dev.tx_commit_path(DM_HEADER_BYTES + n)
+        e.sent += 1
+        return n
+
+    # -- receive -----------------------------------------------------------------------
+
+    def read_path(self, e: Endpoint, nbytes):
+        """Copy the next message out of the TBP (user-level work on the mapped pool)."""
+        yield self.c_read
+        slot = e.tbp.take()
+        if slot < 0:
+            raise WouldBlock(e.readers, f"no message on endpoint {e.ep}")
+        n = e.tbp.length(slot)
+        data = e.tbp.copy_out(slot, nbytes)
+        yield self.costs.copy(min(n, nbytes))
+        e.release_slot(slot)
+        e.received += 1
+        return data
+
+    def take_path(self, e: Endpoint):
+        """Zero-copy read: hand out the slot itself as a token."""
+        yield self.c_read
+        slot = e.tbp.take()
+        if slot < 0:
+            raise WouldBlock(e.readers, f"no message on endpoint {e.ep}")
+        e.received += 1
+        return Token(e, slot)
+
+    def mdr_path(self, dev, addr, length):
+        """The MDR: called by a NIC's interrupt path for each frame of DP's protocol."""
+        yield self.c_mdr
+        h = dm_parse_at(self.node.mem.buf, addr, length)
+        if h is None:
+            self.rx_malformed += 1
+            return
+        dst_ep, src_nid, src_ep, mtype, n = h
+        if mtype != DM_TYPE_DATA:
+            handler = self.types.get(mtype)
+            if handler is None:
+                self.rx_unknown_type += 1
+                return
+            yield from handler(dev, addr, length)
+            return
+        e = self.endpoints.get(dst_ep)
+        if e is None:
+            self.rx_no_endpoint += 1
+            return
+        if e.tbp.deposit(addr + DM_HEADER_BYTES, n, src_nid, src_ep):
+            yield self.costs.copy(n)
+            e.set_readable(True)
+            e.readers.wake()
+
+    def stats(self) -> dict:
+        return {"endpoints": {ep: e.stats() for ep, e in sorted(self.endpoints.items())},
+                "nart": self.nart.entries(), "rx_malformed": self.rx_malformed,
+                "rx_no_endpoint": self.rx_no_endpoint, "rx_unknown_type": self.rx_unknown_type}

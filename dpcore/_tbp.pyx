@@ -1,0 +1,127 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The Token Buffer Pool (FACTS DP-C02).
+
+Per endpoint, a pre-allocated area of fixed-size slots in the node's physical memory,
+shared by the kernel (which deposits) and the user process (which reads in place
+through a read-only view). The interrupt path copies an arriving message straight
+into a free slot; with no free slot the message is dropped and counted -- DP is
+unreliable and never tells the sender.
+
+A slot handed to the user (a *token*) stays out of circulation until released, in
+any order; messages are taken in arrival order.
+"""
+from libc.stdlib cimport malloc, free
+from libc.string cimport memmove
+from kernelsim._physmem cimport PhysMem
+
+
+cdef class TokenBufferPool:
+    def __cinit__(self, PhysMem mem, int nslots, int slot_bytes):
+        if nslots <= 0 or slot_bytes <= 0:
+            raise ValueError("a TBP needs at least one slot of at least one byte")
+        self.mem = mem
+        self._buf = mem.buf
+        self.nslots = nslots
+        self.slot_bytes = slot_bytes
+        self.base = mem.alloc(nslots * slot_bytes, 64)
+        self._fifo = <int*> malloc(nslots * sizeof(int))
+        self._free = <int*> malloc(nslots * sizeof(int))
+        self._len = <int*> malloc(nslots * sizeof(int))
+        self._src_nid = <int*> malloc(nslots * sizeof(int))
+        self._src_ep = <int*> malloc(nslots * sizeof(int))
+        self._held = <unsigned char*> malloc(nslots)
+        if not (self._fifo and self._free and self._len and self._src_nid and self._src_ep and self._held):
+            raise MemoryError()
+        cdef int i
+        for i in range(nslots):
+            self._free[i] = nslots - 1 - i
+            self._held[i] = 0
+        self._nfree = nslots
+        self._head = 0
+        self.count = 0
+
+    def __dealloc__(self):
+        free(self._fifo); free(self._free); free(self._len)
+        free(self._src_nid); free(self._src_ep); free(self._held)
+
+    def unpin(self):
+        """Give the pool's memory back to the node (endpoint close)."""
+        if self.base:
+            self.mem.release(self.base)
+            self.base = 0
+
+    cpdef bint deposit(self, Py_ssize_t src_addr, int n, int src_nid, int src_ep):
+        """Copy `n` bytes at physical `src_addr` into a free slot; False if dropped."""
+        cdef int slot
+        if n > self.slot_bytes or n < 0:
+            self.dropped_too_long += 1
+            return False
+        if self._nfree == 0:
+            self.dropped_full += 1
+            return False
+        self._nfree -= 1
+        slot = self._free[self._nfree]
+        if n:
+            memmove(&self._buf[self.base + <Py_ssize_t> slot * self.slot_bytes], &self._buf[src_addr], n)
+        self._len[slot] = n
+        self._src_nid[slot] = src_nid
+        self._src_ep[slot] = src_ep
+        self._fifo[(self._head + self.count) % self.nslots] = slot
+        self.count += 1
+        if self.count > self.high_water:
+            self.high_water = self.count
+        self.deposited += 1
+        return True
+
+    cpdef int take(self):
+        """Hand out the oldest message's slot as a token; -1 if the pool is empty."""
+        cdef int slot
+        if self.count == 0:
+            return -1
+        slot = self._fifo[self._head]
+        self._head = (self._head + 1) % self.nslots
+        self.count -= 1
+        self._held[slot] = 1
+        self.taken += 1
+        return slot
+
+    cpdef int length(self, int slot) except -1:
+        self._check_held(slot)
+        return self._len[slot]
+
+    def source(self, int slot):
+        self._check_held(slot)
+        return (self._src_nid[slot], self._src_ep[slot])
+
+    def view(self, int slot):
+        """The user's read-only view of a held slot's message."""
+        self._check_held(slot)
+        cdef Py_ssize_t a = self.base + <Py_ssize_t> slot * self.slot_bytes
+        return self.mem.view[a:a + self._len[slot]].toreadonly()
+
+    def copy_out(self, int slot, Py_ssize_t nbytes):
+        self._check_held(slot)
+        cdef Py_ssize_t a = self.base + <Py_ssize_t> slot * self.slot_bytes
+        cdef Py_ssize_t n = min(nbytes, <Py_ssize_t> self._len[slot])
+        return bytes(self._buf[a:a + n])
+
+    cpdef release(self, int slot):
+        self._check_held(slot)
+        self._held[slot] = 0
+        self._free[self._nfree] = slot
+        self._nfree += 1
+        self.released += 1
+
+    def _check_held(self, int slot):
+        if slot < 0 or slot >= self.nslots or not self._held[slot]:
+            raise ValueError(f"slot {slot} is not a held token")
+
+    @property
+    def free_slots(self):
+        return self._nfree
+
+    def stats(self):
+        return {"slots": self.nslots, "slot_bytes": self.slot_bytes, "queued": self.count,
+                "free": self._nfree, "deposited": self.deposited, "taken": self.taken,
+                "released": self.released, "dropped_full": self.dropped_full,
+                "dropped_too_long": self.dropped_too_long, "high_water": self.high_water}

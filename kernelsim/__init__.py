@@ -1,0 +1,22 @@
+"""kernelsim: the simulated kernel and machine under DP.
+
+The event engine and its trio clock, nodes with their CPU, memory, interrupt
+controller, processes, fd tables, system calls and call gates, the module loader,
+cost accounting from platform profiles, and media. It knows nothing of DP.
+"""
+from kernelsim._engine import Engine
+from kernelsim._cpu import Cpu, LEVEL_IRQ, LEVEL_PROC
+from kernelsim._physmem import PhysMem
+from kernelsim._waits import WaitQueue
+from kernelsim._modules import Module, ModuleTable, Param, available_modules, find_module
+from kernelsim._node import Costs, Node, OpenFile, Process, WouldBlock
+from kernelsim._netdev import NetDevice, PciDevice
+from kernelsim._profile import Profile, available_profiles, load_profile, parse_param
+from kernelsim._clock import EngineClock
+
+__all__ = [
+    "Engine", "EngineClock", "Cpu", "LEVEL_IRQ", "LEVEL_PROC", "PhysMem", "WaitQueue",
+    "Module", "ModuleTable", "Param", "available_modules", "find_module",
+    "Costs", "Node", "OpenFile", "Process", "WouldBlock", "NetDevice", "PciDevice",
+    "Profile", "available_profiles", "load_profile", "parse_param",
+]

@@ -1,0 +1,165 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The host CPU of a simulated node.
+
+Kernel and library code is written as *paths*: generator functions that do their work
+in plain Python and `yield` the CPU time (seconds) that work takes on the modeled
+machine. Effects placed after a `yield` happen when that time has been spent::
+
+    def xmit(...):
+        yield cost.callgate          # entering the kernel
+        build_frame(...)
+        yield cost.build + cost.copy(n)
+        nic.csr_write(1, 0)          # poll demand: the NIC sees it now
+
+The CPU runs one path at a time at two levels. Interrupt paths (level 0) preempt
+process paths (level 1): a process path's remaining time is pushed back by the time
+the interrupt paths take, as on a uniprocessor. Paths of one level run FIFO.
+
+In real time the same paths run straight through (their yields are ignored: the host
+spends the time itself). A path started while another runs -- an interrupt raised by
+a device inside a system call -- waits until the running one returns, as if the
+kernel held interrupts off for the length of a path.
+"""
+from kernelsim._engine cimport Engine
+
+cdef int IRQ_LEVEL = 0
+cdef int PROC_LEVEL = 1
+LEVEL_IRQ = 0
+LEVEL_PROC = 1
+
+
+cdef class _Job:
+    pass
+
+
+cdef class Cpu:
+    def __cinit__(self, Engine engine, bint modeled):
+        self.engine = engine
+        self.modeled = modeled
+        self._queues = [[], []]
+        self._running = None
+        self._ev = -1
+        self._in_real_run = False
+
+    cpdef submit(self, int level, object gen, object on_done):
+        """Run path `gen` at `level`; call `on_done(value, exc)` when it returns or raises."""
+        cdef _Job job = _Job.__new__(_Job)
+        cdef _Job cur
+        job.gen = gen
+        job.on_done = on_done
+        job.remaining = 0.0
+        job.level = level
+        (<list> self._queues[level]).append(job)
+        if level == IRQ_LEVEL:
+            self.jobs_irq += 1
+        else:
+            self.jobs_proc += 1
+        if not self.modeled:
+            if not self._in_real_run:
+                self._run_real()
+            return
+        cur = self._running
+        if cur is not None and level == IRQ_LEVEL and cur.level == PROC_LEVEL and self._ev >= 0:
+            # Preempt: the process path keeps what it had left of its segment.
+            self.engine.cancel(self._ev)
+            self._ev = -1
+            cur.remaining = self._seg_end - self.engine.now
+            self.busy_proc_s += self.engine.now - self._seg_start
+            self._running = None
+            self.preemptions += 1
+        self._dispatch()
+
+    cdef _run_real(self):
+        cdef list q
+        cdef _Job job
+        self._in_real_run = True
+        try:
+            while True:
+                q = <list> self._queues[IRQ_LEVEL]
+                if not q:
+                    q = <list> self._queues[PROC_LEVEL]
+                    if not q:
+                        break
+                job = <_Job> q[0]
+                self._advance(job)
+        finally:
+            self._in_real_run = False
+
+    cdef _dispatch(self):
+        cdef list q
+        cdef _Job job
+        while self._running is None:
+            q = <list> self._queues[IRQ_LEVEL]
+            if not q:
+                q = <list> self._queues[PROC_LEVEL]
+                if not q:
+                    return
+            job = <_Job> q[0]
+            self._running = job
+            if job.remaining > 0.0:
+                self._start_segment(job, job.remaining)
+            else:
+                self._advance(job)
+
+    cdef _advance(self, _Job job):
+        """Run the path's Python code up to its next yield (or its end)."""
+        cdef object cost
+        cdef double c
+        while True:
+            try:
+                cost = job.gen.send(None)
+            except StopIteration as stop:
+                self._finish(job, stop.value, None)
+                return
+            except Exception as exc:
+                self._finish(job, None, exc)
+                return
+            if not self.modeled:
+                continue
+            c = <double> cost
+            if c > 0.0:
+                self._start_segment(job, c)
+                return
+
+    cdef _start_segment(self, _Job job, double cost):
+        if job.level == PROC_LEVEL and (<list> self._queues[IRQ_LEVEL]):
+            # An interrupt arrived while this path ran its Python code: it goes first.
+            job.remaining = cost
+            self._running = None
+            self._dispatch()
+            return
+        job.remaining = cost
+        self._seg_start = self.engine.now
+        self._seg_end = self.engine.now + cost
+        self._ev = self.engine.at(self._seg_end, self._segment_done, job)
+
+    def _segment_done(self, _Job job):
+        self._ev = -1
+        if job.level == IRQ_LEVEL:
+            self.busy_irq_s += self.engine.now - self._seg_start
+        else:
+            self.busy_proc_s += self.engine.now - self._seg_start
+        job.remaining = 0.0
+        self._advance(job)
+
+    cdef _finish(self, _Job job, object value, object exc):
+        cdef list q = <list> self._queues[job.level]
+        if q[0] is job:
+            q.pop(0)
+        else:
+            q.remove(job)
+        if self._running is job:
+            self._running = None
+        job.gen = None
+        job.on_done(value, exc)
+        if self.modeled:
+            self._dispatch()
+
+    def stats(self):
+        return {
+            "busy_irq_us": self.busy_irq_s * 1e6,
+            "busy_proc_us": self.busy_proc_s * 1e6,
+            "paths_irq": self.jobs_irq,
+            "paths_proc": self.jobs_proc,
+            "preemptions": self.preemptions,
+        }

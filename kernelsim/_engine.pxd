@@ -1,0 +1,37 @@
+# The discrete-event core: a binary heap of (time, priority, sequence) keys in C,
+# callbacks kept in a slot table so that no Python tuple is built per event.
+
+cdef struct _Key:
+    double time
+    int prio
+    long long seq
+    int slot
+
+cdef class Engine:
+    cdef public double now
+    cdef _Key* _heap
+    cdef Py_ssize_t _size
+    cdef Py_ssize_t _cap
+    cdef list _fns
+    cdef list _args
+    cdef int* _gen
+    cdef int* _free
+    cdef Py_ssize_t _nfree
+    cdef Py_ssize_t _nslots
+    cdef long long _seq
+    cdef public bint stop_requested
+    cdef public bint realtime
+    cdef public long long events_run
+
+    cpdef long long at(self, double time, object fn, object arg=*, int prio=*) except -1
+    cpdef long long after(self, double delay, object fn, object arg=*, int prio=*) except -1
+    cpdef bint cancel(self, long long handle)
+    cpdef double peek(self)
+    cpdef bint step(self) except -1
+    cpdef long long run(self, double until=*) except -1
+    cpdef long long run_until_stop(self, double until) except -1
+    cdef int _grow_slots(self) except -1
+    cdef void _pop_dead(self)
+    cdef void _release(self, int slot)
+    cdef void _sift_up(self, Py_ssize_t i)
+    cdef void _sift_down(self, Py_ssize_t i)

@@ -1,0 +1,84 @@
+"""The kernel's network-device interface (Linux's ``struct net_device``, reduced).
+
+A driver fills in the three data-path operations; protocols (DP, and the protocol
+modules) register a handler per link-level protocol number. The transmit side is
+split so that a protocol can build its frame *directly in the buffer of the next
+transmit descriptor* (FACTS DP-C03): reserve a buffer, write the frame there, commit.
+"""
+from __future__ import annotations
+
+import errno
+
+from kernelsim._waits import WaitQueue
+
+__all__ = ["NetDevice", "PciDevice"]
+
+
+class PciDevice:
+    """A device model sitting on a node's PCI bus, waiting for a driver to bind."""
+
+    vendor_id = 0
+    device_id = 0
+
+    def __init__(self):
+        self.driver = None
+
+
+class NetDevice:
+    # A driver sets these:
+    link_header_bytes = 0       # bytes the driver's link header takes at the buffer start
+    max_payload = 0             # largest protocol payload one frame carries
+    kind = "link"               # "ether", "atm", "myrinet", "tb2": which NART address applies
+
+    def __init__(self, node, name: str, hwaddr):
+        self.node = node
+        self.name = name
+        self.hwaddr = hwaddr
+        self.protocols: dict = {}
+        self.tx_space = WaitQueue(node.engine)
+        self.rx_frames = 0
+        self.rx_bytes = 0
+        self.rx_dropped_proto = 0
+        self.rx_errors = 0
+        self.tx_frames = 0
+        self.tx_bytes = 0
+        self.tx_busy = 0
+
+    # -- protocol registration -------------------------------------------------------
+
+    def add_protocol(self, proto: int, handler) -> None:
+        if proto in self.protocols:
+            raise OSError(errno.EEXIST, f"{self.name}: protocol {proto:#x} already has a handler")
+        self.protocols[proto] = handler
+
+    def remove_protocol(self, proto: int) -> None:
+        self.protocols.pop(proto, None)
+
+    # -- driver operations (overridden) ------------------------------------------------
+
+    def tx_reserve(self) -> int:
+        """Physical address of the next free transmit buffer; WouldBlock when none."""
+        raise NotImplementedError
+
+    def write_link_header(self, addr: int, dst_hw, proto: int) -> None:
+        raise NotImplementedError
+
+    def tx_commit_path(self, payload_bytes: int):
+        """Hand the reserved buffer (link header + `payload_bytes`) to the device."""
+        raise NotImplementedError
+
+    # -- receive: drivers call this from their interrupt path ----------------------------
+
+    def deliver_path(self, proto: int, addr: int, length: int):
+        handler = self.protocols.get(proto)
+        if handler is None:
+            self.rx_dropped_proto += 1
+            return
+        self.rx_frames += 1
+        self.rx_bytes += length
+        yield from handler(self, addr, length)
+
+    def stats(self) -> dict:
+        return {"rx_frames": self.rx_frames, "rx_bytes": self.rx_bytes, "rx_errors": self.rx_errors,
+                "rx_dropped_unknown_protocol": self.rx_dropped_proto, "tx_frames": self.tx_frames,
+                "tx_bytes": self.tx_bytes, "tx_ring_full": self.tx_busy}

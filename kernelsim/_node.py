@@ -1,0 +1,282 @@
+"""A simulated node: one kernel on one machine.
+
+The node owns the machine (CPU, physical memory, interrupt controller, cost model
+read from its platform profile) and the kernel's tables (processes and their fd
+tables, system calls, call gates, network devices, loaded modules). It knows nothing
+of DP: DP, the NIC drivers and the protocols register themselves here when loaded.
+
+Two entries into the kernel, each with its own modeled cost:
+
+* the generic system-call entry (``int 0x80`` on Linux 2.0: full register save,
+  dispatch through the system-call table, the checks on the way out), used by
+  ``read``/``write``/``close`` and DP's one new system call ``dp_open``;
+* the call gate (an x86 ``lcall`` through a gate descriptor straight into a kernel
+  routine), used by DP's light-weight messaging calls such as ``dp_write``.
+"""
+from __future__ import annotations
+
+import errno
+import os
+
+from kernelsim._cpu import Cpu, LEVEL_PROC
+from kernelsim._irq import IrqController
+from kernelsim._modules import ModuleTable
+from kernelsim._physmem import PhysMem
+from kernelsim._waits import WaitQueue
+
+__all__ = ["Costs", "Node", "Process", "OpenFile", "WouldBlock"]
+
+
+class WouldBlock(BlockingIOError):
+    """Raised by a path that cannot proceed yet; carries the queue to wait on."""
+
+    def __init__(self, queue: WaitQueue, what: str = "resource temporarily unavailable"):
+        super().__init__(errno.EAGAIN, what)
+        self.queue = queue
+
+
+class Costs:
+    """The profile's per-operation costs, in seconds, precomputed for the hot paths."""
+
+    def __init__(self, p):
+        self.cycle = 1.0 / p["cpu.hz"]
+        self.syscall = p["syscall.entry_s"]
+        self.vfs = p["syscall.vfs_s"]
+        self.callgate = p["callgate.entry_s"]
+        self.irq_entry = p["irq.entry_s"]
+        self.irq_exit = p["irq.exit_s"]
+        self.wakeup = p["sched.wakeup_s"]
+        self.copy_base = p["mem.copy_base_s"]
+        self.copy_rate = p["mem.copy_rate_Bps"]
+        self.mem_miss = p["mem.miss_s"]
+        self.pci_read = p["pci.read_s"]
+        self.pci_write = p["pci.write_s"]
+
+    def cycles(self, n: float) -> float:
+        return n * self.cycle
+
+    def copy(self, nbytes: int) -> float:
+        return self.copy_base + nbytes / self.copy_rate
+
+
+class OpenFile:
+    """An open file of a simulated process.
+
+    Each has a real eventfd whose readability follows the file's, so the fd number a
+    process is given works with ``select``/``poll`` and trio's ``wait_readable`` in
+    both time modes. Subclasses provide paths for read, write and release.
+    """
+
+    kind = "file"
+
+    def __init__(self, node: "Node"):
+        self.node = node
+        self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._readable = False
+        self.nonblocking = False
+        self.readers = WaitQueue(node.engine)
+        self.writers = WaitQueue(node.engine)
+
+    def fileno(self) -> int:
+        return self._efd
+
+    def set_readable(self, ready: bool) -> None:
+        if ready == self._readable:
+            return
+        self._readable = ready
+        if ready:
+            os.eventfd_write(self._efd, 1)
+            self.node.engine.request_stop()     # a task may wait on the fd itself
+        else:
+            try:
+                os.eventfd_read(self._efd)
+            except BlockingIOError:
+                pass
+
+    def read_path(self, proc, nbytes):
+        raise OSError(errno.EINVAL, f"{self.kind} does not support read")
+        yield  # pragma: no cover
+
+    def write_path(self, proc, data):
+        raise OSError(errno.EINVAL, f"{self.kind} does not support write")
+        yield  # pragma: no cover
+
+    def release(self, proc) -> None:
+        """Last close: free what the file holds (no modeled cost beyond close's)."""
+
+    def _close_efd(self) -> None:
+        if self._efd >= 0:
+            os.close(self._efd)
+            self._efd = -1
+
+
+class FdTable:
+    def __init__(self):
+        self._files: dict[int, OpenFile] = {}
+
+    def install(self, f: OpenFile) -> int:
+        fd = f.fileno()
+        self._files[fd] = f
+        return fd
+
+    def get(self, fd) -> OpenFile:
+        f = self._files.get(fd) if isinstance(fd, int) else None
+        if f is None:
+            raise OSError(errno.EBADF, f"bad file descriptor {fd!r}")
+        return f
+
+    def remove(self, fd: int) -> OpenFile:
+        f = self.get(fd)
+        del self._files[fd]
+        return f
+
+    def __iter__(self):
+        return iter(list(self._files.items()))
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+
+class Process:
+    def __init__(self, node: "Node", pid: int, name: str):
+        self.node = node
+        self.pid = pid
+        self.name = name
+        self.fds = FdTable()
+        self.alive = True
+
+    def exit(self) -> None:
+        """Close every fd the process still holds (as the kernel does at exit)."""
+        for fd, _f in self.fds:
+            self.node.run_now(self.node.syscall_path(self, "close", (fd,)))
+        self.alive = False
+
+    def __repr__(self):
+        return f"<Process {self.pid} {self.name!r} on node {self.node.nid}>"
+
+
+class Node:
+    def __init__(self, nid: int, profile, engine, *, modeled: bool = True, name: str | None = None):
+        self.nid = nid
+        self.name = name or f"node{nid}"
+        self.profile = profile
+        self.engine = engine
+        self.modeled = modeled
+        self.costs = Costs(profile)
+        self.cpu = Cpu(engine, modeled)
+        self.mem = PhysMem(int(profile.get("mem.bytes", 8 << 20)))
+        self.irq = IrqController(self.cpu, self.costs)
+        self.modules = ModuleTable(self)
+        self.processes: list[Process] = []
+        self.syscalls: dict = {"read": self._sys_read, "write": self._sys_write, "close": self._sys_close}
+        self.callgates: dict = {}
+        self.netdevs: dict = {}
+        self.services: dict = {}
+        self.real_ports: list = []
+        self.pci_devices: list = []     # the machine's devices, bound by driver modules
+        self.hosts: dict = {}           # cluster description: nid -> {link kind: address}
+        self._next_pid = 1
+
+    # -- processes ---------------------------------------------------------------------
+
+    def spawn(self, name: str = "proc") -> Process:
+        p = Process(self, self._next_pid, name)
+        self._next_pid += 1
+        self.processes.append(p)
+        return p
+
+    # -- registration (modules call these from init; undone in reverse on unload) --------
+
+    def register_syscall(self, name: str, fn) -> None:
+        self._register(self.syscalls, name, fn, "system call")
+
+    def register_callgate(self, name: str, fn) -> None:
+        self._register(self.callgates, name, fn, "call gate")
+
+    def register_netdev(self, name: str, dev) -> None:
+        self._register(self.netdevs, name, dev, "network device")
+
+    def register_service(self, name: str, obj) -> None:
+        self._register(self.services, name, obj, "service")
+
+    def _register(self, table: dict, name: str, obj, what: str) -> None:
+        if name in table:
+            raise OSError(errno.EEXIST, f"{what} {name} already registered")
+        table[name] = obj
+        self.modules.on_unload(lambda: table.pop(name, None))
+
+    # -- kernel entries --------------------------------------------------------------------
+
+    def syscall_path(self, proc: Process, name: str, args: tuple, entry: bool = True):
+        """The generic system-call entry: full entry/exit cost, table dispatch.
+
+        ``entry=False`` continues a call that slept in the kernel (no second entry).
+        """
+        if entry:
+            yield self.costs.syscall
+        fn = self.syscalls.get(name)
+        if fn is None:
+            raise OSError(errno.ENOSYS, f"no system call {name}")
+        return (yield from fn(proc, *args))
+
+    def callgate_path(self, proc: Process, name: str, args: tuple, entry: bool = True):
+        """The call-gate entry: a far call into one kernel routine."""
+        if entry:
+            yield self.costs.callgate
+        fn = self.callgates.get(name)
+        if fn is None:
+            raise OSError(errno.ENOSYS, f"no call gate {name}")
+        return (yield from fn(proc, *args))
+
+    def _sys_read(self, proc, fd, nbytes):
+        yield self.costs.vfs
+        return (yield from proc.fds.get(fd).read_path(proc, nbytes))
+
+    def _sys_write(self, proc, fd, data):
+        yield self.costs.vfs
+        return (yield from proc.fds.get(fd).write_path(proc, data))
+
+    def _sys_close(self, proc, fd):
+        yield self.costs.vfs
+        f = proc.fds.remove(fd)
+        f.release(proc)
+        f._close_efd()
+        return 0
+
+    # -- running paths outside trio ----------------------------------------------------
+
+    def run_now(self, path):
+        """Run a process path to completion, driving the engine (a blocking call).
+
+        In modeled time the engine runs until the path returns; EDEADLK if it never
+        can (no event left). In real time the path runs straight through.
+        """
+        box = []
+        self.cpu.submit(LEVEL_PROC, path, lambda v, e: box.append((v, e)))
+        while not box:
+            if not self.engine.step():
+                raise OSError(errno.EDEADLK, "no pending event can complete this call")
+        if not self.modeled:
+            self.engine.run()
+        value, exc = box[0]
+        if exc is not None:
+            raise exc
+        return value
+
+    def poll_devices(self) -> int:
+        """Real time: let every device take what its transport has; return frames taken."""
+        n = 0
+        for port in self.real_ports:
+            n += port.poll()
+        if n:
+            self.engine.run()
+        return n
+
+    def stats(self) -> dict:
+        out = {"cpu": self.cpu.stats(), "irq": self.irq.stats(), "mem_in_use_bytes": self.mem.in_use()}
+        for name, dev in self.netdevs.items():
+            out[name] = dev.stats()
+        for name, svc in self.services.items():
+            if hasattr(svc, "stats"):
+                out[name] = svc.stats()
+        return out

@@ -1,0 +1,68 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""A node's physical memory: what kernel, user and device DMA share.
+
+Descriptor rings, frame buffers and Token Buffer Pools are allocated here and named by
+physical address, as on the real machine: the driver writes a descriptor's buffer
+address, the device model reads it back and DMAs through it. Allocation is a bump
+allocator with a free list per size: kernel memory of a simulated node is set up once
+at module load and returned at unload.
+"""
+from libc.string cimport memcpy, memmove
+
+
+cdef class PhysMem:
+    # buf: the bytes; view: a memoryview of them for slicing; _free: size -> [addr];
+    # _live: addr -> size (declared in _physmem.pxd)
+
+    def __cinit__(self, Py_ssize_t size=4 << 20):
+        self.size = size
+        self.view = memoryview(bytearray(size))
+        self.buf = self.view
+        self._top = 64          # address 0 stays unused so that 0 can mean "none"
+        self._free = {}
+        self._live = {}
+
+    def alloc(self, Py_ssize_t nbytes, Py_ssize_t align=16):
+        """Return the physical address of `nbytes` of zeroed memory."""
+        cdef Py_ssize_t addr
+        if nbytes <= 0:
+            raise ValueError("allocation of no memory")
+        nbytes = (nbytes + align - 1) // align * align
+        lst = self._free.get(nbytes)
+        if lst:
+            addr = lst.pop()
+            self.buf[addr:addr + nbytes] = b"\0" * nbytes
+        else:
+            addr = (self._top + align - 1) // align * align
+            if addr + nbytes > self.size:
+                raise MemoryError(f"node physical memory exhausted ({self.size} bytes)")
+            self._top = addr + nbytes
+        self._live[addr] = nbytes
+        return addr
+
+    def release(self, Py_ssize_t addr):
+        nbytes = self._live.pop(addr)
+        self._free.setdefault(nbytes, []).append(addr)
+
+    def in_use(self):
+        return sum(self._live.values())
+
+    cpdef unsigned int rd32(self, Py_ssize_t addr):
+        return (<unsigned int*> &self.buf[addr])[0]
+
+    cpdef wr32(self, Py_ssize_t addr, unsigned int value):
+        (<unsigned int*> &self.buf[addr])[0] = value
+
+    cpdef write(self, Py_ssize_t addr, const unsigned char[::1] src):
+        if src.shape[0]:
+            memcpy(&self.buf[addr], &src[0], src.shape[0])
+
+    cpdef bytes read(self, Py_ssize_t addr, Py_ssize_t n):
+        return bytes(self.buf[addr:addr + n])
+
+    cpdef move(self, Py_ssize_t dst, Py_ssize_t src, Py_ssize_t n):
+        if n:
+            memmove(&self.buf[dst], &self.buf[src], n)
+
+    cpdef unsigned int rd16be(self, Py_ssize_t addr):
+        return (self.buf[addr] << 8) | self.buf[addr + 1]

@@ -1,0 +1,129 @@
+"""Building a cluster of simulated nodes in a few lines.
+
+    cluster = Cluster(nodes=2)                        # P-133s with 21140s, DP loaded
+    results = cluster.run_spmd(program, args...)      # one process per node, trio
+
+A modeled cluster shares one engine; every node boots a bare kernel into which the
+NIC driver and DP are loaded as modules (plus any `load=` extras). A real node (one
+per OS process) is built by `Cluster.real_node` around a real transport.
+"""
+from __future__ import annotations
+
+import errno
+import random
+
+import trio
+
+from kernelsim import Engine, EngineClock, Node, load_profile, parse_param
+from libdp._api import DP
+from nic_drivers import nic as nic_package
+
+__all__ = ["Cluster", "build_profile"]
+
+
+def build_profile(platform: str = "p133", params=()):
+    """Load a platform profile and apply KEY=VALUE overrides (strings or pairs)."""
+    prof = load_profile(platform)
+    items = params.items() if isinstance(params, dict) else params
+    for item in items:
+        key, value = parse_param(item) if isinstance(item, str) else item
+        prof.override(key, value)
+    return prof
+
+
+def parse_load(spec: str) -> tuple[str, dict]:
+    """``NAME[:key=value,...]`` as given to ``--load``."""
+    name, _, rest = spec.partition(":")
+    params = {}
+    for kv in filter(None, rest.split(",")):
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise OSError(errno.EINVAL, f"--load {spec!r}: parameters are key=value")
+        params[k.strip()] = v.strip()
+    return name.strip(), params
+
+
+class Cluster:
+    def __init__(self, nodes: int = 2, platform: str = "p133", nic: str | None = None, params=(),
+                 seed: int = 0, load=()):
+        if not isinstance(nodes, int) or nodes < 1:
+            raise OSError(errno.EINVAL, f"a cluster needs at least one node, not {nodes!r}")
+        self.profile = build_profile(platform, params)
+        self.nic_name = nic or self.profile.nic
+        self.nic = nic_package(self.nic_name)
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.engine = Engine()
+        self.clock = EngineClock(self.engine)
+        self.nodes = [Node(i, self.profile.copy(), self.engine) for i in range(nodes)]
+        hosts = {n.nid: {self.nic.LINK_KIND: self.nic.hwaddr_for(n.nid)} for n in self.nodes}
+        devices = []
+        for n in self.nodes:
+            n.hosts = hosts
+            devices.append(self.nic.make_device(n))
+        self.medium = self.nic.connect(self.engine, self.profile, devices)
+        for n in self.nodes:
+            n.modules.modprobe(self.nic.MODULE.name)
+            n.modules.modprobe("dp")
+            for spec in load:
+                name, mparams = parse_load(spec) if isinstance(spec, str) else spec
+                n.modules.modprobe(name, **mparams)
+
+    @classmethod
+    def real_node(cls, nid: int, hosts: dict, port, platform: str = "p133", nic: str | None = None,
+                  params=(), load=()) -> Node:
+        """One node in this OS process, in real time, its NIC's medium a real transport."""
+        profile = build_profile(platform, params)
+        pkg = nic_package(nic or profile.nic)
+        node = Node(nid, profile, Engine(realtime=True), modeled=False)
+        node.hosts = hosts
+        dev = pkg.make_device(node)
+        port.attach(dev)
+        node.real_ports.append(port)
+        node.modules.modprobe(pkg.MODULE.name)
+        node.modules.modprobe("dp")
+        for spec in load:
+            name, mparams = parse_load(spec) if isinstance(spec, str) else spec
+            node.modules.modprobe(name, **mparams)
+        return node
+
+    def node(self, nid: int) -> Node:
+        return self.nodes[nid]
+
+    def process(self, nid: int, name: str = "proc") -> DP:
+        """A new process on node `nid`, with DP bound to it."""
+        if not 0 <= nid < len(self.nodes):
+            raise OSError(errno.EINVAL, f"no node {nid} in a {len(self.nodes)}-node cluster")
+        return DP(self.nodes[nid].spawn(name))
+
+    def run(self, async_fn, *args):
+        """Run `async_fn(*args)` under trio in this cluster's modeled time."""
+        async def main():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.clock.drive)
+                result = await async_fn(*args)
+                nursery.cancel_scope.cancel()
+                return result
+        return trio.run(main, clock=self.clock)
+
+    def run_spmd(self, program, *args):
+        """Run ``program(dp, rank, size, *args)`` as one process on every node; return results by rank."""
+        results = [None] * len(self.nodes)
+
+        async def rank_main(rank):
+            dp = self.process(rank, getattr(program, "__name__", "spmd"))
+            results[rank] = await program(dp, rank, len(self.nodes), *args)
+
+        async def all_ranks():
+            async with trio.open_nursery() as nursery:
+                for r in range(len(self.nodes)):
+                    nursery.start_soon(rank_main, r)
+            return results
+
+        return self.run(all_ranks)
+
+    def stats(self) -> dict:
+        out = {"engine": self.engine.stats(), "medium": self.medium.stats()}
+        for n in self.nodes:
+            out[n.name] = n.stats()
+        return out

@@ -1,0 +1,357 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The DEC 21140 "Tulip" Fast Ethernet controller: the hardware side.
+
+Structure after QEMU's ``hw/net/tulip.c`` -- register file with a write-semantics
+table, transmit and receive ring walkers, a DMA copier, the CSR5/CSR7 interrupt
+summary, a backend adapter to the medium -- plus what QEMU leaves out: time. Every
+bus transaction and every byte on the wire takes the time the profile says, so the
+driver's and DP's choices (burst length, store-and-forward, interrupt on completion)
+move the modeled figures as they would on the card (HARDWARE.md, DEC 21140).
+
+Descriptors and buffers live in the node's physical memory and are reached only by
+DMA through the addresses the driver wrote into CSR3/CSR4 and the descriptors.
+"""
+from kernelsim._engine cimport Engine
+from kernelsim._physmem cimport PhysMem
+
+# CSR5 status bits (write 1 to clear) and CSR7 enables: same positions.
+TI = 1 << 0
+TPS = 1 << 1
+TU = 1 << 2
+UNF = 1 << 5
+RI = 1 << 6
+RU = 1 << 7
+RPS = 1 << 8
+ETI = 1 << 10
+GTE = 1 << 11
+FBE = 1 << 13
+ERI = 1 << 14
+AIS = 1 << 15
+NIS = 1 << 16
+cdef unsigned int NIS_SOURCES = TI | TU | RI | GTE | ERI
+cdef unsigned int AIS_SOURCES = TPS | UNF | RU | RPS | ETI | FBE
+cdef unsigned int W1C_MASK = 0x0001FFFF
+
+# CSR6 operating mode
+SR = 1 << 1
+ST = 1 << 13
+SF = 1 << 21
+# CSR0 bus mode
+SWR = 1 << 0
+
+# Descriptor bits
+OWN = 1 << 31
+RDES0_FS = 1 << 9
+RDES0_LS = 1 << 8
+RDES0_ES = 1 << 15
+RDES0_TL = 1 << 7       # frame too long (> 1518)
+RDES0_CE = 1 << 1       # CRC error
+RDES1_RER = 1 << 25
+RDES1_RCH = 1 << 24
+TDES1_IC = 1 << 31
+TDES1_LS = 1 << 30
+TDES1_FS = 1 << 29
+TDES1_SET = 1 << 27
+TDES1_TER = 1 << 25
+TDES1_TCH = 1 << 24
+TDES0_ES = 1 << 15
+
+# Transmit / receive process states (CSR5 TS bits 20-22, RS bits 17-19)
+TS_STOPPED = 0
+TS_FETCHING = 1
+TS_WAITING = 2
+TS_READING = 3
+TS_SUSPENDED = 6
+RS_STOPPED = 0
+RS_WAITING = 3
+RS_SUSPENDED = 4
+
+ETH_MIN_FRAME = 60      # without FCS: the 21140 pads short frames
+ETH_MAX_FRAME = 1514    # without FCS
+
+
+cdef class Dec21140:
+    """One 21140 on one node's PCI bus."""
+    vendor_id = 0x1011
+    device_id = 0x0009
+
+    cdef public object driver
+    cdef Engine engine
+    cdef PhysMem mem
+    cdef unsigned int csr[16]
+    cdef public object port                # medium backend: transmit(frame, t) -> (start, end)
+    cdef public object irq_sink            # callable(bool): the INTA# line
+    cdef bint _line
+    # timing
+    cdef double dma_rate, dma_setup, burst_overhead, tx_poll_s
+    cdef int burst_bytes
+    # ring walkers
+    cdef Py_ssize_t tx_cur, rx_cur
+    cdef int tx_state, rx_state
+    cdef bint tx_pending_kick
+    cdef double rx_free_at
+    cdef readonly bytes hwaddr
+    # statistics
+    cdef readonly long long tx_frames, rx_frames, rx_missed, rx_crc_errors, rx_too_long
+    cdef readonly long long tx_bytes, rx_bytes, dma_bytes, irq_raised
+
+    def __cinit__(self, Engine engine, PhysMem mem, bytes hwaddr, profile):
+        self.engine = engine
+        self.mem = mem
+        self.hwaddr = hwaddr
+        self.driver = None
+        self.port = None
+        self.irq_sink = None
+        self.dma_rate = profile["pci.dma_rate_Bps"]
+        self.dma_setup = profile["pci.dma_setup_s"]
+        self.burst_overhead = profile["pci.burst_overhead_s"]
+        self.tx_poll_s = profile["nic.tx_poll_s"]
+        self._reset()
+
+    cdef _reset(self):
+        cdef int i
+        for i in range(16):
+            self.csr[i] = 0
+        self.csr[0] = 0xFE000000
+        self.tx_state = TS_STOPPED
+        self.rx_state = RS_STOPPED
+        self.tx_cur = 0
+        self.rx_cur = 0
+        self.tx_pending_kick = False
+        self.rx_free_at = 0.0
+        self.burst_bytes = 0
+        self._line = False
+
+    # -- register file ---------------------------------------------------------------
+
+    cpdef unsigned int csr_read(self, int n):
+        cdef unsigned int v
+        if not 0 <= n < 16:
+            return 0xFFFFFFFF
+        v = self.csr[n]
+        if n == 5:
+            v = (v & ~(<unsigned int> 0x7 << 17) & ~(<unsigned int> 0x7 << 20)) \
+                | (<unsigned int> self.rx_state << 17) | (<unsigned int> self.tx_state << 20)
+        elif n == 8:
+            self.csr[8] = 0               # missed-frame counter clears on read
+        return v
+
+    cpdef csr_write(self, int n, unsigned int value):
+        """The write-semantics table of HARDWARE.md's CSR list."""
+        if n == 0:
+            if value & SWR:
+                self._reset()
+                return
+            self.csr[0] = value
+            pbl = (value >> 8) & 0x3F
+            self.burst_bytes = pbl * 4      # 0 = unlimited bursts
+        elif n == 1:
+            self._tx_kick()
+        elif n == 2:
+            if self.rx_state == RS_SUSPENDED:
+                self.rx_state = RS_WAITING
+        elif n == 3:
+            self.csr[3] = value
+            self.rx_cur = value
+        elif n == 4:
+            self.csr[4] = value
+            self.tx_cur = value
+        elif n == 5:
+            self.csr[5] &= ~(value & W1C_MASK)
+            self._update_irq()
+        elif n == 6:
+            old = self.csr[6]
+            self.csr[6] = value
+            if value & SR and not old & SR:
+                self.rx_state = RS_WAITING
+            elif not value & SR:
+                self.rx_state = RS_STOPPED
+            if value & ST and not old & ST:
+                self.tx_state = TS_SUSPENDED
+                self._tx_kick()
+            elif not value & ST:
+                self.tx_state = TS_STOPPED
+        elif n == 7:
+            self.csr[7] = value
+            self._update_irq()
+        elif 9 <= n < 16:
+            self.csr[n] = value
+
+    # -- interrupt summary -------------------------------------------------------------
+
+    cdef _raise(self, unsigned int bits):
+        self.csr[5] |= bits
+        self._update_irq()
+
+    cdef _update_irq(self):
+        cdef unsigned int s = self.csr[5] & ~(<unsigned int> (NIS | AIS))
+        cdef unsigned int en = self.csr[7]
+        if s & en & NIS_SOURCES:
+            s |= NIS
+        if s & en & AIS_SOURCES:
+            s |= AIS
+        self.csr[5] = (self.csr[5] & ~(<unsigned int> 0x7 << 17) & ~(<unsigned int> 0x7 << 20)) | (s & 0x1FFFF)
+        cdef bint line = (s & en & (NIS | AIS)) != 0
+        if line != self._line:
+            self._line = line
+            if line:
+                self.irq_raised += 1
+            if self.irq_sink is not None:
+                self.irq_sink(line)
+
+    # -- DMA copier: time of one bus-master transfer -------------------------------------
+
+    cpdef double dma_time(self, Py_ssize_t nbytes):
+        cdef Py_ssize_t bursts = 1
+        if self.burst_bytes and nbytes > self.burst_bytes:
+            bursts = (nbytes + self.burst_bytes - 1) // self.burst_bytes
+        self.dma_bytes += nbytes
+        return self.dma_setup + (bursts - 1) * self.burst_overhead + nbytes / self.dma_rate
+
+    # -- transmit ring walker ----------------------------------------------------------
+
+    cdef _tx_kick(self):
+        if not self.csr[6] & ST:
+            return
+        if self.tx_state == TS_SUSPENDED:
+            self.tx_state = TS_FETCHING
+            self.engine.after(self.tx_poll_s + self.dma_time(16), self._tx_fetched, None)
+        else:
+            self.tx_pending_kick = True       # busy: look again when this frame is done
+
+    cdef Py_ssize_t _next_desc(self, Py_ssize_t cur, unsigned int des1, unsigned int end_bit,
+                               unsigned int chain_bit, Py_ssize_t base):
+        if des1 & end_bit:
+            return base
+        if des1 & chain_bit:
+            return self.mem.rd32(cur + 12)
+        return cur + 16 + ((self.csr[0] >> 2) & 0x1F) * 4
+
+    def _tx_fetched(self, _):
+        cdef Py_ssize_t d = self.tx_cur
+        cdef unsigned int des0 = self.mem.rd32(d)
+        cdef unsigned int des1
+        cdef Py_ssize_t length
+        if not self.csr[6] & ST:
+            self.tx_state = TS_STOPPED
+            return
+        if not des0 & OWN:
+            self.tx_state = TS_SUSPENDED
+            self._raise(TU)
+            if self.tx_pending_kick:
+                self.tx_pending_kick = False
+                self._tx_kick()
+            return
+        self.tx_pending_kick = False
+        des1 = self.mem.rd32(d + 4)
+        length = des1 & 0x7FF
+        self.tx_state = TS_READING
+        if des1 & TDES1_SET:
+            # Setup frame: loads the address filter; we accept and complete it.
+            self.engine.after(self.dma_time(length), self._tx_setup_done, d)
+            return
+        # Store and forward waits for the whole frame; otherwise the wire starts once
+        # the FIFO holds the transmit threshold (128 bytes at 100 Mb/s).
+        self.engine.after(self.dma_time(length if self.csr[6] & SF else min(length, 128)),
+                          self._tx_loaded, d)
+
+    def _tx_setup_done(self, Py_ssize_t d):
+        self._tx_complete(d, 0)
+        self._tx_advance(d)
+
+    def _tx_loaded(self, Py_ssize_t d):
+        """The frame is in the FIFO (store and forward): put it on the wire."""
+        cdef unsigned int des1 = self.mem.rd32(d + 4)
+        cdef Py_ssize_t length = des1 & 0x7FF
+        cdef Py_ssize_t buf = self.mem.rd32(d + 8)
+        cdef bytes frame
+        if not des1 & TDES1_FS or not des1 & TDES1_LS or length < 14:
+            # Multi-descriptor frames are not used by our driver; refuse them loudly.
+            self.mem.wr32(d, TDES0_ES)
+            self._raise(TI if des1 & TDES1_IC else 0)
+            self._tx_advance(d)
+            return
+        frame = self.mem.read(buf, length)
+        if length < ETH_MIN_FRAME:
+            frame = frame + bytes(ETH_MIN_FRAME - length)
+        start, end = self.port.transmit(frame, self.engine.now)
+        self.tx_frames += 1
+        self.tx_bytes += length
+        # The FIFO holds one frame beyond the one on the wire: fetch the next one as
+        # this one starts, complete this one when its last bit has left.
+        self.engine.at(end, self._tx_wire_done, d)
+        self.engine.at(start, self._tx_next, d)
+
+    def _tx_next(self, Py_ssize_t d):
+        self._tx_advance(d)
+
+    def _tx_wire_done(self, Py_ssize_t d):
+        cdef unsigned int des1 = self.mem.rd32(d + 4)
+        self._tx_complete(d, des1)
+
+    cdef _tx_complete(self, Py_ssize_t d, unsigned int des1):
+        self.mem.wr32(d, 0)                           # status write-back: OWN cleared, no errors
+        if des1 & TDES1_IC:
+            self._raise(TI)
+
+    cdef _tx_advance(self, Py_ssize_t d):
+        cdef unsigned int des1 = self.mem.rd32(d + 4)
+        self.tx_cur = self._next_desc(d, des1, TDES1_TER, TDES1_TCH, self.csr[4])
+        self.tx_state = TS_SUSPENDED
+        self.tx_pending_kick = False
+        self.tx_state = TS_FETCHING
+        self.engine.after(self.dma_time(16), self._tx_fetched, None)
+
+    # -- receive ring walker (the backend calls rx_frame at the frame's last bit) --------
+
+    cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok):
+        cdef Py_ssize_t d = self.rx_cur
+        cdef Py_ssize_t n = frame.shape[0]
+        cdef unsigned int des0, des1, status
+        cdef Py_ssize_t size1
+        cdef double tail
+        if self.rx_state == RS_STOPPED:
+            self.rx_missed += 1
+            return
+        des0 = self.mem.rd32(d)
+        if not des0 & OWN:
+            # Receive buffer unavailable: the frame is lost and counted (CSR8).
+            self.rx_state = RS_SUSPENDED
+            self.csr[8] = (self.csr[8] + 1) & 0xFFFF
+            self.rx_missed += 1
+            self._raise(RU)
+            return
+        des1 = self.mem.rd32(d + 4)
+        size1 = des1 & 0x7FF
+        status = ((<unsigned int> (n + 4)) << 16) | RDES0_FS | RDES0_LS
+        if not crc_ok:
+            status |= RDES0_ES | RDES0_CE
+            self.rx_crc_errors += 1
+        if n > size1:
+            status |= RDES0_ES | RDES0_TL
+            self.rx_too_long += 1
+            n = 0
+        elif n > ETH_MAX_FRAME:
+            status |= RDES0_TL                       # longer than 802.3 allows: flagged, kept
+        # The frame streamed into host memory while it arrived; what is left after the
+        # last bit is the final burst and the descriptor status write.
+        tail = self.dma_time(min(n, self.burst_bytes or n) if n else 0) + self.dma_time(4)
+        t = max(self.engine.now, self.rx_free_at) + tail
+        self.rx_free_at = t
+        if n:
+            self.mem.write(<Py_ssize_t> self.mem.rd32(d + 8), frame[:n])
+        self.rx_cur = self._next_desc(d, des1, RDES1_RER, RDES1_RCH, self.csr[3])
+        self.rx_frames += 1
+        self.rx_bytes += n
+        self.engine.at(t, self._rx_done, (d, status))
+
+    def _rx_done(self, arg):
+        d, status = arg
+        self.mem.wr32(d, status)                      # OWN cleared: the host's now
+        self._raise(RI)
+
+    def stats(self):
+        return {"tx_frames": self.tx_frames, "tx_bytes": self.tx_bytes, "rx_frames": self.rx_frames,
+                "rx_bytes": self.rx_bytes, "rx_missed": self.rx_missed, "rx_crc_errors": self.rx_crc_errors,
+                "rx_too_long": self.rx_too_long, "dma_bytes": self.dma_bytes,
+                "interrupts_raised": self.irq_raised, "csr5": hex(self.csr_read(5)), "csr6": hex(self.csr[6])}
