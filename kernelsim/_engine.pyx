@@ -164,7 +164,11 @@ cdef class Engine:
     cpdef long long run(self, double until=INFINITY) except -1:
         """Run every event up to and including time `until`; return how many ran."""
         cdef long long n = 0
-        while self.peek() <= until:
+        cdef double t
+        while True:
+            t = self.peek()
+            if t == INFINITY or t > until:
+                break
             self.step()
             n += 1
         if until != INFINITY and until > self.now:
@@ -174,8 +178,12 @@ cdef class Engine:
     cpdef long long run_until_stop(self, double until) except -1:
         """Run events with time <= `until` until one of them calls `request_stop()`."""
         cdef long long n = 0
+        cdef double t
         self.stop_requested = False
-        while not self.stop_requested and self.peek() <= until:
+        while not self.stop_requested:
+            t = self.peek()
+            if t == INFINITY or t > until:
+                break
             self.step()
             n += 1
         return n

@@ -7,7 +7,7 @@ address, the device model reads it back and DMAs through it. Allocation is a bum
 allocator with a free list per size: kernel memory of a simulated node is set up once
 at module load and returned at unload.
 """
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcpy, memmove, memset
 
 
 cdef class PhysMem:
@@ -31,7 +31,7 @@ cdef class PhysMem:
         lst = self._free.get(nbytes)
         if lst:
             addr = lst.pop()
-            self.buf[addr:addr + nbytes] = b"\0" * nbytes
+            memset(&self.buf[addr], 0, nbytes)
         else:
             addr = (self._top + align - 1) // align * align
             if addr + nbytes > self.size:

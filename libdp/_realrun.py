@@ -1,0 +1,76 @@
+"""Real time: one OS process per node, frames on a real transport.
+
+The parent creates the transport (a full-duplex shared-memory link for two nodes),
+forks one process per rank and collects each rank's result through a pipe. Each
+child builds its node exactly as a modeled one -- same kernel, modules, driver and
+device model -- except that its engine runs in real time and its NIC's medium is the
+transport (`kernelsim.media.backend.DevicePort`).
+"""
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import traceback
+
+import trio
+
+from kernelsim.media.backend import DevicePort
+from kernelsim.media.real import ShmLink
+from libdp._api import DP
+from libdp._cluster import Cluster, build_profile
+from nic_drivers import nic as nic_package
+
+__all__ = ["run_real_spmd"]
+
+
+def _child(rank, size, names, hosts, program, args, config, conn):
+    try:
+        port = DevicePort(ShmLink.attach(names, rank))
+        node = Cluster.real_node(rank, hosts, port, **config)
+        dp = DP(node.spawn(getattr(program, "__name__", "spmd")))
+        result = trio.run(program, dp, rank, size, *args)
+        conn.send(("ok", result, node.stats()))
+    except BaseException as exc:   # report everything, the parent decides
+        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", None))
+    finally:
+        conn.close()
+
+
+def run_real_spmd(program, *args, nodes: int = 2, platform: str = "p133", nic: str | None = None,
+                  params=(), load=(), timeout: float = 300.0):
+    """Run ``program(dp, rank, size, *args)`` in `nodes` processes; return (results, stats)."""
+    if nodes != 2:
+        raise OSError(errno.EINVAL, "real mode joins 2 nodes by a shared-memory link (more need a switch)")
+    profile = build_profile(platform, params)          # validate before forking
+    pkg = nic_package(nic or profile.nic)
+    hosts = {r: {pkg.LINK_KIND: pkg.hwaddr_for(r)} for r in range(nodes)}
+    config = {"platform": platform, "nic": nic, "params": params, "load": load}
+    ctx = multiprocessing.get_context("fork")
+    link = ShmLink.create(slots=256, slot_bytes=2048)
+    procs, pipes = [], []
+    try:
+        for rank in range(nodes):
+            parent_end, child_end = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_child, args=(rank, nodes, link.names, hosts, program, args, config, child_end),
+                            daemon=True)
+            p.start()
+            child_end.close()
+            procs.append(p)
+            pipes.append(parent_end)
+        results, stats = [None] * nodes, {}
+        for rank, (p, conn) in enumerate(zip(procs, pipes)):
+            if not conn.poll(timeout):
+                raise TimeoutError(f"rank {rank} did not finish within {timeout} s")
+            status, value, st = conn.recv()
+            if status != "ok":
+                raise RuntimeError(f"rank {rank} failed: {value}")
+            results[rank] = value
+            stats[f"node{rank}"] = st
+        return results, stats
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+        link.close()
+        link.unlink()
