@@ -34,7 +34,7 @@ def _after(cost, path):
 class DP:
     """DP for one process (async)."""
 
-    def __init__(self, proc, *, spin_s: float = 50e-6):
+    def __init__(self, proc, *, spin_s: float = 1e-3):
         self.proc = proc
         self.node = proc.node
         self.spin_s = spin_s
