@@ -194,15 +194,19 @@ class DirectedPoint:
             raise OSError(errno.EMSGSIZE, f"message of {n} bytes exceeds DP's {self.max_message}-byte limit")
         nid, dst_ep = e.target
         dev, hw = self.nart.lookup(nid)
-        yield self.c_xmit
-        buf = dev.tx_reserve()
+        try:
+            buf = dev.tx_reserve()
+        except WouldBlock:
+            yield self.c_xmit
+            raise
+        # The frame goes straight into the transmit buffer (DP-C03); the NIC cannot see
+        # it before the descriptor is handed over, so the build's time is yielded there.
         mem = self.node.mem
         dev.write_link_header(buf, hw, DP_ETHERTYPE)
         at = buf + dev.link_header_bytes
         dm_build_at(mem.buf, at, dst_ep, self.node.nid, e.ep, DM_TYPE_DATA, n)
         mem.write(at + DM_HEADER_BYTES, data)
-        yield self.costs.copy(n)
-        yield from dev.tx_commit_path(DM_HEADER_BYTES + n)
+        yield from dev.tx_commit_path(DM_HEADER_BYTES + n, self.c_xmit + self.costs.copy(n))
         e.sent += 1
         return n
 
@@ -210,13 +214,13 @@ class DirectedPoint:
 
     def read_path(self, e: Endpoint, nbytes):
         """Copy the next message out of the TBP (user-level work on the mapped pool)."""
-        yield self.c_read
         slot = e.tbp.take()
         if slot < 0:
+            yield self.c_read
             raise WouldBlock(e.readers, f"no message on endpoint {e.ep}")
         n = e.tbp.length(slot)
         data = e.tbp.copy_out(slot, nbytes)
-        yield self.costs.copy(min(n, nbytes))
+        yield self.c_read + self.costs.copy(min(n, nbytes))
         e.release_slot(slot)
         e.received += 1
         return data
@@ -231,28 +235,33 @@ class DirectedPoint:
         return Token(e, slot)
 
     def mdr_path(self, dev, addr, length):
-        """The MDR: called by a NIC's interrupt path for each frame of DP's protocol."""
-        yield self.c_mdr
+        """The MDR: called by a NIC's interrupt path for each frame of DP's protocol.
+
+        Its effects (a deposit, a wake-up) are seen only by processes of this node, which
+        cannot run before the interrupt path returns; so it returns its time for the
+        interrupt path to yield at its next device access.
+        """
         h = dm_parse_at(self.node.mem.buf, addr, length)
         if h is None:
             self.rx_malformed += 1
-            return
+            return self.c_mdr
         dst_ep, src_nid, src_ep, mtype, n = h
         if mtype != DM_TYPE_DATA:
             handler = self.types.get(mtype)
             if handler is None:
                 self.rx_unknown_type += 1
-                return
-            yield from handler(dev, addr, length)
-            return
+                return self.c_mdr
+            yield self.c_mdr
+            return (yield from handler(dev, addr, length))
         e = self.endpoints.get(dst_ep)
         if e is None:
             self.rx_no_endpoint += 1
-            return
-        if e.tbp.deposit(addr + DM_HEADER_BYTES, n, src_nid, src_ep):
-            yield self.costs.copy(n)
-            e.set_readable(True)
-            e.readers.wake()
+            return self.c_mdr
+        if not e.tbp.deposit(addr + DM_HEADER_BYTES, n, src_nid, src_ep):
+            return self.c_mdr
+        e.set_readable(True)
+        e.readers.wake()
+        return self.c_mdr + self.costs.copy(n)
 
     def stats(self) -> dict:
         return {"endpoints": {ep: e.stats() for ep, e in sorted(self.endpoints.items())},

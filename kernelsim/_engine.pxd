@@ -20,6 +20,7 @@ cdef class Engine:
     cdef Py_ssize_t _nslots
     cdef long long _seq
     cdef public bint stop_requested
+    cdef public long long stops
     cdef public bint realtime
     cdef public long long events_run
 

@@ -47,6 +47,7 @@ cdef class Engine:
         self._size = 0
         self._seq = 0
         self.stop_requested = False
+        self.stops = 0
         self.events_run = 0
 
     def __dealloc__(self):
@@ -189,7 +190,9 @@ cdef class Engine:
         return n
 
     def request_stop(self):
+        """Ask the running `run_until_stop` to return after this event (something woke)."""
         self.stop_requested = True
+        self.stops += 1
 
     def __len__(self):
         cdef Py_ssize_t i, live = 0

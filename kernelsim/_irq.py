@@ -33,7 +33,12 @@ class IrqController:
         self._lines = [_Line() for _ in range(self.NLINES)]
 
     def request_irq(self, line: int, handler, name: str) -> None:
-        """Attach `handler` (a path function taking no arguments) to `line`."""
+        """Attach `handler` to `line`.
+
+        A handler is a path function ``handler(pending)``: `pending` is CPU time already
+        spent but not yet yielded (the entry cost), which it folds into its first yield;
+        it returns whatever it spent after its last device access, for the same reason.
+        """
         if not 0 <= line < self.NLINES:
             raise OSError(errno.EINVAL, f"no IRQ line {line}")
         self._lines[line].handlers.append((name, handler))
@@ -60,10 +65,10 @@ class IrqController:
         self.cpu.submit(LEVEL_IRQ, self._path(ln), lambda value, exc: self._done(line, ln, exc))
 
     def _path(self, ln: _Line):
-        yield self.costs.irq_entry
+        pending = self.costs.irq_entry
         for _name, handler in ln.handlers:
-            yield from handler()
-        yield self.costs.irq_exit
+            pending = yield from handler(pending)
+        yield pending + self.costs.irq_exit
 
     def _done(self, line: int, ln: _Line, exc) -> None:
         ln.in_service = False

@@ -63,20 +63,27 @@ class NetDevice:
     def write_link_header(self, addr: int, dst_hw, proto: int) -> None:
         raise NotImplementedError
 
-    def tx_commit_path(self, payload_bytes: int):
-        """Hand the reserved buffer (link header + `payload_bytes`) to the device."""
+    def tx_commit_path(self, payload_bytes: int, pending: float = 0.0):
+        """Hand the reserved buffer (link header + `payload_bytes`) to the device.
+
+        `pending` is the caller's CPU time not yet yielded (it built the frame)."""
         raise NotImplementedError
 
     # -- receive: drivers call this from their interrupt path ----------------------------
 
     def deliver_path(self, proto: int, addr: int, length: int):
+        """Hand a received frame's payload to its protocol; returns CPU time not yet yielded.
+
+        A protocol handler is a path ``handler(dev, addr, length)`` returning the time it
+        spent after its last effect visible beyond this CPU (usually all of it).
+        """
         handler = self.protocols.get(proto)
         if handler is None:
             self.rx_dropped_proto += 1
-            return
+            return 0.0
         self.rx_frames += 1
         self.rx_bytes += length
-        yield from handler(self, addr, length)
+        return (yield from handler(self, addr, length))
 
     def stats(self) -> dict:
         return {"rx_frames": self.rx_frames, "rx_bytes": self.rx_bytes, "rx_errors": self.rx_errors,

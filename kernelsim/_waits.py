@@ -31,8 +31,8 @@ class WaitQueue:
             return
         waiters, self._waiters = self._waiters, []
         self.wakeups += 1
-        self.engine.request_stop()
         for w in waiters:
+            self.engine.request_stop()      # one per waiter: callers count who woke
             w()
 
     def __len__(self) -> int:

@@ -139,9 +139,11 @@ class DP:
                     trio.lowlevel.reschedule(task)
 
             node.cpu.submit(LEVEL_PROC, path, done)
-            if not box:
-                _drive_inline(node.engine, box)
-            if box:
+            if not box and _drive_inline(node.engine, box):
+                # Only this call's own completion stopped the engine: no other task
+                # can have become runnable, so the schedule point has nothing to do.
+                await trio.lowlevel.checkpoint_if_cancelled()
+            elif box:
                 await trio.lowlevel.checkpoint()
             else:
                 parked.append(True)
@@ -166,7 +168,9 @@ class DP:
                     trio.lowlevel.reschedule(task)
 
             queue.add(waiter)
-            _drive_inline(node.engine, woken)
+            if _drive_inline(node.engine, woken):
+                await trio.lowlevel.checkpoint_if_cancelled()
+                return
             if woken:
                 await trio.lowlevel.checkpoint()
                 return
@@ -199,20 +203,23 @@ class DP:
         await trio.lowlevel.checkpoint()
 
 
-def _drive_inline(engine, done: list) -> None:
+def _drive_inline(engine, done: list) -> bool:
     """Move modeled time from inside the calling task while it is the only one that can run.
 
     This is what `EngineClock.drive` would do once trio found every task blocked, less
     two task switches and a pass of trio's run loop per wait. It stops as soon as an
     event wakes anything (this task or another, or makes an fd readable) or the next
-    trio deadline comes: from there trio schedules as usual.
+    trio deadline comes: from there trio schedules as usual. True when `done` was
+    filled and nothing else was woken on the way.
     """
     stats = trio.lowlevel.current_statistics()
     if stats.tasks_runnable:
-        return
+        return False
     gap = stats.seconds_to_next_deadline
     until = engine.now + gap if gap < math.inf else math.inf
+    stops = engine.stops
     engine.run_until_stop(until)
+    return bool(done) and engine.stops == stops + 1
 
 
 async def _wait_any_readable(fds):

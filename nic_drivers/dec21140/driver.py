@@ -105,8 +105,9 @@ class TulipNetDevice(NetDevice):
     def write_link_header(self, addr: int, dst_hw: bytes, proto: int) -> None:
         self.node.mem.write(addr, dst_hw + self.hwaddr + proto.to_bytes(2, "big"))
 
-    def tx_commit_path(self, payload_bytes: int):
+    def tx_commit_path(self, payload_bytes: int, pending: float = 0.0):
         mem = self.node.mem
+        yield pending + self.c_desc + self.c.pci_write
         entry = self.cur_tx % self.ntx
         d = self.tx_ring + 16 * entry
         length = ETH_HLEN + payload_bytes
@@ -121,52 +122,67 @@ class TulipNetDevice(NetDevice):
         self.cur_tx += 1
         self.tx_frames += 1
         self.tx_bytes += length
-        yield self.c_desc
-        yield self.c.pci_write
         self.dev.csr_write(1, 0)                 # transmit poll demand
 
     # -- interrupt -----------------------------------------------------------------------
 
-    def interrupt_path(self):
+    # Interrupt paths carry `pending`: CPU time spent since the last device access,
+    # yielded just before the next one, so that each register access happens at its
+    # modeled time without an engine event for every stretch of plain code.
+
+    def interrupt_path(self, pending: float = 0.0):
         dev = self.dev
         c = self.c
         for _ in range(self.budget):
-            yield c.pci_read
+            yield pending + c.pci_read
             csr5 = dev.csr_read(5)
             if not csr5 & (hw.NIS | hw.AIS):
-                return
+                return 0.0
             yield c.pci_write
             dev.csr_write(5, csr5 & 0x0001FFFF)  # acknowledge what we saw
-            yield self.c_isr
+            pending = self.c_isr
             if csr5 & (hw.RI | hw.RU):
-                yield from self._rx_path()
+                pending = yield from self._rx_path(pending)
                 if csr5 & hw.RU:
-                    yield c.pci_write
+                    yield pending + c.pci_write
+                    pending = 0.0
                     dev.csr_write(2, 0)          # buffers are back: receive poll demand
-            yield from self._tx_reclaim_path()
+            pending += self._tx_reclaim()
+        return pending
 
-    def _rx_path(self):
+    def _rx_path(self, pending):
         mem = self.node.mem
         c = self.c
+        give_back = -1
         for _ in range(self.nrx):
             i = self.cur_rx % self.nrx
             d = self.rx_ring + 16 * i
-            yield c.mem_miss                     # the NIC wrote it: not in the cache
+            yield pending + c.mem_miss           # the NIC wrote it: not in the cache
+            pending = 0.0
+            if give_back >= 0:
+                mem.wr32(give_back, hw.OWN)      # the last buffer goes back to the NIC
+                give_back = -1
             des0 = mem.rd32(d)
             if des0 & hw.OWN:
-                return
+                return pending
             flen = ((des0 >> 16) & 0x3FFF) - FCS
             if des0 & hw.RDES0_ES or (des0 & (hw.RDES0_FS | hw.RDES0_LS)) != (hw.RDES0_FS | hw.RDES0_LS) \
                     or flen < ETH_HLEN:
                 self.rx_errors += 1
             else:
                 buf = self.rx_bufs[i]
-                yield from self.deliver_path(mem.rd16be(buf + 12), buf + ETH_HLEN, flen - ETH_HLEN)
-            mem.wr32(d, hw.OWN)                  # the buffer goes back to the NIC
+                pending = yield from self.deliver_path(mem.rd16be(buf + 12), buf + ETH_HLEN, flen - ETH_HLEN)
+            give_back = d
             self.cur_rx += 1
-            yield self.c_desc
+            pending += self.c_desc
+        if give_back >= 0:
+            yield pending
+            pending = 0.0
+            mem.wr32(give_back, hw.OWN)
+        return pending
 
-    def _tx_reclaim_path(self):
+    def _tx_reclaim(self) -> float:
+        """Free the transmit descriptors the NIC is done with; return the time it took."""
         mem = self.node.mem
         freed = 0
         while self.dirty_tx < self.cur_tx:
@@ -176,8 +192,8 @@ class TulipNetDevice(NetDevice):
             self.dirty_tx += 1
             freed += 1
         if freed:
-            yield self.c_desc * freed
             self.tx_space.wake()
+        return self.c_desc * freed
 
     def stats(self) -> dict:
         out = super().stats()
