@@ -4,18 +4,15 @@
 
 A failed Cython build is an error: there is no pure-Python fallback to hide it.
 """
+from pathlib import Path
+
 from setuptools import Extension, find_packages, setup
 from Cython.Build import cythonize
 
-EXTENSIONS = [
-    "kernelsim._engine",
-    "kernelsim._cpu",
-    "kernelsim._physmem",
-    "kernelsim.media._shmring",
-    "dpcore._codec",
-    "dpcore._tbp",
-    "nic_drivers.dec21140._model",
-]
+PACKAGES = ("kernelsim", "dpcore", "nic_drivers", "protocols", "libdp")
+# Every .pyx of the packages is an extension: a hot path is Cython or it is not.
+EXTENSIONS = sorted(str(p.with_suffix("")).replace("/", ".")
+                    for pkg in PACKAGES for p in Path(pkg).rglob("*.pyx"))
 
 extensions = [Extension(name, [name.replace(".", "/") + ".pyx"], extra_compile_args=["-O2"])
               for name in EXTENSIONS]
@@ -24,9 +21,9 @@ setup(
     name="dp",
     version="0.1.0",
     description="Directed Point, rebuilt: a simulated cluster kernel and a real messaging subsystem",
-    packages=find_packages(include=["kernelsim*", "dpcore*", "nic_drivers*", "libdp*"]),
+    packages=find_packages(include=[f"{p}*" for p in PACKAGES]),
     package_data={"kernelsim": ["profiles/*.toml", "*.pxd", "media/*.pxd"],
-                  "dpcore": ["*.pxd"], "nic_drivers": ["*/*.pxd"]},
+                  "dpcore": ["*.pxd"], "nic_drivers": ["*/*.pxd"], "protocols": ["*/*.pxd"]},
     ext_modules=cythonize(extensions, language_level=3, compiler_directives={"embedsignature": True}),
     python_requires=">=3.11",
     install_requires=["trio>=0.22,<0.40", "outcome", "pyroute2>=0.7"],
@@ -36,6 +33,9 @@ setup(
         "dp.modules": [
             "dp = dpcore.module:MODULE",
             "dec21140 = nic_drivers.dec21140:MODULE",
+            "atm = nic_drivers.atm:MODULE",
+            "myrinet = nic_drivers.myrinet:MODULE",
+            "tb2 = nic_drivers.tb2:MODULE",
         ],
     },
 )

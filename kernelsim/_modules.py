@@ -97,7 +97,10 @@ def find_module(name: str) -> Module:
     ep = available_modules().get(name)
     if ep is None:
         raise OSError(errno.ENOENT, f"module {name!r} not found")
-    mod = ep.load()
+    try:
+        mod = ep.load()
+    except ImportError as exc:
+        raise OSError(errno.ENOENT, f"module {name!r} is registered but cannot be imported ({exc})") from None
     if not isinstance(mod, Module) or mod.name != name:
         raise OSError(errno.ENOEXEC, f"entry point {name!r} is not a dp module")
     return mod
@@ -181,6 +184,10 @@ class ModuleTable:
     def _unwind(rec: _Loaded) -> None:
         while rec.undo:
             rec.undo.pop()()
+
+    def modinfo(self, name: str) -> dict:
+        """What `modinfo NAME` shows: description, parameters, dependencies, sources."""
+        return find_module(name).info()
 
     def get(self, name: str):
         rec = self._loaded.get(name)

@@ -16,7 +16,7 @@ import sys
 
 from kernelsim import available_modules, available_profiles, find_module, load_profile
 from libdp import _bench
-from libdp._cluster import Cluster, build_profile
+from libdp._cluster import Cluster, build_profile, resolve_platform
 
 __all__ = ["main"]
 
@@ -47,7 +47,8 @@ def _bench_parser(sub, name, help_text, default_sizes):
                    help="comma-separated message sizes in bytes (default: %(default)s)")
     p.add_argument("--iters", type=_positive, default=1000,
                    help="iterations (ping-pong) or messages (bandwidth) per size (default: 1000, as DP-A08)")
-    p.add_argument("--platform", default="p133", help=f"platform profile ({', '.join(available_profiles())})")
+    p.add_argument("--platform", default=None,
+                   help=f"platform profile ({', '.join(available_profiles())}; default: the NIC's, else p133)")
     p.add_argument("--nic", default=None, help="NIC model (default: the platform's)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override a platform-profile value, e.g. link.rate_bps=10e6 (repeatable)")
@@ -78,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run_bench(args, program, kind):
     params = [tuple(x.split("=", 1)) if "=" in x else x for x in args.param]
+    args.platform, args.nic = resolve_platform(args.platform, args.nic)
     profile = build_profile(args.platform, params)
-    nic = args.nic or profile.nic
+    nic = args.nic
     prog_args = (args.sizes, args.iters)
     stats = None
     if args.real:
@@ -143,7 +145,11 @@ def _profile(args):
 
 def _modules(_args):
     for name in sorted(available_modules()):
-        print(f"{name:<12} {find_module(name).description}")
+        try:
+            desc = find_module(name).description
+        except (OSError, ImportError) as exc:
+            desc = f"(cannot be loaded: {exc})"
+        print(f"{name:<12} {desc}")
     return 0
 
 

@@ -31,6 +31,15 @@ def build_profile(platform: str = "p133", params=()):
     return prof
 
 
+def resolve_platform(platform: str | None, nic: str | None) -> tuple[str, str]:
+    """Fill in what was not given: a NIC's own platform, or a platform's own NIC."""
+    if platform is None:
+        platform = nic_package(nic).DEFAULT_PLATFORM if nic else "p133"
+    if nic is None:
+        nic = load_profile(platform).nic
+    return platform, nic
+
+
 def parse_load(spec: str) -> tuple[str, dict]:
     """``NAME[:key=value,...]`` as given to ``--load``."""
     name, _, rest = spec.partition(":")
@@ -44,12 +53,13 @@ def parse_load(spec: str) -> tuple[str, dict]:
 
 
 class Cluster:
-    def __init__(self, nodes: int = 2, platform: str = "p133", nic: str | None = None, params=(),
+    def __init__(self, nodes: int = 2, platform: str | None = None, nic: str | None = None, params=(),
                  seed: int = 0, load=()):
         if not isinstance(nodes, int) or nodes < 1:
             raise OSError(errno.EINVAL, f"a cluster needs at least one node, not {nodes!r}")
+        platform, nic = resolve_platform(platform, nic)
         self.profile = build_profile(platform, params)
-        self.nic_name = nic or self.profile.nic
+        self.nic_name = nic
         self.nic = nic_package(self.nic_name)
         self.seed = seed
         self.rng = random.Random(seed)
@@ -61,7 +71,7 @@ class Cluster:
         for n in self.nodes:
             n.hosts = hosts
             devices.append(self.nic.make_device(n))
-        self.medium = self.nic.connect(self.engine, self.profile, devices)
+        self.medium = self.nic.connect(self.engine, self.profile, devices, random.Random(seed))
         for n in self.nodes:
             n.modules.modprobe(self.nic.MODULE.name)
             n.modules.modprobe("dp")
@@ -70,11 +80,12 @@ class Cluster:
                 n.modules.modprobe(name, **mparams)
 
     @classmethod
-    def real_node(cls, nid: int, hosts: dict, port, platform: str = "p133", nic: str | None = None,
+    def real_node(cls, nid: int, hosts: dict, port, platform: str | None = None, nic: str | None = None,
                   params=(), load=()) -> Node:
         """One node in this OS process, in real time, its NIC's medium a real transport."""
+        platform, nic = resolve_platform(platform, nic)
         profile = build_profile(platform, params)
-        pkg = nic_package(nic or profile.nic)
+        pkg = nic_package(nic)
         node = Node(nid, profile, Engine(realtime=True), modeled=False)
         node.hosts = hosts
         dev = pkg.make_device(node)

@@ -17,7 +17,7 @@ import trio
 from kernelsim.media.backend import DevicePort
 from kernelsim.media.real import ShmLink
 from libdp._api import DP
-from libdp._cluster import Cluster, build_profile
+from libdp._cluster import Cluster, build_profile, resolve_platform
 from nic_drivers import nic as nic_package
 
 __all__ = ["run_real_spmd"]
@@ -36,13 +36,14 @@ def _child(rank, size, names, hosts, program, args, config, conn):
         conn.close()
 
 
-def run_real_spmd(program, *args, nodes: int = 2, platform: str = "p133", nic: str | None = None,
+def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, nic: str | None = None,
                   params=(), load=(), timeout: float = 300.0):
     """Run ``program(dp, rank, size, *args)`` in `nodes` processes; return (results, stats)."""
     if nodes != 2:
         raise OSError(errno.EINVAL, "real mode joins 2 nodes by a shared-memory link (more need a switch)")
-    profile = build_profile(platform, params)          # validate before forking
-    pkg = nic_package(nic or profile.nic)
+    platform, nic = resolve_platform(platform, nic)
+    build_profile(platform, params)                    # validate before forking
+    pkg = nic_package(nic)
     hosts = {r: {pkg.LINK_KIND: pkg.hwaddr_for(r)} for r in range(nodes)}
     config = {"platform": platform, "nic": nic, "params": params, "load": load}
     ctx = multiprocessing.get_context("fork")

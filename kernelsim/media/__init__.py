@@ -6,5 +6,6 @@ same frames in wall time. A device model talks to either through a *port*:
 ``transmit(frame, t) -> (start, end)`` and, for real ports, ``poll()``.
 """
 from kernelsim.media.ether import EtherLink, EtherPort
+from kernelsim.media.faults import FaultInjector
 
-__all__ = ["EtherLink", "EtherPort"]
+__all__ = ["EtherLink", "EtherPort", "FaultInjector"]

@@ -7,6 +7,8 @@ left. Each direction is its own wire (full duplex), so no collisions.
 """
 from __future__ import annotations
 
+from kernelsim.media.faults import FaultInjector
+
 __all__ = ["EtherLink", "EtherPort"]
 
 
@@ -34,20 +36,26 @@ class EtherPort:
         self.frames += 1
         self.bytes += len(frame)
         self.busy_s += end - start
-        link.engine.at(end + link.prop_s, self.peer._arrive, frame)
+        arrive = end + link.prop_s
+        if link.faults.active:
+            for data, delay, ok in link.faults.apply(frame):
+                link.engine.at(arrive + delay, self.peer._arrive, (data, ok))
+        else:
+            link.engine.at(arrive, self.peer._arrive, (frame, True))
         return start, end
 
-    def _arrive(self, frame: bytes) -> None:
+    def _arrive(self, item) -> None:
         if self.device is not None:
-            self.device.rx_frame(frame, True)
+            self.device.rx_frame(item[0], item[1])
 
     def stats(self) -> dict:
         return {"frames": self.frames, "bytes": self.bytes, "busy_us": self.busy_s * 1e6}
 
 
 class EtherLink:
-    def __init__(self, engine, profile):
+    def __init__(self, engine, profile, rng=None):
         self.engine = engine
+        self.faults = FaultInjector(profile, rng)
         self.byte_s = 8.0 / profile["link.rate_bps"]
         self.preamble = profile["link.preamble_bytes"]
         self.ifg = profile["link.ifg_bytes"]
@@ -65,4 +73,4 @@ class EtherLink:
         return port
 
     def stats(self) -> dict:
-        return {"a_to_b": self.ends[0].stats(), "b_to_a": self.ends[1].stats()}
+        return {"a_to_b": self.ends[0].stats(), "b_to_a": self.ends[1].stats(), "faults": self.faults.stats()}

@@ -63,14 +63,17 @@ MODULE = Module(
 )
 
 
-def connect(engine, profile, devices):
+DEFAULT_PLATFORM = "p133"
+
+
+def connect(engine, profile, devices, rng=None):
     """Two cards back to back on one full-duplex cable (the DP paper's Fig. 5 set-up)."""
     from kernelsim.media import EtherLink
 
     if len(devices) != 2:
         raise OSError(errno.EINVAL, f"dec21140: a back-to-back cable joins 2 nodes, not {len(devices)} "
                                     "(switched Ethernet is not modeled yet)")
-    link = EtherLink(engine, profile)
+    link = EtherLink(engine, profile, rng)
     link.attach(0, devices[0])
     link.attach(1, devices[1])
     return link
