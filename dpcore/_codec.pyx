@@ -46,8 +46,11 @@ cdef void dm_build(unsigned char* p, int dst_ep, int src_nid, int src_ep, int mt
     p[7] = tl & 0xFF
 
 
-def dm_pack(unsigned char[::1] buf, Py_ssize_t off, int dst_ep, int src_nid, int src_ep, int mtype, int length):
+def dm_pack(unsigned char[::1] buf, Py_ssize_t off, dst_ep, src_nid, src_ep, mtype, length):
     """Write a header at buf[off:off+8]; ValueError for a field out of range."""
+    for v in (dst_ep, src_nid, src_ep, mtype, length):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ValueError(f"header fields are ints, not {v!r}")
     if not (0 <= dst_ep <= 0xFFFF and 0 <= src_nid <= 0xFFFF and 0 <= src_ep <= 0xFFFF):
         raise ValueError("endpoint and node numbers are 16-bit")
     if not 0 <= mtype <= DM_MAX_TYPE:

@@ -16,6 +16,7 @@ and deposits the message into its Token Buffer Pool, waking a reader.
 from __future__ import annotations
 
 import errno
+import weakref
 
 from dpcore._codec import DM_HEADER_BYTES, DM_MAX_LENGTH, DM_TYPE_DATA, dm_build_at, dm_parse_at
 from dpcore._tbp import TokenBufferPool
@@ -56,22 +57,32 @@ class Token:
     """A received message read in place: a read-only view of its TBP slot.
 
     Release it (or use it as a context manager) to give the slot back to the pool.
+    Closing the endpoint revokes its tokens: their views are released, so memory the
+    pool gave back can never be read through them.
     """
 
-    __slots__ = ("_ep", "_slot", "data", "source")
+    __slots__ = ("_ep", "_slot", "data", "source", "__weakref__")
 
     def __init__(self, ep: "Endpoint", slot: int):
         self._ep = ep
         self._slot = slot
         self.data = ep.tbp.view(slot)
         self.source = ep.tbp.source(slot)
+        ep.tokens.add(self)
 
     def release(self) -> None:
+        if self._slot == -2:
+            raise OSError(errno.EBADF, "the token's endpoint was closed")
         if self._slot < 0:
             raise OSError(errno.EINVAL, "token already released")
         self.data.release()
-        self._ep.release_slot(self._slot)
+        self._ep.tokens.discard(self)
+        self._ep.tbp.release(self._slot)
         self._slot = -1
+
+    def revoke(self) -> None:
+        self.data.release()
+        self._slot = -2
 
     def __enter__(self):
         return self
@@ -96,6 +107,7 @@ class Endpoint(OpenFile):
         self.ep = ep
         self.tbp = TokenBufferPool(dp.node.mem, dp.tbp_slots, dp.max_message)
         self.target: tuple | None = None
+        self.tokens = weakref.WeakSet()
         self.sent = 0
         self.received = 0
 
@@ -108,13 +120,21 @@ class Endpoint(OpenFile):
     def write_path(self, proc, data):
         return self.dp.write_path(self, data)
 
-    def release_slot(self, slot: int) -> None:
-        self.tbp.release(slot)
+    def took(self) -> None:
+        """A message left the queue: readability follows what is still queued."""
+        self.received += 1
         if self.tbp.count == 0:
             self.set_readable(False)
 
+    def deposited(self) -> None:
+        self.set_readable(True)
+        self.readers.wake()
+
     def release(self, proc) -> None:
         self.dp.endpoints.pop(self.ep, None)
+        for tok in list(self.tokens):
+            tok.revoke()
+        self.dp.retire(self)
         self.tbp.unpin()
         self.node.modules.module_put("dp")
         self.readers.wake()
@@ -144,6 +164,9 @@ class DirectedPoint:
         self.rx_malformed = 0
         self.rx_no_endpoint = 0
         self.rx_unknown_type = 0
+        self.local_deliveries = 0
+        self.closed_totals = {k: 0 for k in ("deposited", "taken", "released", "dropped_full", "dropped_too_long")}
+        self.closed_endpoints: list = []      # the last few, for --stats after a benchmark
 
     # -- system calls ------------------------------------------------------------------
 
@@ -193,6 +216,8 @@ class DirectedPoint:
         if n > self.max_message:
             raise OSError(errno.EMSGSIZE, f"message of {n} bytes exceeds DP's {self.max_message}-byte limit")
         nid, dst_ep = e.target
+        if nid == self.node.nid:
+            return (yield from self._deliver_locally(e, dst_ep, data))
         dev, hw = self.nart.lookup(nid)
         try:
             buf = dev.tx_reserve()
@@ -210,6 +235,25 @@ class DirectedPoint:
         e.sent += 1
         return n
 
+    def _deliver_locally(self, e: Endpoint, dst_ep: int, data: bytes):
+        """A message to this node's own endpoint never touches the NIC (no loopback wire)."""
+        yield self.c_xmit + self.costs.copy(len(data))
+        self.local_deliveries += 1
+        e.sent += 1
+        dst = self.endpoints.get(dst_ep)
+        if dst is None:
+            self.rx_no_endpoint += 1
+        elif dst.tbp.deposit_bytes(data, self.node.nid, e.ep):
+            dst.deposited()
+        return len(data)
+
+    def retire(self, e: Endpoint) -> None:
+        """Keep a closed endpoint's counters for statistics."""
+        st = e.tbp.stats()
+        for k in self.closed_totals:
+            self.closed_totals[k] += st[k]
+        self.closed_endpoints = (self.closed_endpoints + [e.stats()])[-8:]
+
     # -- receive -----------------------------------------------------------------------
 
     def read_path(self, e: Endpoint, nbytes):
@@ -220,9 +264,9 @@ class DirectedPoint:
             raise WouldBlock(e.readers, f"no message on endpoint {e.ep}")
         n = e.tbp.length(slot)
         data = e.tbp.copy_out(slot, nbytes)
+        e.took()
         yield self.c_read + self.costs.copy(min(n, nbytes))
-        e.release_slot(slot)
-        e.received += 1
+        e.tbp.release(slot)
         return data
 
     def take_path(self, e: Endpoint):
@@ -231,7 +275,7 @@ class DirectedPoint:
         slot = e.tbp.take()
         if slot < 0:
             raise WouldBlock(e.readers, f"no message on endpoint {e.ep}")
-        e.received += 1
+        e.took()
         return Token(e, slot)
 
     def mdr_path(self, dev, addr, length):
@@ -259,11 +303,12 @@ class DirectedPoint:
             return self.c_mdr
         if not e.tbp.deposit(addr + DM_HEADER_BYTES, n, src_nid, src_ep):
             return self.c_mdr
-        e.set_readable(True)
-        e.readers.wake()
+        e.deposited()
         return self.c_mdr + self.costs.copy(n)
 
     def stats(self) -> dict:
         return {"endpoints": {ep: e.stats() for ep, e in sorted(self.endpoints.items())},
+                "closed_endpoints": self.closed_endpoints, "closed_tbp_totals": dict(self.closed_totals),
+                "local_deliveries": self.local_deliveries,
                 "nart": self.nart.entries(), "rx_malformed": self.rx_malformed,
                 "rx_no_endpoint": self.rx_no_endpoint, "rx_unknown_type": self.rx_unknown_type}

@@ -21,6 +21,9 @@ cdef class TokenBufferPool:
     cdef readonly int high_water
 
     cpdef bint deposit(self, Py_ssize_t src_addr, int n, int src_nid, int src_ep)
+    cpdef bint deposit_bytes(self, const unsigned char[::1] data, int src_nid, int src_ep)
+    cdef int _claim(self, int n)
+    cdef void _queue(self, int slot, int n, int src_nid, int src_ep)
     cpdef int take(self)
     cpdef int length(self, int slot) except -1
     cpdef release(self, int slot)

@@ -52,17 +52,37 @@ cdef class TokenBufferPool:
 
     cpdef bint deposit(self, Py_ssize_t src_addr, int n, int src_nid, int src_ep):
         """Copy `n` bytes at physical `src_addr` into a free slot; False if dropped."""
+        cdef int slot = self._claim(n)
+        if slot < 0:
+            return False
+        if n:
+            memmove(&self._buf[self.base + <Py_ssize_t> slot * self.slot_bytes], &self._buf[src_addr], n)
+        self._queue(slot, n, src_nid, src_ep)
+        return True
+
+    cpdef bint deposit_bytes(self, const unsigned char[::1] data, int src_nid, int src_ep):
+        """Deposit a message that did not come through a NIC (delivery within the node)."""
+        cdef int n = data.shape[0]
+        cdef int slot = self._claim(n)
+        if slot < 0:
+            return False
+        if n:
+            memmove(&self._buf[self.base + <Py_ssize_t> slot * self.slot_bytes], &data[0], n)
+        self._queue(slot, n, src_nid, src_ep)
+        return True
+
+    cdef int _claim(self, int n):
         cdef int slot
         if n > self.slot_bytes or n < 0:
             self.dropped_too_long += 1
-            return False
+            return -1
         if self._nfree == 0:
             self.dropped_full += 1
-            return False
+            return -1
         self._nfree -= 1
-        slot = self._free[self._nfree]
-        if n:
-            memmove(&self._buf[self.base + <Py_ssize_t> slot * self.slot_bytes], &self._buf[src_addr], n)
+        return self._free[self._nfree]
+
+    cdef void _queue(self, int slot, int n, int src_nid, int src_ep):
         self._len[slot] = n
         self._src_nid[slot] = src_nid
         self._src_ep[slot] = src_ep
@@ -71,7 +91,6 @@ cdef class TokenBufferPool:
         if self.count > self.high_water:
             self.high_water = self.count
         self.deposited += 1
-        return True
 
     cpdef int take(self):
         """Hand out the oldest message's slot as a token; -1 if the pool is empty."""

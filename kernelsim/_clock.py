@@ -10,9 +10,19 @@ carries on at that modeled instant. This is how MockClock's autojump works, with
 engine's event list in place of a bare jump. Nothing sleeps in wall time, so a
 modeled millisecond costs only the events inside it.
 
+A task that finds itself the only runnable one may move modeled time itself rather
+than park and wait for `drive` (libdp does, for speed). "The only runnable one" must
+count every task trio will still run at this instant -- including the rest of the
+batch trio is working through, which its statistics do not show -- or tasks would run
+late in modeled time, and in an order that depends on trio's shuffling of batches. So
+the clock carries an Instrument that counts exactly -- tasks scheduled minus task steps
+begun -- and must see the run from its start: pass ``instruments=[clock.counter]`` to
+``trio.run`` (``Cluster.run`` does). Without it, tasks simply park and `drive` moves
+time: correct, only slower.
+
 If every task is blocked, no engine event is pending and no trio deadline is set, the
-modeled cluster can never move again: `drive` raises OSError(EDEADLK) rather than
-leaving the run hanging.
+modeled cluster can never move again: `drive` cancels the run's scope and records the
+deadlock, and the run ends with OSError(EDEADLK) rather than hanging.
 """
 from __future__ import annotations
 
@@ -25,9 +35,32 @@ import trio.testing
 __all__ = ["EngineClock"]
 
 
+class _RunnableCounter(trio.abc.Instrument):
+    """Tasks trio will still run before it next looks for I/O: scheduled - steps begun."""
+
+    def __init__(self):
+        self.runnable = 0
+        self.live = False
+
+    def before_run(self) -> None:
+        self.runnable = 0
+        self.live = True
+
+    def after_run(self) -> None:
+        self.live = False
+
+    def task_scheduled(self, task) -> None:
+        self.runnable += 1
+
+    def before_task_step(self, task) -> None:
+        self.runnable -= 1
+
+
 class EngineClock(trio.abc.Clock):
     def __init__(self, engine):
         self.engine = engine
+        self.counter = _RunnableCounter()
+        self.deadlocked = False
 
     def start_clock(self) -> None:
         pass
@@ -39,8 +72,16 @@ class EngineClock(trio.abc.Clock):
         # Never sleep in wall time for a modeled deadline: `drive` moves time instead.
         return 0.0 if deadline <= self.engine.now else 86400.0
 
-    async def drive(self) -> None:
-        """Run the engine whenever every other task is blocked (start this in the run)."""
+    def only_runnable_task(self) -> bool:
+        """True when the calling task is the only one trio would run now."""
+        return self.counter.live and self.counter.runnable == 0
+
+    async def drive(self, scope: trio.CancelScope | None = None) -> None:
+        """Run the engine whenever every other task is blocked.
+
+        Start it beside the modeled program (`run` does, as a system task). On deadlock
+        it cancels `scope` if given, else raises OSError(EDEADLK) into its nursery.
+        """
         engine = self.engine
         stats = trio.lowlevel.current_statistics
         wait_idle = trio.testing.wait_all_tasks_blocked
@@ -54,4 +95,18 @@ class EngineClock(trio.abc.Clock):
             if until < math.inf:
                 engine.now = until          # a trio deadline expires at this modeled time
                 continue
+            self.deadlocked = True
+            if scope is None:
+                raise OSError(errno.EDEADLK, "modeled deadlock: every process is blocked and no event is pending")
+            scope.cancel()
+            return
+
+    async def run(self, async_fn, *args):
+        """Run ``async_fn(*args)`` in modeled time (inside ``trio.run(..., clock=self)``)."""
+        self.deadlocked = False
+        with trio.CancelScope() as scope:
+            trio.lowlevel.spawn_system_task(self.drive, scope)
+            return await async_fn(*args)
+        if self.deadlocked:
             raise OSError(errno.EDEADLK, "modeled deadlock: every process is blocked and no event is pending")
+        raise RuntimeError("modeled run cancelled")  # pragma: no cover - only a deadlock cancels it

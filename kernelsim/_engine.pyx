@@ -109,10 +109,12 @@ cdef class Engine:
         return self.at(self.now + delay, fn, arg, prio)
 
     cpdef bint cancel(self, long long handle):
-        """Cancel a pending event; False if it already ran or was cancelled."""
-        cdef int slot = <int> (handle & 0xffffffff)
-        cdef int gen = <int> (handle >> 32)
-        if slot < 0 or slot >= self._nslots or self._gen[slot] != gen or self._fns[slot] is None:
+        """Cancel a pending event; False if it already ran, was cancelled or never was."""
+        if handle < 0:
+            return False
+        cdef long long slot = handle & 0xffffffffLL
+        cdef long long gen = handle >> 32
+        if slot >= self._nslots or self._gen[slot] != gen or self._fns[slot] is None:
             return False
         # Lazy deletion: the heap key stays, the slot is marked dead.
         self._fns[slot] = None

@@ -142,6 +142,9 @@ class ModuleTable:
         self._loading = rec
         try:
             rec.state = mod.init(self.kernel, **values)
+        except MemoryError:
+            self._unwind(rec)
+            raise OSError(errno.ENOMEM, f"{name}: out of kernel memory") from None
         except BaseException:
             self._unwind(rec)
             raise

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import difflib
+import math
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -22,6 +23,20 @@ class ProfileValue:
     value: object
     unit: str
     source: str
+    min: float | None = None        # smallest value that means something (inclusive)
+    max: float | None = None
+
+
+# What a value's name says about it, where the row gives no bounds of its own: a rate or
+# a clock of zero would divide by zero; a probability lies in [0, 1].
+def _implied_bounds(key: str, old) -> tuple[float | None, float | None]:
+    if isinstance(old, bool) or not isinstance(old, (int, float)):
+        return None, None
+    if key.endswith(("_Bps", "_bps", ".hz", "_hz")):
+        return 1e-300, None
+    if key.startswith("fault.") and not key.endswith("_s"):
+        return 0.0, 1.0
+    return 0.0, None
 
 
 class Profile:
@@ -58,7 +73,16 @@ class Profile:
             raise OSError(errno.EINVAL, f"unknown profile parameter {key!r} for profile {self.name}{hint}")
         old = self._values[key]
         new = _coerce(key, old.value, value)
-        self._values[key] = ProfileValue(new, old.unit, f"--param override (was {old.value!r}: {old.source})")
+        lo, hi = _implied_bounds(key, old.value)
+        lo = old.min if old.min is not None else lo
+        hi = old.max if old.max is not None else hi
+        if lo is not None and new < lo:
+            raise OSError(errno.EINVAL, f"parameter {key!r} must be {'>' if lo == 1e-300 else '>='} "
+                                        f"{0 if lo == 1e-300 else lo} (got {new!r})")
+        if hi is not None and new > hi:
+            raise OSError(errno.EINVAL, f"parameter {key!r} must be <= {hi} (got {new!r})")
+        self._values[key] = ProfileValue(new, old.unit, f"--param override (was {old.value!r}: {old.source})",
+                                         old.min, old.max)
         self.overrides[key] = new
 
     def copy(self) -> "Profile":
@@ -96,6 +120,8 @@ def _coerce(key: str, old, value):
     if isinstance(old, (int, float)) and not isinstance(old, bool):
         if not isinstance(value, (int, float)):
             raise OSError(errno.EINVAL, f"parameter {key!r} takes a number, not {value!r}")
+        if not math.isfinite(value):
+            raise OSError(errno.EINVAL, f"parameter {key!r} must be a finite number (got {value!r})")
         if value < 0:
             raise OSError(errno.EINVAL, f"parameter {key!r} must not be negative (got {value!r})")
         if isinstance(old, int) and not isinstance(old, bool):
@@ -130,5 +156,6 @@ def load_profile(name: str) -> Profile:
     for key, item in doc.get("params", {}).items():
         if not isinstance(item, dict) or "value" not in item or "source" not in item:
             raise ValueError(f"profile {name}: {key} needs a value and a source")
-        values[key] = ProfileValue(item["value"], item.get("unit", ""), item["source"])
+        values[key] = ProfileValue(item["value"], item.get("unit", ""), item["source"],
+                                   item.get("min"), item.get("max"))
     return Profile(meta.get("name", name), meta.get("description", ""), meta.get("nic", ""), values)

@@ -20,9 +20,8 @@ import select
 import time
 
 import trio
-from trio._core import _run as _trio_run
 
-from kernelsim import LEVEL_PROC, WouldBlock
+from kernelsim import EngineClock, LEVEL_PROC, WouldBlock
 
 __all__ = ["DP", "SyncDP", "Endpoint"]
 
@@ -226,28 +225,14 @@ def _drive_inline(engine, done: list) -> bool:
     trio deadline comes: from there trio schedules as usual. True when `done` was
     filled and nothing else was woken on the way.
     """
-    runnable, until = _trio_idle_horizon()
-    if runnable:
+    clock = trio.lowlevel.current_clock()
+    if not isinstance(clock, EngineClock) or not clock.only_runnable_task():
         return False
+    gap = trio.lowlevel.current_statistics().seconds_to_next_deadline
+    until = engine.now + gap if gap < math.inf else math.inf
     stops = engine.stops
     engine.run_until_stop(until)
-    return bool(done) and engine.stops == stops + 1
-
-
-def _trio_idle_horizon():
-    """(tasks runnable, time of the next trio deadline) for the current run.
-
-    ``trio.lowlevel.current_statistics()`` answers this but also gathers I/O statistics,
-    which made it the costliest call of a modeled round trip; read the two numbers from
-    the runner when this trio has them, else fall back to the public call.
-    """
-    try:
-        runner = _trio_run.GLOBAL_RUN_CONTEXT.runner
-        return len(runner.runq), runner.deadlines.next_deadline()
-    except AttributeError:
-        stats = trio.lowlevel.current_statistics()
-        gap = stats.seconds_to_next_deadline
-        return stats.tasks_runnable, (trio.current_time() + gap if gap < math.inf else math.inf)
+    return bool(done) and engine.stops == stops + 1 and clock.only_runnable_task()
 
 
 async def _wait_any_readable(fds):

@@ -52,6 +52,17 @@ def parse_load(spec: str) -> tuple[str, dict]:
     return name.strip(), params
 
 
+def _sole(group: BaseExceptionGroup) -> BaseException:
+    """The one leaf error of nested groups, or the group itself if there are several."""
+    leaves = []
+
+    def walk(g):
+        for e in g.exceptions:
+            walk(e) if isinstance(e, BaseExceptionGroup) else leaves.append(e)
+    walk(group)
+    return leaves[0] if len(leaves) == 1 else group
+
+
 class Cluster:
     def __init__(self, nodes: int = 2, platform: str | None = None, nic: str | None = None, params=(),
                  seed: int = 0, load=()):
@@ -90,6 +101,7 @@ class Cluster:
         node.hosts = hosts
         dev = pkg.make_device(node)
         port.attach(dev)
+        port.settle = node.engine.run
         node.real_ports.append(port)
         node.modules.modprobe(pkg.MODULE.name)
         node.modules.modprobe("dp")
@@ -108,14 +120,16 @@ class Cluster:
         return DP(self.nodes[nid].spawn(name))
 
     def run(self, async_fn, *args):
-        """Run `async_fn(*args)` under trio in this cluster's modeled time."""
-        async def main():
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.clock.drive)
-                result = await async_fn(*args)
-                nursery.cancel_scope.cancel()
-                return result
-        return trio.run(main, clock=self.clock)
+        """Run `async_fn(*args)` under trio in this cluster's modeled time.
+
+        Errors come out as they were raised (a lone error of a nursery is unwrapped), so
+        ``except OSError`` works; a modeled deadlock is OSError(EDEADLK).
+        """
+        try:
+            return trio.run(self.clock.run, async_fn, *args, clock=self.clock,
+                            instruments=[self.clock.counter])
+        except BaseExceptionGroup as group:
+            raise _sole(group) from None
 
     def run_spmd(self, program, *args):
         """Run ``program(dp, rank, size, *args)`` as one process on every node; return results by rank."""

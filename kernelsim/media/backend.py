@@ -19,6 +19,7 @@ class DevicePort:
         self.tx_frames = 0
         self.tx_dropped = 0
         self.rx_frames = 0
+        self.settle = None      # the node's engine run: each frame is handled before the next
 
     def attach(self, device) -> None:
         self.device = device
@@ -32,7 +33,13 @@ class DevicePort:
         return t, t
 
     def poll(self) -> int:
-        recv, view, dev = self.transport.recv_into, self._view, self.device
+        """Feed what the transport holds to the device, one frame at a time.
+
+        Each frame is handled -- DMA, interrupt, driver, protocol -- before the next is
+        taken, as frames that arrive microseconds apart on a wire would be; a transport
+        burst therefore never overruns the receive ring unseen.
+        """
+        recv, view, dev, settle = self.transport.recv_into, self._view, self.device, self.settle
         n = 0
         while True:
             k = recv(self._buf)
@@ -40,6 +47,9 @@ class DevicePort:
                 return n
             dev.rx_frame(view[:k], True)
             n += 1
+            self.rx_frames += 1
+            if settle is not None:
+                settle()
 
     def fileno(self) -> int:
         return self.transport.fileno()

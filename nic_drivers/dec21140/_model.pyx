@@ -34,6 +34,8 @@ cdef unsigned int W1C_MASK = 0x0001FFFF
 
 # CSR6 operating mode
 SR = 1 << 1
+PR = 1 << 6
+PM = 1 << 7
 ST = 1 << 13
 SF = 1 << 21
 # CSR0 bus mode
@@ -46,6 +48,7 @@ RDES0_LS = 1 << 8
 RDES0_ES = 1 << 15
 RDES0_TL = 1 << 7       # frame too long (> 1518)
 RDES0_CE = 1 << 1       # CRC error
+RDES0_RF = 1 << 11      # runt frame
 RDES1_RER = 1 << 25
 RDES1_RCH = 1 << 24
 TDES1_IC = 1 << 31
@@ -90,10 +93,12 @@ cdef class Dec21140:
     cdef int tx_state, rx_state
     cdef bint tx_pending_kick
     cdef double rx_free_at
+    cdef set _filter                      # perfect filter: MACs loaded by a setup frame
+    cdef set _rx_inflight                 # descriptors holding a frame not yet handed over
     cdef readonly bytes hwaddr
     # statistics
     cdef readonly long long tx_frames, rx_frames, rx_missed, rx_crc_errors, rx_too_long
-    cdef readonly long long tx_bytes, rx_bytes, dma_bytes, irq_raised
+    cdef readonly long long tx_bytes, rx_bytes, dma_bytes, irq_raised, rx_filtered
 
     def __cinit__(self, Engine engine, PhysMem mem, bytes hwaddr, profile):
         self.engine = engine
@@ -121,6 +126,8 @@ cdef class Dec21140:
         self.rx_free_at = 0.0
         self.burst_bytes = 0
         self._line = False
+        self._filter = set()
+        self._rx_inflight = set()
 
     # -- register file ---------------------------------------------------------------
 
@@ -256,7 +263,17 @@ cdef class Dec21140:
                           self._tx_loaded, d)
 
     def _tx_setup_done(self, Py_ssize_t d):
-        self._tx_complete(d, 0)
+        """Load the 16-entry perfect filter: each address in three longwords' low halves."""
+        cdef Py_ssize_t buf = self.mem.rd32(d + 8), i, w
+        cdef unsigned int des1 = self.mem.rd32(d + 4)
+        cdef bytes mac
+        self._filter = set()
+        if (des1 & 0x7FF) >= 192:
+            for i in range(16):
+                mac = b"".join(int(self.mem.rd32(buf + 12 * i + 4 * w) & 0xFFFF).to_bytes(2, "little")
+                               for w in range(3))
+                self._filter.add(mac)
+        self._tx_complete(d, des1)
         self._tx_advance(d)
 
     def _tx_loaded(self, Py_ssize_t d):
@@ -313,8 +330,11 @@ cdef class Dec21140:
         if self.rx_state == RS_STOPPED:
             self.rx_missed += 1
             return
+        if n >= 14 and not self._accepts(frame):
+            self.rx_filtered += 1
+            return
         des0 = self.mem.rd32(d)
-        if not des0 & OWN:
+        if not des0 & OWN or d in self._rx_inflight:
             # Receive buffer unavailable: the frame is lost and counted (CSR8).
             self.rx_state = RS_SUSPENDED
             self.csr[8] = (self.csr[8] + 1) & 0xFFFF
@@ -324,6 +344,8 @@ cdef class Dec21140:
         des1 = self.mem.rd32(d + 4)
         size1 = des1 & 0x7FF
         status = ((<unsigned int> (n + 4)) << 16) | RDES0_FS | RDES0_LS
+        if n < 14:
+            status |= RDES0_ES | RDES0_RF             # runt: flagged, the driver drops it
         if not crc_ok:
             status |= RDES0_ES | RDES0_CE
             self.rx_crc_errors += 1
@@ -334,8 +356,9 @@ cdef class Dec21140:
         elif n > ETH_MAX_FRAME:
             status |= RDES0_TL                       # longer than 802.3 allows: flagged, kept
         # The frame streamed into host memory while it arrived; what is left after the
-        # last bit is the final burst and the descriptor status write.
-        tail = self.dma_time(min(n, self.burst_bytes or n) if n else 0) + self.dma_time(4)
+        # last bit is the final burst (with unlimited bursts, what the FIFO held past its
+        # 64-byte DMA threshold) and the descriptor status write.
+        tail = self.dma_time(min(n, self.burst_bytes or 64)) + self.dma_time(4)
         t = max(self.engine.now, self.rx_free_at) + tail
         self.rx_free_at = t
         if n:
@@ -343,15 +366,25 @@ cdef class Dec21140:
         self.rx_cur = self._next_desc(d, des1, RDES1_RER, RDES1_RCH, self.csr[3])
         self.rx_frames += 1
         self.rx_bytes += n
+        self._rx_inflight.add(d)
         self.engine.at(t, self._rx_done, (d, status))
+
+    cdef bint _accepts(self, const unsigned char[::1] frame):
+        """Address filtering: promiscuous, multicast with PM, or a perfect-filter hit."""
+        if self.csr[6] & PR:
+            return True
+        if frame[0] & 1:
+            return bool(self.csr[6] & PM) or bytes(frame[0:6]) == b"\xff\xff\xff\xff\xff\xff"
+        return bytes(frame[0:6]) in self._filter
 
     def _rx_done(self, arg):
         d, status = arg
+        self._rx_inflight.discard(d)
         self.mem.wr32(d, status)                      # OWN cleared: the host's now
         self._raise(RI)
 
     def stats(self):
         return {"tx_frames": self.tx_frames, "tx_bytes": self.tx_bytes, "rx_frames": self.rx_frames,
                 "rx_bytes": self.rx_bytes, "rx_missed": self.rx_missed, "rx_crc_errors": self.rx_crc_errors,
-                "rx_too_long": self.rx_too_long, "dma_bytes": self.dma_bytes,
+                "rx_too_long": self.rx_too_long, "rx_filtered": self.rx_filtered, "dma_bytes": self.dma_bytes,
                 "interrupts_raised": self.irq_raised, "csr5": hex(self.csr_read(5)), "csr6": hex(self.csr[6])}

@@ -75,6 +75,23 @@ class TulipNetDevice(NetDevice):
         dev.csr_write(4, self.tx_ring)
         dev.csr_write(7, hw.TI | hw.RI | hw.RU | hw.TPS | hw.UNF | hw.FBE | hw.NIS | hw.AIS)
         dev.csr_write(6, hw.SR | hw.ST | (hw.SF if self.store_forward else 0) | (1 << 9))
+        self._load_address_filter()
+
+    def _load_address_filter(self) -> None:
+        """Queue a setup frame: the 21140 receives unicast only for addresses it was given.
+
+        Sixteen perfect-filter entries of three longwords, two address bytes in the low
+        half of each (HARDWARE.md); ours first, broadcast in every other entry.
+        """
+        mem = self.node.mem
+        buf = self.tx_bufs[0]
+        for i, mac in enumerate([self.hwaddr] + [b"\xff" * 6] * 15):
+            for w in range(3):
+                mem.wr32(buf + 12 * i + 4 * w, int.from_bytes(mac[2 * w:2 * w + 2], "little"))
+        mem.wr32(self.tx_ring + 4, hw.TDES1_SET | 192 | (hw.TDES1_TER if self.ntx == 1 else 0))
+        mem.wr32(self.tx_ring, hw.OWN)
+        self.cur_tx += 1
+        self.dev.csr_write(1, 0)
 
     def _set_irq(self, level: bool) -> None:
         self.node.irq.set_level(self.irq_line, level)
