@@ -1,0 +1,491 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The IBM SP switch adapter "TB2": the hardware side.
+
+The TB2 sits on the RS/6000's 32-bit MicroChannel (80 MB/s peak, SP-A15) and joins
+its node to the SP high-performance switch. On the card an Intel i860 runs the
+adapter firmware; a custom Memory and Switch Management Unit (MSMU) talks to the
+switch; two DMA engines move packets between host memory and a 4 KB FIFO in front of
+the MSMU (SP-A14, SP-A16). The standard firmware gives one process per node direct,
+memory-mapped use of the card (SP-A18, SP-C02):
+
+* a **send FIFO** of 128 entries in host memory (SP-A19), each one 256-byte packet:
+  32 bytes of header naming the destination node and route, 224 bytes of data
+  (SP-A21, SP-A22);
+* a **packet-length array** in adapter memory, one byte per send entry, reached across
+  the MicroChannel. The i860 watches it: when the byte of the entry at its send
+  pointer becomes non-zero it DMAs that entry out of host memory and hands the packet
+  to the switch, then clears the byte and moves on (SP-A23, SP-C02). One store can
+  carry several bytes -- a halfword or a word of the array -- which is how a bulk
+  send hands over several packets for one MicroChannel access (SP-C03);
+* a **receive FIFO** in host memory, 64 entries per active node (SP-A20): the i860
+  DMAs each arriving packet into the next entry and then writes the entry's status
+  word, which the host polls in its own memory -- no MicroChannel access on the
+  receive path -- and pops entries back to the adapter through a register, lazily,
+  because every MicroChannel access costs about a microsecond (SP-A17, SP-C04).
+
+What is modeled, and when each effect becomes visible:
+
+* Register file (``reg_write``/``reg_read`` through a write-semantics table): the
+  length array (byte, halfword or word stores, aligned, big-endian as on the bus),
+  the transmit-done counter the host reads when it thinks the send FIFO is full, the
+  receive pop register, the arrival-interrupt enable and write-1-to-clear status
+  (arrival interrupts exist but are off unless enabled, SP-A39), the FIFO bases and
+  sizes the owner programs when it claims the card, and the node id.
+* One i860 shared by both directions: per-packet firmware time on send and receive,
+  and a notice latency (half its polling loop) when it was idle. It works ahead of
+  the DMA engines, so in a stream the i860, the DMA and the switch link overlap.
+* DMA across the MicroChannel: a transaction set-up (about one MicroChannel access),
+  re-arbitration between bursts, and the effective byte rate; one engine per
+  direction. On receive the status word is a second, separate transaction written
+  after the packet, so the host never sees a half-written entry.
+* The 4 KB FIFO between MicroChannel and MSMU holds whole packets; when the switch
+  link is backed up it fills and the send DMA waits for a packet to leave. On
+  receive the MSMU's buffering is not bounded here: the i860 and the receive DMA
+  each take less per full packet than the link (6.4 µs), so arrivals never pile up
+  there, and the losses are where SP-C05 puts them -- the host's receive FIFO.
+* Receive-side losses are dropped and counted, never raised: a failed link CRC, a
+  malformed or misrouted packet, the card not enabled, and -- the loss the SP AM
+  paper names, SP-C05 -- a full receive FIFO.
+
+The host's caches are not coherent with MicroChannel DMA (SP-A24): that is the host's
+business (it flushes before storing a length and before an entry is reused), so it is
+charged in the host-side paths (``fifos.py``), not here.
+"""
+import errno
+
+from kernelsim._engine cimport Engine
+from kernelsim._physmem cimport PhysMem
+
+# -- packet format (SP-A21, SP-A22): 32-byte header, 224 bytes of data -----------------
+ENTRY_BYTES = 256
+HDR_BYTES = 32
+DATA_MAX = 224
+# Header fields (big-endian, as they travel on the switch). The adapter stamps the
+# source node on send; the last word of the header is the receive status word that
+# the receiving adapter writes last.
+H_DST = 0            # u16 destination node
+H_ROUTE = 2          # u8 route (0..3 on the SP switch, SP-A11)
+H_FLAGS = 3          # u8 reserved
+H_SRC = 4            # u16 source node, stamped by the sending adapter
+H_LEN = 6            # u16 data bytes (0..224)
+H_PROTO = 8          # u16 link-level protocol id (DP: 0x88B5), 0 for raw user packets
+H_USER = 12          # 16 bytes the user library may use (SP AM puts its header here)
+USER_BYTES = 16
+H_STATUS = 28        # u32 receive status: RX_VALID | data bytes (host byte order)
+RX_VALID = 0x80000000
+
+# -- register map (adapter memory across the MicroChannel) ---------------------------
+REG_LEN = 0x000          # .. 0x0FF packet-length array, one byte per send entry
+REG_TX_DONE = 0x400      # r: packets the adapter has taken out of the send FIFO (mod 2^32)
+REG_RX_POP = 0x404       # w: receive entries the host is done with
+REG_INT_ENABLE = 0x408   # rw: INT_RX enables the arrival interrupt
+REG_INT_STATUS = 0x40C   # r, write 1 to clear: INT_RX an entry was written since the last clear
+REG_SEND_BASE = 0x410    # rw: host physical address of the send FIFO
+REG_SEND_COUNT = 0x414   # rw: send FIFO entries
+REG_RECV_BASE = 0x418    # rw: host physical address of the receive FIFO
+REG_RECV_COUNT = 0x41C   # rw: receive FIFO entries
+REG_CONTROL = 0x420      # rw: CTL_ENABLE starts the i860's FIFO service; 0 stops and resets it
+REG_NODE_ID = 0x424      # r: this adapter's switch node number
+REG_RX_USED = 0x428      # r: receive entries written and not yet popped
+CTL_ENABLE = 1
+INT_RX = 1
+
+LEN_ARRAY_MAX = 256      # bytes of adapter memory given to the length array
+LEN_UNIT = 4             # a length byte counts 32-bit words of header + data
+MAX_FIFO_SLOTS = 64      # bound of the MSMU FIFO model (packets)
+
+cdef inline unsigned int _be16(const unsigned char[::1] b, Py_ssize_t i):
+    return (b[i] << 8) | b[i + 1]
+
+
+cdef class Tb2Adapter:
+    """One TB2 adapter on one node's MicroChannel."""
+
+    cdef public object driver           # the kernel netdev of the tb2 module, once bound
+    cdef public object owner            # who has the FIFOs: None, the netdev, or user FIFOs
+    cdef Engine engine
+    cdef PhysMem mem
+    cdef readonly int nid
+    cdef readonly bytes hwaddr
+    cdef public object port             # switch port: transmit(packet, t) -> (start, end)
+    cdef public object irq_sink         # callable(bool): the MicroChannel interrupt line
+    cdef public object on_rx            # callable(): an entry was written (polling owners)
+    cdef public object on_tx_space      # callable(): a send entry became free
+    cdef bint _line
+    # registers
+    cdef unsigned char lengths[256]
+    cdef Py_ssize_t send_base, recv_base
+    cdef int send_count, recv_count
+    cdef unsigned int control, int_enable, int_status
+    # send side
+    cdef int tx_head                    # the i860's send pointer
+    cdef readonly unsigned int tx_done  # entries taken out of the send FIFO
+    cdef bint tx_active                 # the i860 is working through the send FIFO
+    cdef double dma_tx_free
+    cdef double fifo_out[64]            # when each MSMU FIFO slot's packet has left
+    cdef int fifo_slots, fifo_i
+    # receive side
+    cdef int rx_tail, rx_used
+    cdef double dma_rx_free
+    # shared
+    cdef double i860_free
+    cdef unsigned int epoch             # bumps on every reset: stale events are ignored
+    # timing (profile)
+    cdef double notice_s, i860_tx_s, i860_rx_s, dma_setup, dma_rate, burst_overhead
+    cdef int burst_bytes
+    # statistics
+    cdef readonly long long tx_packets, tx_bytes, tx_errors, fifo_stalls
+    cdef readonly long long rx_packets, rx_bytes, rx_overflow, rx_crc_errors, rx_malformed
+    cdef readonly long long rx_misrouted, rx_disabled, pops, pop_errors, dma_bytes, irq_raised
+    cdef readonly long long reg_writes, reg_reads
+
+    def __cinit__(self, Engine engine, PhysMem mem, int nid, bytes hwaddr, profile):
+        self.engine = engine
+        self.mem = mem
+        self.nid = nid
+        self.hwaddr = hwaddr
+        self.driver = None
+        self.owner = None
+        self.port = None
+        self.irq_sink = None
+        self.on_rx = None
+        self.on_tx_space = None
+        self.notice_s = profile["tb2.notice_s"]
+        self.i860_tx_s = profile["tb2.i860_tx_s"]
+        self.i860_rx_s = profile["tb2.i860_rx_s"]
+        self.dma_setup = profile["pci.dma_setup_s"]
+        self.dma_rate = profile["pci.dma_rate_Bps"]
+        self.burst_overhead = profile["pci.burst_overhead_s"]
+        self.burst_bytes = int(profile["tb2.dma_burst_bytes"])
+        self.fifo_slots = max(1, min(MAX_FIFO_SLOTS, int(profile["tb2.fifo_bytes"]) // ENTRY_BYTES))
+        if not self.dma_rate > 0:
+            raise OSError(errno.EINVAL, "pci.dma_rate_Bps must be positive")
+        self.epoch = 0
+        self._reset()
+
+    cdef _reset(self):
+        cdef int i
+        for i in range(LEN_ARRAY_MAX):
+            self.lengths[i] = 0
+        for i in range(MAX_FIFO_SLOTS):
+            self.fifo_out[i] = 0.0
+        self.epoch += 1
+        self.send_base = self.recv_base = 0
+        self.send_count = self.recv_count = 0
+        self.control = self.int_enable = self.int_status = 0
+        self.tx_head = 0
+        self.tx_done = 0
+        self.tx_active = False
+        self.dma_tx_free = self.dma_rx_free = self.i860_free = 0.0
+        self.fifo_i = 0
+        self.rx_tail = self.rx_used = 0
+        self._set_line(False)
+
+    # -- claiming the FIFOs (one owner per node, SP-A18) ---------------------------------
+
+    def claim(self, owner):
+        """Give the FIFOs to `owner` (the kernel driver or one user process)."""
+        if self.owner is not None and self.owner is not owner:
+            raise OSError(errno.EBUSY, f"tb2 on node {self.nid}: the FIFOs are in use by {self.owner!r}")
+        self.owner = owner
+
+    def release(self, owner):
+        if self.owner is owner:
+            self.reg_write(REG_CONTROL, 0, 4)
+            self.owner = None
+            self.on_rx = None
+            self.on_tx_space = None
+            self.irq_sink = None
+
+    # -- register file -------------------------------------------------------------------
+
+    cpdef unsigned int reg_read(self, unsigned int off):
+        self.reg_reads += 1
+        if off == REG_TX_DONE:
+            return self.tx_done
+        if off == REG_INT_STATUS:
+            return self.int_status
+        if off == REG_INT_ENABLE:
+            return self.int_enable
+        if off == REG_SEND_BASE:
+            return <unsigned int> self.send_base
+        if off == REG_SEND_COUNT:
+            return <unsigned int> self.send_count
+        if off == REG_RECV_BASE:
+            return <unsigned int> self.recv_base
+        if off == REG_RECV_COUNT:
+            return <unsigned int> self.recv_count
+        if off == REG_CONTROL:
+            return self.control
+        if off == REG_NODE_ID:
+            return <unsigned int> self.nid
+        if off == REG_RX_USED:
+            return <unsigned int> self.rx_used
+        if off < LEN_ARRAY_MAX:
+            return self.lengths[off]
+        return 0xFFFFFFFF
+
+    cpdef reg_write(self, unsigned int off, unsigned int value, int width=4):
+        """One MicroChannel store of `width` bytes (1, 2 or 4, aligned) at `off`."""
+        cdef int k
+        self.reg_writes += 1
+        if off < LEN_ARRAY_MAX:
+            # Byte enables: a halfword or word store writes 2 or 4 lengths at once,
+            # most significant byte at the lowest address (the bus is big-endian).
+            if width not in (1, 2, 4) or off % width or off + width > LEN_ARRAY_MAX:
+                return
+            for k in range(width):
+                self.lengths[off + k] = (value >> (8 * (width - 1 - k))) & 0xFF
+            self._tx_check()
+        elif off == REG_RX_POP:
+            self._pop(value)
+        elif off == REG_INT_ENABLE:
+            self.int_enable = value & INT_RX
+            self._update_irq()
+        elif off == REG_INT_STATUS:
+            self.int_status &= ~value
+            self._update_irq()
+        elif off == REG_SEND_BASE:
+            self.send_base = value
+        elif off == REG_SEND_COUNT:
+            self.send_count = min(<int> value, LEN_ARRAY_MAX)
+        elif off == REG_RECV_BASE:
+            self.recv_base = value
+        elif off == REG_RECV_COUNT:
+            self.recv_count = <int> value
+        elif off == REG_CONTROL:
+            if value & CTL_ENABLE:
+                if not self.control & CTL_ENABLE and self._fifos_valid():
+                    self.control = CTL_ENABLE
+                    self._tx_check()
+            else:
+                self._reset()
+
+    cdef bint _fifos_valid(self):
+        """The firmware refuses to start on FIFOs outside host memory."""
+        cdef Py_ssize_t size = self.mem.size
+        return (self.send_count > 0 and self.recv_count > 0 and self.send_base > 0 and self.recv_base > 0
+                and self.send_base + <Py_ssize_t> self.send_count * ENTRY_BYTES <= size
+                and self.recv_base + <Py_ssize_t> self.recv_count * ENTRY_BYTES <= size)
+
+    cdef _pop(self, unsigned int n):
+        if n > <unsigned int> self.rx_used:
+            self.pop_errors += 1            # the host popped what was never written
+            n = self.rx_used
+        self.rx_used -= n
+        self.pops += 1
+
+    # -- interrupt (SP-A39: available, off unless enabled) -------------------------------
+
+    cdef _update_irq(self):
+        self._set_line((self.int_enable & self.int_status) != 0)
+
+    cdef _set_line(self, bint line):
+        if line != self._line:
+            self._line = line
+            if line:
+                self.irq_raised += 1
+            if self.irq_sink is not None:
+                self.irq_sink(line)
+
+    # -- DMA across the MicroChannel ----------------------------------------------------
+
+    cpdef double dma_time(self, Py_ssize_t nbytes):
+        cdef Py_ssize_t bursts = 1
+        if self.burst_bytes > 0 and nbytes > self.burst_bytes:
+            bursts = (nbytes + self.burst_bytes - 1) // self.burst_bytes
+        self.dma_bytes += nbytes
+        return self.dma_setup + (bursts - 1) * self.burst_overhead + nbytes / self.dma_rate
+
+    # -- send side: the i860 walks the send FIFO ------------------------------------------
+
+    cdef _tx_check(self):
+        """A length may have become non-zero: wake the i860 if it is idle."""
+        if self.tx_active or not self.control & CTL_ENABLE:
+            return
+        if self.lengths[self.tx_head] == 0:
+            return
+        self.tx_active = True
+        cdef double t = self.engine.now + self.notice_s
+        if t < self.i860_free:
+            t = self.i860_free
+        self.engine.at(t, self._tx_take, self.epoch)
+
+    def _tx_take(self, unsigned int epoch):
+        """The i860 takes the entry at its send pointer: firmware work, then the DMA."""
+        cdef int entry, slot
+        cdef Py_ssize_t nbytes
+        cdef double t
+        if epoch != self.epoch:
+            return
+        entry = self.tx_head
+        nbytes = self.lengths[entry] * LEN_UNIT
+        if nbytes == 0:                       # cannot happen: only non-zero lengths wake it
+            self.tx_active = False
+            return
+        t = self.engine.now
+        if t < self.i860_free:
+            t = self.i860_free
+        self.i860_free = t + self.i860_tx_s
+        self.tx_head = (entry + 1) % self.send_count
+        if nbytes < HDR_BYTES or nbytes > ENTRY_BYTES:
+            # A length no packet can have: the firmware skips the entry and counts it.
+            self.engine.at(self.i860_free, self._tx_skip, (epoch, entry))
+            return
+        slot = self.fifo_i
+        self.fifo_i = (slot + 1) % self.fifo_slots
+        self.engine.at(self.i860_free, self._tx_dma_start, (epoch, entry, nbytes, slot))
+        self.engine.at(self.i860_free, self._tx_next, epoch)
+
+    def _tx_dma_start(self, arg):
+        """The i860 has programmed the DMA: it runs once the engine is free and the
+        MSMU FIFO slot it fills has been emptied onto the switch link."""
+        cdef unsigned int epoch
+        cdef int entry, slot
+        cdef Py_ssize_t nbytes
+        cdef double start
+        epoch, entry, nbytes, slot = arg
+        if epoch != self.epoch:
+            return
+        if self.engine.now < self.dma_tx_free:
+            self.engine.at(self.dma_tx_free, self._tx_dma_start, arg)
+            return
+        start = self.engine.now
+        if start < self.fifo_out[slot]:
+            start = self.fifo_out[slot]
+            self.fifo_stalls += 1
+        self.dma_tx_free = start + self.dma_time(nbytes)
+        self.engine.at(self.dma_tx_free, self._tx_dma_done, (epoch, entry, nbytes, slot))
+
+    def _tx_next(self, unsigned int epoch):
+        """The i860 is done with one entry: on to the next if its length is there."""
+        if epoch != self.epoch:
+            return
+        if self.control & CTL_ENABLE and self.lengths[self.tx_head] != 0:
+            self._tx_take(epoch)
+        else:
+            self.tx_active = False
+
+    def _tx_skip(self, arg):
+        epoch, entry = arg
+        if epoch != self.epoch:
+            return
+        self.tx_errors += 1
+        self._tx_free_entry(entry)
+        self._tx_next(epoch)
+
+    def _tx_dma_done(self, arg):
+        """The packet is in the MSMU FIFO: stamp the source, hand it to the switch."""
+        cdef unsigned int epoch
+        cdef int entry, slot
+        cdef Py_ssize_t nbytes, dlen, addr
+        cdef bytearray pkt
+        epoch, entry, nbytes, slot = arg
+        if epoch != self.epoch:
+            return
+        addr = self.send_base + <Py_ssize_t> entry * ENTRY_BYTES
+        pkt = bytearray(self.mem.buf[addr:addr + nbytes])
+        dlen = (pkt[H_LEN] << 8) | pkt[H_LEN + 1]
+        self._tx_free_entry(entry)
+        if dlen > DATA_MAX or HDR_BYTES + dlen > nbytes:
+            self.tx_errors += 1               # header and length array disagree: not sent
+            return
+        pkt[H_SRC] = (self.nid >> 8) & 0xFF
+        pkt[H_SRC + 1] = self.nid & 0xFF
+        pkt[H_STATUS:H_STATUS + 4] = b"\0\0\0\0"
+        if self.port is None:
+            self.tx_errors += 1
+            return
+        start, end = self.port.transmit(bytes(pkt[:HDR_BYTES + dlen]), self.engine.now)
+        self.fifo_out[slot] = end             # the slot is empty once the link has taken it all
+        self.tx_packets += 1
+        self.tx_bytes += dlen
+
+    cdef _tx_free_entry(self, int entry):
+        self.lengths[entry] = 0
+        self.tx_done += 1
+        if self.on_tx_space is not None:
+            self.on_tx_space()
+
+    # -- receive side: the switch delivers a packet's last byte ----------------------------
+
+    cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok):
+        """A packet from the switch. Everything that cannot be delivered is counted."""
+        cdef Py_ssize_t n = frame.shape[0]
+        cdef Py_ssize_t dlen
+        cdef double t
+        if not self.control & CTL_ENABLE:
+            self.rx_disabled += 1
+            return
+        if not crc_ok:
+            self.rx_crc_errors += 1
+            return
+        if n < HDR_BYTES or n > ENTRY_BYTES:
+            self.rx_malformed += 1
+            return
+        dlen = _be16(frame, H_LEN)
+        if dlen > DATA_MAX or HDR_BYTES + dlen > n:
+            self.rx_malformed += 1
+            return
+        if <int> _be16(frame, H_DST) != self.nid:
+            self.rx_misrouted += 1
+            return
+        t = self.engine.now
+        if t >= self.i860_free:
+            t += self.notice_s                # the idle i860 notices the MSMU on its next pass
+        else:
+            t = self.i860_free
+        self.i860_free = t + self.i860_rx_s
+        self.engine.at(t, self._rx_take, (self.epoch, bytes(frame[:HDR_BYTES + dlen]), dlen))
+
+    def _rx_take(self, arg):
+        """The i860 takes the packet: a free receive entry, or the packet is lost."""
+        cdef unsigned int epoch
+        cdef Py_ssize_t dlen, entry, nbytes
+        cdef double start, t
+        epoch, pkt, dlen = arg
+        if epoch != self.epoch or not self.control & CTL_ENABLE:
+            self.rx_disabled += 1
+            return
+        if self.rx_used >= self.recv_count:
+            self.rx_overflow += 1             # SP-C05: input-buffer overflow
+            return
+        entry = self.rx_tail
+        self.rx_tail = (self.rx_tail + 1) % self.recv_count
+        self.rx_used += 1
+        nbytes = HDR_BYTES + dlen
+        start = self.engine.now + self.i860_rx_s
+        if start < self.dma_rx_free:
+            start = self.dma_rx_free
+        t = start + self.dma_time(nbytes)      # the packet
+        t += self.dma_time(4)                 # then the status word, its own transaction
+        self.dma_rx_free = t
+        self.engine.at(t, self._rx_commit, (epoch, entry, pkt, dlen))
+
+    def _rx_commit(self, arg):
+        cdef unsigned int epoch
+        cdef Py_ssize_t entry, dlen, addr
+        epoch, entry, pkt, dlen = arg
+        if epoch != self.epoch:
+            self.rx_disabled += 1             # reset while the DMA ran: lost, but counted
+            return
+        addr = self.recv_base + entry * ENTRY_BYTES
+        self.mem.write(addr, pkt)
+        self.mem.wr32(addr + H_STATUS, RX_VALID | <unsigned int> dlen)
+        self.rx_packets += 1
+        self.rx_bytes += dlen
+        self.int_status |= INT_RX
+        self._update_irq()
+        if self.on_rx is not None:
+            self.on_rx()
+
+    def stats(self):
+        return {"tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes, "tx_errors": self.tx_errors,
+                "tx_fifo_stalls": self.fifo_stalls, "tx_done": self.tx_done,
+                "rx_packets": self.rx_packets, "rx_bytes": self.rx_bytes, "rx_overflow": self.rx_overflow,
+                "rx_crc_errors": self.rx_crc_errors, "rx_malformed": self.rx_malformed,
+                "rx_misrouted": self.rx_misrouted, "rx_disabled": self.rx_disabled, "rx_used": self.rx_used,
+                "pops": self.pops, "pop_errors": self.pop_errors, "dma_bytes": self.dma_bytes,
+                "interrupts_raised": self.irq_raised, "mc_writes": self.reg_writes, "mc_reads": self.reg_reads,
+                "enabled": bool(self.control & CTL_ENABLE),
+                "owner": None if self.owner is None else repr(self.owner)}

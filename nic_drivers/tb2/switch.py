@@ -1,0 +1,144 @@
+"""The SP high-performance switch, modeled: what carries TB2 packets between nodes.
+
+An SP switch board is built from 8-port switch chips in two stages: node-side chips
+with a few nodes each and links up to every chip of the other stage, so a packet from
+any node to any other can take one of four routes -- one per middle chip (SP-A11).
+Each chip passes a packet's head on after a short delay (the whole board about
+500 ns, SP-A12) and every link carries about 40 MB/s (SP-A13): a full 256-byte packet
+occupies a link for 6.4 µs.
+
+What is modeled: per packet, the links of its route -- the node's link into the
+board, the node chip's link up to the route's middle chip, that chip's link down to
+the destination's node chip, and the link out to the destination adapter. Each link
+carries one packet at a time; a packet whose head finds a link busy waits in the chip
+(the chips buffer packets, so a blocked packet does not hold the links behind it:
+virtual cut-through). The route is read from the packet header, as the adapter wrote
+it; a packet for a node that is not on the switch is dropped and counted. Every
+packet passes through the seeded fault injector once; a corrupted one arrives with a
+bad CRC, which the receiving adapter checks.
+"""
+from __future__ import annotations
+
+import errno
+
+from kernelsim.media.faults import FaultInjector
+
+__all__ = ["Tb2Switch", "SwitchPort"]
+
+
+class _Link:
+    __slots__ = ("name", "free_at", "packets", "bytes", "busy_s", "waits")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.free_at = 0.0
+        self.packets = 0
+        self.bytes = 0
+        self.busy_s = 0.0
+        self.waits = 0
+
+    def take(self, head: float, wire: float, nbytes: int) -> float:
+        """The packet's head reaches this link at `head`: when does it start across it?"""
+        start = head if head >= self.free_at else self.free_at
+        if start > head:
+            self.waits += 1
+        self.free_at = start + wire
+        self.packets += 1
+        self.bytes += nbytes
+        self.busy_s += wire
+        return start
+
+    def stats(self) -> dict:
+        return {"packets": self.packets, "bytes": self.bytes, "busy_us": self.busy_s * 1e6, "waits": self.waits}
+
+
+class SwitchPort:
+    """A node's attachment to the board: what its adapter's MSMU drives."""
+
+    __slots__ = ("switch", "nid", "device", "inject", "eject")
+
+    def __init__(self, switch: "Tb2Switch", nid: int):
+        self.switch = switch
+        self.nid = nid
+        self.device = None
+        self.inject = _Link(f"node{nid}->board")
+        self.eject = _Link(f"board->node{nid}")
+
+    def transmit(self, packet: bytes, t: float) -> tuple[float, float]:
+        """Send `packet` no earlier than `t`; (start, end) on the node's own link."""
+        return self.switch._send(self, packet, t)
+
+    def _arrive(self, item) -> None:
+        if self.device is not None:
+            self.device.rx_frame(item[0], item[1])
+
+
+class Tb2Switch:
+    def __init__(self, engine, profile, rng=None):
+        self.engine = engine
+        self.faults = FaultInjector(profile, rng)
+        rate = profile["switch.link_Bps"]
+        if rate <= 0:
+            raise OSError(errno.EINVAL, "switch.link_Bps must be positive")
+        self.byte_s = 1.0 / rate
+        self.routes = max(1, int(profile["switch.routes"]))
+        self.per_chip = max(1, int(profile["switch.nodes_per_chip"]))
+        # Three chips on every route (node chip, middle chip, node chip) share the
+        # board's hardware latency.
+        self.chip_s = profile["switch.latency_s"] / 3.0
+        self.ports: dict[int, SwitchPort] = {}
+        self.up: dict[tuple, _Link] = {}
+        self.down: dict[tuple, _Link] = {}
+        self.misrouted = 0
+        self.delivered = 0
+
+    def attach(self, nid: int, device) -> SwitchPort:
+        if nid in self.ports:
+            raise OSError(errno.EEXIST, f"switch port {nid} is already attached")
+        port = SwitchPort(self, nid)
+        port.device = device
+        device.port = port
+        self.ports[nid] = port
+        return port
+
+    def _link(self, table: dict, key: tuple, name: str) -> _Link:
+        link = table.get(key)
+        if link is None:
+            link = table[key] = _Link(name)
+        return link
+
+    def _send(self, src: SwitchPort, packet: bytes, t: float) -> tuple[float, float]:
+        n = len(packet)
+        wire = n * self.byte_s
+        start = src.inject.take(t, wire, n)
+        end = start + wire
+        dst = (packet[0] << 8) | packet[1] if n >= 3 else -1
+        port = self.ports.get(dst)
+        if port is None:
+            self.misrouted += 1
+            return start, end
+        route = packet[2] % self.routes
+        a, b = src.nid // self.per_chip, dst // self.per_chip
+        up = self._link(self.up, (a, route), f"chip{a}->mid{route}")
+        down = self._link(self.down, (route, b), f"mid{route}->chip{b}")
+        head = up.take(start + self.chip_s, wire, n)
+        head = down.take(head + self.chip_s, wire, n)
+        head = port.eject.take(head + self.chip_s, wire, n)
+        arrive = head + wire                     # the last byte is in the adapter
+        self.delivered += 1
+        if self.faults.active:
+            for data, delay, ok in self.faults.apply(packet):
+                self.engine.at(arrive + delay, port._arrive, (data, ok))
+        else:
+            self.engine.at(arrive, port._arrive, (packet, True))
+        return start, end
+
+    def stats(self) -> dict:
+        links = {}
+        for p in self.ports.values():
+            links[p.inject.name] = p.inject.stats()
+            links[p.eject.name] = p.eject.stats()
+        for link in list(self.up.values()) + list(self.down.values()):
+            links[link.name] = link.stats()
+        return {"ports": len(self.ports), "routes": self.routes, "delivered": self.delivered,
+                "misrouted": self.misrouted, "faults": self.faults.stats(), "links": links}
