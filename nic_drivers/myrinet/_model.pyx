@@ -1,0 +1,631 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The Myrinet network interface (a LANai 4.x / 9.x board): the hardware side.
+
+A Myrinet NI is a small computer on a PCI card (HARDWARE.md, Myrinet; FACTS LCI-A22..A26,
+EP-A05). Its SRAM (1 MB on the LANai 4.1, 2 MB on the LANai 9.2) holds the control
+program and every packet in transit: nothing reaches the wire except from SRAM, and
+nothing reaches the host except through SRAM (LCI-C25, FM-C01). Three DMA engines work
+in parallel with each other and with the NI processor (LCI-A26): one moves data between
+host memory and SRAM across PCI, one streams SRAM onto the link, one streams the link
+into SRAM. The processor -- a slow RISC core, an order of magnitude slower than the host
+(LCI-A27) -- only programs them and keeps the books.
+
+What is modeled, and why each piece is there:
+
+* **SRAM** as real bytes. The host writes into it by programmed I/O (the SRAM is
+  mapped into the host's address space); write-combining turns a stream of stores into
+  32-byte PCI bursts (EP-A20, LCI-A47/C15), so a PIO costs the host CPU one bus burst
+  per 32 bytes. PIO reads are modeled but dear, which is why nobody uses them (LCI-A48).
+* **The host DMA engine**: one transfer at a time, each costing a set-up plus the bytes
+  at the board's sustained PCI DMA rate (LCI-A17/A18, EP-A07). Transfers queue FIFO, so
+  a stream of packets moves through it as through one pipeline stage (EP-C04).
+* **The send and receive DMA engines**: the send engine streams a packet -- route bytes
+  first -- onto the link through the medium; the receive engine accepts a packet only
+  when the control program has *armed* it with a free SRAM buffer. An unarmed engine
+  does not drop: the link's flow control holds the packet in the network, which is how
+  Myrinet's back-pressure reaches the sender (LCI-C25). The CRC is checked in hardware
+  as the packet's tail comes in; a bad packet is dropped and counted and the buffer
+  stays armed.
+* **The NI processor** runs the control program's event handlers one at a time. A
+  handler is a generator that yields the NI cycles its work takes (at the LANai clock);
+  its effects -- programming a DMA, raising a host interrupt -- take place when those
+  cycles have passed. Packet arrivals go ahead of other work, as in a real control
+  program's event loop. Host doorbells are SRAM words the control program watches.
+* **The firmware slot.** The control program is not part of the board: protocol
+  modules load one (``load_firmware``), then the host starts the processor through the
+  control register. DP's firmware is in ``firmware.py``; its hooks are the contract.
+* **Host-visible registers**: the interrupt status (write 1 to clear), the external
+  interrupt mask, the control register (run/halt). The PCI interrupt line follows
+  ISR & EIMR, so interrupts are optional: a host that polls leaves EIMR clear.
+
+Memory-based notification (FM-C06/C07) needs no register: a DMA into host memory is
+reported to ``host_write_sink`` so that a modeled host poll can notice it at once.
+"""
+import errno
+from collections import deque
+
+from libc.string cimport memcpy
+
+from kernelsim._engine cimport Engine
+from kernelsim._physmem cimport PhysMem
+
+# Host-visible registers (byte offsets in the register window)
+REG_ISR = 0x00
+REG_EIMR = 0x04
+REG_CTRL = 0x08
+REG_VERSION = 0x0C
+
+# ISR / EIMR bits
+ISR_RX = 1 << 0          # the firmware delivered packets to a host ring
+ISR_TX = 1 << 1          # the firmware reports send completions to a waiting host
+ISR_ERR = 1 << 7         # the control program faulted or a DMA address was bad
+cdef unsigned int ISR_MASK = 0xFF
+
+CTRL_RUN = 1 << 0
+
+ROUTE_BIT = 0x80         # a route byte has its most significant bit set
+
+
+cdef class LanaiNI:
+    """One LANai board on one node's PCI bus."""
+    vendor_id = 0x14C1      # Myricom
+    device_id = 0x8043      # Myrinet LANai board
+
+    cdef public object driver
+    cdef public object port              # the medium: inject(ni, data, token) or transmit(frame, t)
+    cdef public object irq_sink          # callable(bool): the PCI interrupt line
+    cdef public object host_write_sink   # callable(addr, n): a DMA wrote host memory
+    cdef public object route_table       # nid -> route bytes, written by the mapper
+    cdef readonly object firmware
+    cdef Engine engine
+    cdef PhysMem host
+    cdef readonly int nid
+    cdef unsigned char[::1] sram
+    cdef readonly object sram_view
+    cdef readonly Py_ssize_t sram_bytes, buffer_bytes, firmware_bytes
+    cdef readonly double hz, cycle_s
+    # PCI
+    cdef readonly double dma_rate, dma_setup, pci_clock_s, pio_burst_clocks
+    cdef readonly int wc_burst, bus_bytes
+    cdef readonly double send_setup_s
+    # registers
+    cdef unsigned int isr, eimr, ctrl
+    cdef bint _line
+    # processor
+    cdef object _q_hi, _q_lo
+    cdef object _cur
+    cdef dict _watch
+    cdef Py_ssize_t _watch_hi
+    cdef dict _timers
+    cdef long long _next_timer
+    # host DMA engine
+    cdef object _hq
+    cdef object _h_cur
+    # send DMA engine
+    cdef object _sq
+    cdef object _s_cur
+    cdef double _s_t0
+    # receive DMA engine
+    cdef Py_ssize_t rx_off, rx_cap
+    cdef readonly bint rx_armed, rx_busy
+    cdef object _rx_waiters
+    # statistics
+    cdef readonly long long ni_events, fw_faults, dma_errors
+    cdef readonly double ni_cycles, ni_busy_s
+    cdef readonly long long h_transfers, h_bytes, s_packets, s_bytes, tx_no_link, tx_too_long
+    cdef readonly double h_busy_s, s_busy_s
+    cdef readonly long long rx_packets, rx_bytes, rx_crc_errors, rx_misrouted, rx_too_long
+    cdef readonly long long rx_no_buffer, rx_halted, rx_blocked, irq_raised
+    cdef readonly long long pio_writes, pio_bytes, pio_reads
+    cdef readonly object last_fault
+
+    def __cinit__(self, Engine engine, PhysMem host, int nid, profile):
+        self.engine = engine
+        self.host = host
+        self.nid = nid
+        self.driver = None
+        self.port = None
+        self.irq_sink = None
+        self.host_write_sink = None
+        self.route_table = {}
+        self.firmware = None
+        self.sram_bytes = int(profile["lanai.sram_bytes"])
+        self.buffer_bytes = int(profile["lanai.buffer_bytes"])
+        self.firmware_bytes = int(profile["lanai.firmware_bytes"])
+        if self.sram_bytes < 4096 or self.buffer_bytes < 64 or self.firmware_bytes < 1024 \
+                or self.firmware_bytes + 2 * self.buffer_bytes > self.sram_bytes:
+            raise ValueError("lanai.sram_bytes must hold the control program and at least two packet buffers")
+        self.sram_view = memoryview(bytearray(self.sram_bytes))
+        self.sram = self.sram_view
+        self.hz = profile["lanai.hz"]
+        self.cycle_s = 1.0 / self.hz
+        self.dma_rate = profile["pci.dma_rate_Bps"]
+        self.dma_setup = profile["pci.dma_setup_s"]
+        self.pci_clock_s = 1.0 / profile["pci.clock_hz"]
+        self.bus_bytes = int(profile["pci.bus_bytes"])
+        self.wc_burst = int(profile["pci.wc_burst_bytes"])
+        self.pio_burst_clocks = profile["pci.pio_burst_clocks"]
+        if self.bus_bytes <= 0 or self.wc_burst <= 0:
+            raise ValueError("pci.bus_bytes and pci.wc_burst_bytes must be positive")
+        self.send_setup_s = profile["lanai.send_setup_cycles"] * self.cycle_s
+        self._q_hi = deque()
+        self._q_lo = deque()
+        self._hq = deque()
+        self._sq = deque()
+        self._rx_waiters = deque()
+        self._watch = {}
+        self._timers = {}
+        self.last_fault = None
+        self._reset()
+
+    cdef _reset(self):
+        cdef object fn, arg
+        cdef long long h
+        for h in self._timers.values():
+            self.engine.cancel(h)
+        self._timers.clear()
+        self._q_hi.clear()
+        self._q_lo.clear()
+        self._cur = None
+        self._hq.clear()
+        self._h_cur = None
+        self._sq.clear()
+        self._s_cur = None
+        self._watch.clear()
+        self._watch_hi = 0
+        self.rx_armed = False
+        self.isr = 0
+        self.ctrl = 0
+        self._update_irq()
+        # Packets held in the network by our flow control are let in and discarded.
+        while self._rx_waiters and not self.rx_busy:
+            self.rx_busy = True
+            fn, arg = self._rx_waiters.popleft()
+            fn(arg)
+
+    # -- host-visible registers (the write-semantics table) -------------------------------
+
+    cpdef unsigned int csr_read(self, int off):
+        if off == REG_ISR:
+            return self.isr
+        if off == REG_EIMR:
+            return self.eimr
+        if off == REG_CTRL:
+            return self.ctrl
+        if off == REG_VERSION:
+            return 0x0401 if self.hz < 60e6 else 0x0902
+        return 0xFFFFFFFF
+
+    cpdef csr_write(self, int off, unsigned int value):
+        if off == REG_ISR:
+            self.isr &= ~(value & ISR_MASK)             # write 1 to clear
+            self._update_irq()
+        elif off == REG_EIMR:
+            self.eimr = value & ISR_MASK
+            self._update_irq()
+        elif off == REG_CTRL:
+            if value & CTRL_RUN and not self.ctrl & CTRL_RUN:
+                self._start()
+            elif not value & CTRL_RUN and self.ctrl & CTRL_RUN:
+                self._reset()
+
+    cdef _update_irq(self):
+        cdef bint line = (self.isr & self.eimr) != 0
+        if line != self._line:
+            self._line = line
+            if line:
+                self.irq_raised += 1
+            if self.irq_sink is not None:
+                self.irq_sink(line)
+
+    cpdef raise_host(self, unsigned int bits):
+        """Firmware: set ISR bits (the line rises if the host enabled them in EIMR)."""
+        self.isr |= bits & ISR_MASK
+        self._update_irq()
+
+    # -- the firmware slot ---------------------------------------------------------------
+
+    def load_firmware(self, fw):
+        """Put a control program into SRAM; the host starts it by setting CTRL_RUN."""
+        if self.ctrl & CTRL_RUN:
+            raise OSError(errno.EBUSY, "LANai: halt the processor before loading a control program")
+        if self.firmware is not None:
+            self.unload_firmware()
+        fw.attach(self)                  # may refuse (the layout does not fit): nothing kept
+        self.firmware = fw
+
+    def unload_firmware(self):
+        if self.ctrl & CTRL_RUN:
+            self._reset()
+        fw = self.firmware
+        self.firmware = None
+        if fw is not None:
+            fw.detach(self)
+
+    cdef _start(self):
+        if self.firmware is None:
+            self.isr |= ISR_ERR
+            self._update_irq()
+            return
+        self.ctrl |= CTRL_RUN
+        self.post(self._fw_start, None, True)
+
+    def _fw_start(self, _):
+        return self.firmware.start(self)
+
+    # -- the NI processor ----------------------------------------------------------------
+
+    cpdef post(self, object fn, object arg=None, bint urgent=False):
+        """Queue `fn(arg)` -- a handler generator yielding NI cycles -- on the processor."""
+        if not self.ctrl & CTRL_RUN:
+            return
+        if urgent:
+            self._q_hi.append((fn, arg))
+        else:
+            self._q_lo.append((fn, arg))
+        if self._cur is None:
+            self._run()
+
+    cdef _run(self):
+        cdef object item, gen
+        while self._cur is None and self.ctrl & CTRL_RUN:
+            if self._q_hi:
+                item = self._q_hi.popleft()
+            elif self._q_lo:
+                item = self._q_lo.popleft()
+            else:
+                return
+            self.ni_events += 1
+            try:
+                gen = item[0](item[1])
+            except Exception as exc:
+                self._fault(exc)
+                continue
+            if gen is None:
+                continue
+            self._cur = gen
+            self._step()
+
+    cdef _step(self):
+        cdef object gen = self._cur
+        cdef object c
+        cdef double t
+        while True:
+            try:
+                c = next(gen)
+            except StopIteration:
+                self._cur = None
+                return
+            except Exception as exc:
+                self._cur = None
+                self._fault(exc)
+                return
+            if c is not None and c > 0:
+                t = (<double> c) * self.cycle_s
+                self.ni_cycles += c
+                self.ni_busy_s += t
+                self.engine.after(t, self._resume, gen)
+                return
+
+    def _resume(self, gen):
+        if gen is not self._cur:
+            return                       # the processor was halted meanwhile
+        self._step()
+        if self._cur is None:
+            self._run()
+
+    cdef _fault(self, exc):
+        # A control program that throws hangs a real board; here it is counted and shown.
+        self.fw_faults += 1
+        self.last_fault = repr(exc)
+        self.isr |= ISR_ERR
+        self._update_irq()
+
+    def watch(self, Py_ssize_t off, fn):
+        """Firmware: run `fn(off)` on the processor when the host writes SRAM word `off`.
+
+        The control program's event loop polls these words; a burst of host writes
+        while a look is already queued costs one look.
+        """
+        off &= ~3
+        self._watch[off] = [fn, False, off]
+        if off + 4 > self._watch_hi:
+            self._watch_hi = off + 4
+
+    def _watch_run(self, entry):
+        entry[1] = False
+        return entry[0](entry[2])
+
+    cdef _poke(self, Py_ssize_t off, Py_ssize_t n):
+        cdef Py_ssize_t w
+        cdef object entry
+        if off >= self._watch_hi:
+            return
+        w = off & ~3
+        while w < off + n and w < self._watch_hi:
+            entry = self._watch.get(w)
+            if entry is not None and not entry[1]:
+                entry[1] = True
+                self.post(self._watch_run, entry)
+            w += 4
+
+    def timer(self, double delay, fn, arg=None):
+        """Firmware: post `fn(arg)` after `delay` seconds (the LANai's interval timer)."""
+        self._next_timer += 1
+        tid = self._next_timer
+        self._timers[tid] = self.engine.after(delay, self._timer_fire, (tid, fn, arg))
+        return tid
+
+    def cancel_timer(self, tid):
+        h = self._timers.pop(tid, None)
+        if h is not None:
+            self.engine.cancel(h)
+
+    def _timer_fire(self, item):
+        tid, fn, arg = item
+        if self._timers.pop(tid, None) is not None:
+            self.post(fn, arg)
+
+    # -- SRAM: host PIO and firmware access ----------------------------------------------
+
+    cpdef double pio_time(self, Py_ssize_t n):
+        """Host CPU time of a PIO write of `n` bytes: one PCI burst per write-combined line."""
+        cdef Py_ssize_t full, rem
+        cdef double clocks
+        if n <= 0:
+            return 0.0
+        full = n // self.wc_burst
+        rem = n - full * self.wc_burst
+        clocks = full * (self.pio_burst_clocks + (self.wc_burst + self.bus_bytes - 1) // self.bus_bytes)
+        if rem:
+            clocks += self.pio_burst_clocks + (rem + self.bus_bytes - 1) // self.bus_bytes
+        return clocks * self.pci_clock_s
+
+    cdef _check(self, Py_ssize_t off, Py_ssize_t n):
+        if off < 0 or n < 0 or off + n > self.sram_bytes:
+            raise ValueError(f"LANai SRAM access {off:#x}+{n} outside {self.sram_bytes} bytes")
+
+    cpdef pio_write(self, Py_ssize_t off, const unsigned char[::1] data):
+        cdef Py_ssize_t n = data.shape[0]
+        self._check(off, n)
+        if n:
+            memcpy(&self.sram[off], &data[0], n)
+        self.pio_writes += 1
+        self.pio_bytes += n
+        self._poke(off, n)
+
+    cpdef pio_write32(self, Py_ssize_t off, unsigned int value):
+        self._check(off, 4)
+        (<unsigned int*> &self.sram[off])[0] = value
+        self.pio_writes += 1
+        self.pio_bytes += 4
+        self._poke(off, 4)
+
+    cpdef unsigned int pio_read32(self, Py_ssize_t off):
+        self._check(off, 4)
+        self.pio_reads += 1
+        return (<unsigned int*> &self.sram[off])[0]
+
+    cpdef unsigned int rd32(self, Py_ssize_t off):
+        """Firmware-side SRAM read (its cost is in the handler's cycles)."""
+        self._check(off, 4)
+        return (<unsigned int*> &self.sram[off])[0]
+
+    cpdef wr32(self, Py_ssize_t off, unsigned int value):
+        self._check(off, 4)
+        (<unsigned int*> &self.sram[off])[0] = value
+
+    cpdef unsigned int rd16be(self, Py_ssize_t off):
+        self._check(off, 2)
+        return (self.sram[off] << 8) | self.sram[off + 1]
+
+    cpdef bytes read(self, Py_ssize_t off, Py_ssize_t n):
+        self._check(off, n)
+        return bytes(self.sram[off:off + n])
+
+    cpdef write(self, Py_ssize_t off, const unsigned char[::1] data):
+        self._check(off, data.shape[0])
+        if data.shape[0]:
+            memcpy(&self.sram[off], &data[0], data.shape[0])
+
+    # -- host DMA engine (host memory <-> SRAM over PCI) ----------------------------------
+
+    cpdef double dma_time(self, Py_ssize_t n):
+        return self.dma_setup + n / self.dma_rate
+
+    cpdef host_dma(self, bint to_host, Py_ssize_t host_addr, Py_ssize_t sram_off, Py_ssize_t n,
+                   object then=None, object arg=None):
+        """Firmware: queue a host DMA; `then(arg)` is posted to the processor when it is done."""
+        self._hq.append((to_host, host_addr, sram_off, n, then, arg))
+        if self._h_cur is None:
+            self._h_start()
+
+    cdef _h_start(self):
+        cdef object req
+        cdef double t
+        if not self._hq or not self.ctrl & CTRL_RUN:
+            return
+        req = self._hq.popleft()
+        self._h_cur = req
+        t = self.dma_time(<Py_ssize_t> req[3])
+        self.h_busy_s += t
+        self.h_transfers += 1
+        self.h_bytes += <Py_ssize_t> req[3]
+        self.engine.after(t, self._h_done, req)
+
+    def _h_done(self, req):
+        cdef bint to_host
+        cdef Py_ssize_t host_addr, off, n
+        if req is not self._h_cur:
+            return
+        self._h_cur = None
+        to_host, host_addr, off, n, then, arg = req
+        if n < 0 or off < 0 or off + n > self.sram_bytes or host_addr <= 0 or host_addr + n > self.host.size:
+            self.dma_errors += 1
+            self.isr |= ISR_ERR
+            self._update_irq()
+        elif n:
+            if to_host:
+                memcpy(&self.host.buf[host_addr], &self.sram[off], n)
+            else:
+                memcpy(&self.sram[off], &self.host.buf[host_addr], n)
+        self._h_start()
+        if to_host and self.host_write_sink is not None:
+            self.host_write_sink(host_addr, n)
+        if then is not None:
+            self.post(then, arg)
+
+    # -- send DMA engine (SRAM -> link) ----------------------------------------------------
+
+    cpdef net_send(self, Py_ssize_t sram_off, Py_ssize_t n, object then=None, object arg=None):
+        """Firmware: queue a packet (route bytes first) for the link."""
+        self._sq.append((sram_off, n, then, arg))
+        if self._s_cur is None:
+            self._s_start()
+
+    cdef _s_start(self):
+        cdef object req
+        if not self._sq or not self.ctrl & CTRL_RUN:
+            return
+        req = self._sq.popleft()
+        self._s_cur = req
+        self._s_t0 = self.engine.now
+        self.engine.after(self.send_setup_s, self._s_go, req)
+
+    def _s_go(self, req):
+        cdef Py_ssize_t off, n, i
+        if req is not self._s_cur:
+            return
+        off = req[0]
+        n = req[1]
+        if off < 0 or n <= 0 or off + n > self.sram_bytes:
+            self.dma_errors += 1
+            self._s_done(req)
+            return
+        data = bytes(self.sram[off:off + n])
+        port = self.port
+        inject = getattr(port, "inject", None)
+        if inject is not None:
+            inject(self, data, req)      # the medium calls net_sent(req) when the tail has left
+        elif port is not None:
+            # A real transport carries the packet straight to its node: the network's
+            # switches would have consumed the route.
+            i = 0
+            while i < n and data[i] & ROUTE_BIT:
+                i += 1
+            limit = getattr(getattr(port, "transport", None), "max_frame", None)
+            if limit is not None and n - i > limit:
+                self.tx_too_long += 1        # the transport cannot carry it: lost, counted
+                self._s_done(req)
+                return
+            start, end = port.transmit(data[i:], self.engine.now)
+            self.engine.at(end, self._s_done, req)
+        else:
+            self.tx_no_link += 1
+            self._s_done(req)
+
+    cpdef net_sent(self, object token):
+        """Medium: the packet's tail has left this NI."""
+        self._s_done(token)
+
+    def _s_done(self, req):
+        if req is None or req is not self._s_cur:
+            return
+        self._s_cur = None
+        self.s_packets += 1
+        self.s_bytes += <Py_ssize_t> req[1]
+        self.s_busy_s += self.engine.now - self._s_t0
+        self._s_start()
+        if req[2] is not None:
+            self.post(req[2], req[3])
+
+    # -- receive DMA engine (link -> SRAM) -------------------------------------------------
+
+    cpdef rx_arm(self, Py_ssize_t sram_off, Py_ssize_t cap):
+        """Firmware: the next packet from the link goes into SRAM[sram_off:sram_off+cap]."""
+        self._check(sram_off, cap)
+        self.rx_off = sram_off
+        self.rx_cap = cap
+        self.rx_armed = True
+        self._rx_grant()
+
+    cpdef bint net_head(self):
+        """Medium: a packet's head is at our input; may it stream in now?"""
+        if self.rx_busy or self._rx_waiters:
+            return False
+        if self.rx_armed or not self.ctrl & CTRL_RUN:
+            self.rx_busy = True
+            return True
+        return False
+
+    cpdef rx_wait(self, object fn, object arg):
+        """Medium: call `fn(arg)` when the receive engine can take the waiting packet."""
+        self._rx_waiters.append((fn, arg))
+        self.rx_blocked += 1
+
+    cdef _rx_grant(self):
+        cdef object fn, arg
+        if self.rx_busy or not self._rx_waiters:
+            return
+        if self.rx_armed or not self.ctrl & CTRL_RUN:
+            self.rx_busy = True
+            fn, arg = self._rx_waiters.popleft()
+            fn(arg)
+
+    cpdef net_tail(self, const unsigned char[::1] data, bint crc_ok):
+        """Medium: the packet's last byte is in; `crc_ok` is the hardware CRC check."""
+        self.rx_busy = False
+        self._rx_store(data, crc_ok)
+        self._rx_grant()
+
+    cpdef net_abort(self):
+        """Medium: the packet that was streaming in never completed (a fault took it)."""
+        self.rx_busy = False
+        self._rx_grant()
+
+    cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok):
+        """A whole packet from a transport without flow control: dropped if no buffer is armed."""
+        if self.rx_busy or not self.rx_armed:
+            self.rx_no_buffer += 1
+            return
+        self._rx_store(frame, crc_ok)
+
+    cdef _rx_store(self, const unsigned char[::1] data, bint crc_ok):
+        cdef Py_ssize_t n = data.shape[0]
+        if not self.ctrl & CTRL_RUN or not self.rx_armed:
+            self.rx_halted += 1
+            return
+        if not crc_ok:
+            self.rx_crc_errors += 1          # hardware CRC check: dropped, buffer stays armed
+            return
+        if n == 0 or data[0] & ROUTE_BIT:
+            self.rx_misrouted += 1           # route bytes left over: not for this NI
+            return
+        if n > self.rx_cap:
+            self.rx_too_long += 1
+            return
+        memcpy(&self.sram[self.rx_off], &data[0], n)
+        self.rx_armed = False
+        self.rx_packets += 1
+        self.rx_bytes += n
+        self.post(self.firmware.on_packet, (self.rx_off, n), True)
+
+    # -- statistics --------------------------------------------------------------------
+
+    def stats(self):
+        return {
+            "running": bool(self.ctrl & CTRL_RUN),
+            "firmware": getattr(self.firmware, "name", None),
+            "isr": hex(self.isr), "eimr": hex(self.eimr),
+            "interrupts_raised": self.irq_raised,
+            "ni_events": self.ni_events, "ni_cycles": self.ni_cycles, "ni_busy_us": self.ni_busy_s * 1e6,
+            "fw_faults": self.fw_faults, "last_fault": self.last_fault, "dma_errors": self.dma_errors,
+            "host_dma": {"transfers": self.h_transfers, "bytes": self.h_bytes, "busy_us": self.h_busy_s * 1e6},
+            "send_dma": {"packets": self.s_packets, "bytes": self.s_bytes, "busy_us": self.s_busy_s * 1e6,
+                         "no_link": self.tx_no_link, "too_long_for_transport": self.tx_too_long},
+            "recv_dma": {"packets": self.rx_packets, "bytes": self.rx_bytes, "crc_errors": self.rx_crc_errors,
+                         "misrouted": self.rx_misrouted, "too_long": self.rx_too_long,
+                         "no_buffer": self.rx_no_buffer, "halted_drops": self.rx_halted,
+                         "blocked_heads": self.rx_blocked, "armed": self.rx_armed},
+            "pio": {"writes": self.pio_writes, "bytes": self.pio_bytes, "reads": self.pio_reads},
+        }

@@ -1,0 +1,330 @@
+"""The Myrinet driver: the kernel side of a LANai board running DP's control program.
+
+Open allocates, in pinned host memory, one transmit buffer per send descriptor, the
+kernel receive ring, the bulk receive ring of the EPOS pipeline and the word the NI
+reports send completions into; takes an IRQ line; loads DP's control program into the
+board; writes the ring addresses into the control block in SRAM; unmasks the interrupts
+the receive mode wants and starts the LANai. Anything that fails unwinds in reverse.
+
+Addresses. The NART holds the destination's Myrinet node id (``hwaddr_for``); the route
+to it -- one byte per switch -- comes from the NI's route table, which the mapper wrote
+when the network was built (``fabric.map_routes``), and the driver copies it at open,
+as GM's driver reads the routes its mapper computed. ``write_link_header`` puts the
+route right-aligned in a fixed 16-byte route area, then the Myrinet packet type and the
+link protocol number; the NI sends from the first route byte.
+
+Transmit (DP-C03, EP-C08, LCI-C15). The protocol builds its frame in the reserved host
+buffer. A frame of at most ``pio_max`` bytes (256 by default, EP-A19) is then copied
+into the NI's send buffer by PIO -- write-combined into 32-byte PCI bursts, on the
+host CPU's time -- and its descriptor says so; a longer one is left where it is and its
+descriptor gives the host address for the NI to fetch by DMA. Writing the descriptor
+and bumping the producer word are PIO writes too. Send completions come back as a
+count the NI DMAs into host memory; the driver reads it when the ring looks full and,
+if still full, asks the NI for an interrupt (kernel writers) or for a prompt report
+(user-level pollers) before sleeping.
+
+Receive. The NI places each packet at the end of a slot of the kernel ring with its
+length and a full flag in the slot's last word (FM-C07). The interrupt handler, or
+``poll_path`` when interrupts are off, walks the ring while the flag is set, hands each
+frame to its protocol (``deliver_path``), clears the flag, and tells the NI how far it
+got -- which frees the slots and is also what the polling watchdog looks at (LCI-C09).
+"""
+from __future__ import annotations
+
+import errno
+
+from kernelsim import NetDevice, WaitQueue, WouldBlock
+
+from nic_drivers.myrinet import _model as hw
+from nic_drivers.myrinet.firmware import (
+    CB_BULK_CONS, CB_BULK_RING, CB_BULK_SLOTS, CB_RX_CONS, CB_RX_MODE, CB_RX_RING, CB_RX_SLOTS,
+    CB_SEND_PROD, CB_SLOT_BYTES, CB_TX_DONE, CB_TX_WAIT, CB_TXDONE_ADDR, CB_WATCHDOG_NS, DESC_BASE, DESC_BYTES,
+    DESC_PIO, MYRI_TYPE_DP, ROUTE_MAX, RX_MODES, TRAILER_FULL, DPFirmware)
+
+__all__ = ["MyrinetNetDevice"]
+
+MASK32 = 0xFFFFFFFF
+TX_WAIT_POLL = 1
+TX_WAIT_IRQ = 2
+
+
+class MyrinetNetDevice(NetDevice):
+    kind = "myrinet"
+    link_header_bytes = ROUTE_MAX + 4          # route area, Myrinet packet type, link protocol
+    driver_module = "myrinet"
+
+    def __init__(self, node, dev, name, *, tx_ring, rx_ring, bulk_ring, rx_mode, watchdog_us, pio_max, budget):
+        super().__init__(node, name, node.nid)
+        p = node.profile
+        self.dev = dev
+        self.ntx = tx_ring
+        self.nrx = rx_ring
+        self.nbulk = bulk_ring
+        if rx_mode not in RX_MODES:
+            raise OSError(errno.EINVAL, f"myrinet: rx_mode must be one of {', '.join(RX_MODES)}")
+        self.rx_mode = rx_mode
+        self.watchdog_s = watchdog_us * 1e-6 if watchdog_us > 0 else p["lanai.watchdog_s"]
+        self.pio_max = pio_max if pio_max >= 0 else int(p["lanai.pio_max_bytes"])
+        self.budget = budget
+        self.max_payload = dev.buffer_bytes - self.link_header_bytes
+        self.slot_bytes = (dev.buffer_bytes + 4 + 63) // 64 * 64
+        c = node.costs
+        self.c = c
+        self.c_desc = c.cycles(p["drv.desc_cycles"])
+        self.c_isr = c.cycles(p["drv.isr_cycles"])
+        self.desc_pio_s = dev.pio_time(12) + dev.pio_time(4)    # descriptor words, then the producer word
+        self.routes: dict = {}
+        self.cur_tx = self.dirty_tx = 0
+        self.cur_rx = 0
+        self.cur_bulk = 0
+        self.eimr = 0
+        self._rlen = 0
+        self._tx_wait = 0
+        self._owed = 0.0                 # CPU time of register writes made outside a path
+        self.irq_line = -1
+        self.fw = None
+        self._allocs: list[int] = []
+        self.bulk_tx_space = WaitQueue(node.engine)
+        self.bulk_rx_space = WaitQueue(node.engine)
+        self.rx_poll_space = WaitQueue(node.engine)
+        self.tx_pio = self.tx_dma = 0
+        self.polls = 0
+        self.bulk = None
+
+    # -- open / stop ---------------------------------------------------------------------
+
+    def open(self) -> None:
+        node, dev = self.node, self.dev
+        try:
+            self.tx_bufs = [self._alloc(dev.buffer_bytes, 64) for _ in range(self.ntx)]
+            self.rx_ring = self._alloc(self.nrx * self.slot_bytes, 64)
+            self.bulk_ring = self._alloc(self.nbulk * self.slot_bytes, 64) if self.nbulk else 0
+            self.txdone = self._alloc(64, 64)
+            self.irq_line = node.irq.free_line()
+            node.irq.request_irq(self.irq_line, self.interrupt_path, self.name)
+            fw = DPFirmware(node.profile, self.ntx)
+            dev.load_firmware(fw)
+            self.fw = fw
+        except MemoryError:
+            self.stop()
+            raise OSError(errno.ENOMEM, f"{self.name}: no host memory for the rings") from None
+        except BaseException:
+            self.stop()
+            raise
+        self.routes = dict(dev.route_table)
+        if not self.routes:
+            # No mapper ran (a real transport carries the packets): one crossbar, node n
+            # on port n, for every node of the cluster description.
+            self.routes = {nid: bytes([0x80 | nid]) for nid, addrs in node.hosts.items()
+                           if self.kind in addrs and isinstance(nid, int) and 0 <= nid < 0x80}
+        dev.irq_sink = self._set_irq
+        dev.host_write_sink = self._host_write
+        w = dev.pio_write32
+        for off, value in ((CB_SEND_PROD, 0), (CB_RX_CONS, 0), (CB_BULK_CONS, 0), (CB_TX_WAIT, 0),
+                           (CB_RX_RING, self.rx_ring), (CB_RX_SLOTS, self.nrx), (CB_BULK_RING, self.bulk_ring),
+                           (CB_BULK_SLOTS, self.nbulk), (CB_SLOT_BYTES, self.slot_bytes),
+                           (CB_TXDONE_ADDR, self.txdone), (CB_RX_MODE, RX_MODES.index(self.rx_mode)),
+                           (CB_WATCHDOG_NS, int(round(self.watchdog_s * 1e9))), (CB_TX_DONE, 0)):
+            w(off, value)
+        self.eimr = hw.ISR_TX | hw.ISR_ERR | (0 if self.rx_mode == "poll" else hw.ISR_RX)
+        dev.csr_write(hw.REG_EIMR, self.eimr)
+        dev.csr_write(hw.REG_CTRL, hw.CTRL_RUN)
+        from nic_drivers.myrinet.pipeline import BulkEngine
+        self.bulk = BulkEngine(self) if self.nbulk else None
+
+    def _alloc(self, n: int, align: int) -> int:
+        a = self.node.mem.alloc(n, align)
+        self._allocs.append(a)
+        return a
+
+    def _set_irq(self, level: bool) -> None:
+        self.node.irq.set_level(self.irq_line, level)
+
+    def stop(self) -> None:
+        dev = self.dev
+        dev.csr_write(hw.REG_CTRL, 0)
+        dev.csr_write(hw.REG_EIMR, 0)
+        dev.irq_sink = None
+        dev.host_write_sink = None
+        if self.fw is not None and dev.firmware is self.fw:
+            dev.unload_firmware()
+        self.fw = None
+        if self.irq_line >= 0:
+            self.node.irq.free_irq(self.irq_line, self.name)
+            self.irq_line = -1
+        while self._allocs:
+            self.node.mem.release(self._allocs.pop())
+        self.bulk = None
+
+    # -- transmit ------------------------------------------------------------------------
+
+    def _reclaim(self) -> int:
+        """Take the NI's completion count from host memory; free those descriptors."""
+        done = self.node.mem.rd32(self.txdone)
+        freed = (done - (self.dirty_tx & MASK32)) & MASK32
+        if 0 < freed <= self.cur_tx - self.dirty_tx:
+            self.dirty_tx += freed
+            if self._tx_wait:
+                self._tx_wait = 0
+                self.dev.pio_write32(CB_TX_WAIT, 0)
+                self._owed += self.c.pci_write
+            self.tx_space.wake()
+            self.bulk_tx_space.wake()
+            return freed
+        return 0
+
+    def _reserve(self, wait_level: int, queue) -> int:
+        """Index of the next free send descriptor, or WouldBlock on `queue`."""
+        if self.cur_tx - self.dirty_tx >= self.ntx:
+            self._reclaim()
+            if self.cur_tx - self.dirty_tx >= self.ntx:
+                self.tx_busy += 1
+                if self._tx_wait < wait_level:
+                    self._tx_wait = wait_level
+                    self.dev.pio_write32(CB_TX_WAIT, wait_level)
+                    self._owed += self.c.pci_write
+                raise WouldBlock(queue, f"{self.name}: send ring full")
+        return self.cur_tx % self.ntx
+
+    def tx_reserve(self) -> int:
+        return self.tx_bufs[self._reserve(TX_WAIT_IRQ, self.tx_space)]
+
+    def route(self, nid: int) -> bytes:
+        r = self.routes.get(nid)
+        if r is None:
+            raise OSError(errno.EHOSTUNREACH, f"{self.name}: no route to Myrinet node {nid!r}")
+        if len(r) > ROUTE_MAX:
+            raise OSError(errno.EHOSTUNREACH, f"{self.name}: route to node {nid} has {len(r)} hops (at most {ROUTE_MAX})")
+        return r
+
+    def write_link_header(self, addr: int, dst_hw, proto: int) -> None:
+        r = self.route(dst_hw)
+        self.node.mem.write(addr + ROUTE_MAX - len(r), r + MYRI_TYPE_DP.to_bytes(2, "big") + proto.to_bytes(2, "big"))
+        self._rlen = len(r)
+
+    def tx_commit_path(self, payload_bytes: int, pending: float = 0.0):
+        dev = self.dev
+        entry = self.cur_tx % self.ntx
+        off = ROUTE_MAX - self._rlen
+        flen = self._rlen + 4 + payload_bytes
+        host = self.tx_bufs[entry] + off
+        owed, self._owed = self._owed, 0.0
+        if flen <= self.pio_max:
+            yield pending + owed + self.c_desc + dev.pio_time(flen) + self.desc_pio_s
+            dev.pio_write(self.fw.send_buffer(entry) + off, self.node.mem.view[host:host + flen])
+            self.tx_pio += 1
+            self._post(entry, DESC_PIO | flen, 0, off)
+        else:
+            yield pending + owed + self.c_desc + self.desc_pio_s
+            self.tx_dma += 1
+            self._post(entry, flen, host, off)
+        self.tx_frames += 1
+        self.tx_bytes += flen
+
+    def _post(self, entry: int, w0: int, host: int, off: int) -> None:
+        """Write descriptor `entry` and bump the producer word (the NI watches it)."""
+        dev = self.dev
+        d = DESC_BASE + DESC_BYTES * entry
+        dev.pio_write32(d, w0)
+        dev.pio_write32(d + 4, host)
+        dev.pio_write32(d + 8, off)
+        self.cur_tx += 1
+        dev.pio_write32(CB_SEND_PROD, self.cur_tx & MASK32)
+
+    def pio_path(self, sram_off: int, data, pending: float = 0.0):
+        """Write `data` into NI SRAM by PIO on this CPU's time (write-combined bursts)."""
+        yield pending + self.dev.pio_time(len(data))
+        self.dev.pio_write(sram_off, data)
+        return len(data)
+
+    # -- receive -------------------------------------------------------------------------
+
+    def interrupt_path(self, pending: float = 0.0):
+        dev = self.dev
+        c = self.c
+        for _ in range(self.budget):
+            owed, self._owed = self._owed, 0.0
+            yield pending + owed + c.pci_read
+            isr = dev.csr_read(hw.REG_ISR) & self.eimr
+            if not isr:
+                return 0.0
+            yield c.pci_write
+            dev.csr_write(hw.REG_ISR, isr)          # acknowledge what we saw
+            pending = self.c_isr
+            if isr & hw.ISR_RX:
+                pending = yield from self._rx_path(pending)
+            if isr & hw.ISR_TX:
+                pending += self.c_desc * self._reclaim()
+            if isr & hw.ISR_ERR:
+                self.rx_errors += 1
+        return pending
+
+    def poll_path(self, pending: float = 0.0):
+        """Walk the kernel ring without an interrupt (rx_mode poll, or a protocol's poll)."""
+        self.polls += 1
+        owed, self._owed = self._owed, 0.0
+        pending = yield from self._rx_path(pending + owed)
+        pending += self.c_desc * self._reclaim()
+        return pending
+
+    def _rx_path(self, pending):
+        mem = self.node.mem
+        c = self.c
+        consumed = 0
+        for _ in range(self.nrx):
+            end = self.rx_ring + (self.cur_rx % self.nrx + 1) * self.slot_bytes
+            yield pending + c.mem_miss            # the NI wrote it: not in the cache
+            pending = 0.0
+            w = mem.rd32(end - 4)
+            if not w & TRAILER_FULL:
+                break
+            n = w & 0xFFFF
+            if n < 4 or n > self.slot_bytes - 4:
+                self.rx_errors += 1
+            else:
+                start = end - 4 - n
+                pending = yield from self.deliver_path(mem.rd16be(start + 2), start + 4, n - 4)
+            mem.wr32(end - 4, 0)
+            self.cur_rx += 1
+            consumed += 1
+            pending += self.c_desc
+        if consumed:
+            yield pending + c.pci_write
+            pending = 0.0
+            self.dev.pio_write32(CB_RX_CONS, self.cur_rx & MASK32)   # slots free; we polled
+        return pending
+
+    def _host_write(self, addr: int, n: int) -> None:
+        """The NI's DMA wrote host memory: a modeled poll of that word notices it now (FM-C06)."""
+        if addr == self.txdone:
+            self.bulk_tx_space.wake()
+        elif self.bulk_ring and self.bulk_ring <= addr < self.bulk_ring + self.nbulk * self.slot_bytes:
+            self.bulk_rx_space.wake()
+        elif self.rx_ring <= addr < self.rx_ring + self.nrx * self.slot_bytes:
+            self.rx_poll_space.wake()
+
+    # -- the EPOS bulk-transfer interface (FACTS 5A, 5C): see pipeline.py ------------------
+
+    def bulk_send_op(self, dest_nid: int, data, packet_bytes="adaptive"):
+        """A bulk message to `dest_nid` (bytes, or a byte count of zeros), cut into packets of
+        `packet_bytes` ("adaptive", "fixed:N" or N). Run it with ``pipeline.run_op`` (trio)
+        or ``run_op_sync``: its ``path()`` raises WouldBlock when the send ring is full and
+        continues where it stopped when called again."""
+        if self.bulk is None:
+            raise OSError(errno.ENODEV, f"{self.name}: loaded with bulk_ring=0: no bulk transfers")
+        return self.bulk.send_op(dest_nid, data, packet_bytes)
+
+    def bulk_recv_op(self):
+        """The next complete bulk message, as (source node, bytes), polled from the bulk ring."""
+        if self.bulk is None:
+            raise OSError(errno.ENODEV, f"{self.name}: loaded with bulk_ring=0: no bulk transfers")
+        return self.bulk.recv_op()
+
+    def stats(self) -> dict:
+        out = super().stats()
+        out.update(tx_ring=self.ntx, rx_ring=self.nrx, bulk_ring=self.nbulk, rx_mode=self.rx_mode,
+                   tx_queued=self.cur_tx - self.dirty_tx, tx_pio=self.tx_pio, tx_dma=self.tx_dma,
+                   polls=self.polls, irq=self.irq_line, routes={k: v.hex() for k, v in sorted(self.routes.items())},
+                   device=self.dev.stats(), firmware=self.fw.stats() if self.fw else None,
+                   bulk=self.bulk.stats() if self.bulk else None)
+        return out
