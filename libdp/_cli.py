@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 
@@ -43,9 +44,9 @@ def _positive(text: str) -> int:
 
 def _bench_parser(sub, name, help_text, default_sizes):
     p = sub.add_parser(name, help=help_text, description=help_text)
-    p.add_argument("--sizes", type=_sizes, default=list(default_sizes),
-                   help="comma-separated message sizes in bytes (default: %(default)s)")
-    p.add_argument("--iters", type=_positive, default=1000,
+    p.add_argument("--sizes", type=_sizes, default=None,
+                   help=f"comma-separated message sizes in bytes (default: {','.join(map(str, default_sizes))})")
+    p.add_argument("--iters", type=_positive, default=None,
                    help="iterations (ping-pong) or messages (bandwidth) per size (default: 1000, as DP-A08)")
     p.add_argument("--platform", default=None,
                    help=f"platform profile ({', '.join(available_profiles())}; default: the NIC's, else p133)")
@@ -65,9 +66,13 @@ def _bench_parser(sub, name, help_text, default_sizes):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dp", description="Directed Point, rebuilt: modeled and real cluster messaging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _bench_parser(sub, "pingpong", "DP ping-pong latency over two nodes (one-way = half the round trip)",
-                  _bench.DEFAULT_SIZES)
-    _bench_parser(sub, "bandwidth", "DP one-way streaming bandwidth (MB = 10^6 bytes)", _bench.DEFAULT_SIZES)
+    p = _bench_parser(sub, "pingpong", "DP ping-pong latency over two nodes (one-way = half the round trip)",
+                      _bench.DEFAULT_SIZES)
+    p.add_argument("--raw", action="store_true",
+                   help="tb2 only: the raw user-level FIFO ping-pong of the SP AM paper, no DP (SP-B03)")
+    p = _bench_parser(sub, "bandwidth", "DP one-way streaming bandwidth (MB = 10^6 bytes)", _bench.DEFAULT_SIZES)
+    p.add_argument("--pipeline", default=None, metavar="adaptive|fixed:N",
+                   help="myrinet only: bulk transfers through the EPOS pipeline, packet size adaptive or fixed")
     p = sub.add_parser("profile", help="show a platform profile's values and sources")
     p.add_argument("name", nargs="?", default="p133")
     p.add_argument("--json", action="store_true")
@@ -77,13 +82,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _variant(args, program, kind):
+    """The program and arguments a bench command runs (DP's, or a NIC's own variant)."""
+    sizes, iters = args.sizes, args.iters or 1000
+    if getattr(args, "raw", False):
+        if args.nic != "tb2":
+            raise OSError(errno.EINVAL, "--raw is the TB2's user-level FIFO ping-pong: use it with --nic tb2")
+        from nic_drivers.tb2.bench import raw_pingpong_program
+        return raw_pingpong_program, (tuple(sizes or (0,)), iters), "raw TB2 FIFO pingpong", True
+    if getattr(args, "pipeline", None):
+        if args.nic != "myrinet":
+            raise OSError(errno.EINVAL, "--pipeline is the EPOS bulk pipeline: use it with --nic myrinet")
+        from nic_drivers.myrinet.pipeline import BULK_SIZES, bulk_pingpong, parse_pipeline
+        parse_pipeline(args.pipeline)
+        return bulk_pingpong, (list(sizes or BULK_SIZES), args.iters or 10, args.pipeline), \
+            f"EPOS pipeline ({args.pipeline}) bandwidth", False
+    return program, (list(sizes or _bench.DEFAULT_SIZES), iters), kind, False
+
+
 def _run_bench(args, program, kind):
     params = [tuple(x.split("=", 1)) if "=" in x else x for x in args.param]
     args.platform, args.nic = resolve_platform(args.platform, args.nic)
     profile = build_profile(args.platform, params)
     nic = args.nic
-    prog_args = (args.sizes, args.iters)
+    program, prog_args, title, without_dp = _variant(args, program, kind)
+    args.iters = prog_args[1]
     stats = None
+    if args.real and program not in (_bench.pingpong, _bench.bandwidth):
+        raise OSError(errno.EINVAL, f"{title} runs in modeled time only")
     if args.real:
         from libdp._realrun import run_real_spmd
         results, stats = run_real_spmd(program, *prog_args, platform=args.platform, nic=args.nic,
@@ -91,6 +117,9 @@ def _run_bench(args, program, kind):
     else:
         cluster = Cluster(nodes=2, platform=args.platform, nic=args.nic, params=params, seed=args.seed,
                           load=args.load)
+        if without_dp:                   # the user FIFOs and DP cannot share the card (SP-A18)
+            for node in cluster.nodes:
+                node.modules.rmmod("dp")
         results = cluster.run_spmd(program, *prog_args)
         stats = cluster.stats()
     rows = results[0]
@@ -105,8 +134,13 @@ def _run_bench(args, program, kind):
         return 0
     mode = "real time (wall clock)" if args.real else "modeled time"
     over = ", ".join(f"{k}={v}" for k, v in profile.overrides.items())
-    print(f"# DP {kind}: {profile.name} + {nic}, {mode}, {args.iters} per size" + (f"; {over}" if over else ""))
-    if kind == "pingpong":
+    title = title if title != kind else f"DP {kind}"
+    print(f"# {title}: {profile.name} + {nic}, {mode}, {args.iters} per size" + (f"; {over}" if over else ""))
+    if rows and "packet_bytes" in rows[0]:
+        print(f"# {'Size':<10}{'Bandwidth (MB/s)':>18}{'Packet (B)':>12}{'Latency (us)':>14}")
+        for r in rows:
+            print(f"{r['size']:<12}{r['mbytes_per_s']:>18.2f}{r['packet_bytes']:>12}{r['one_way_us']:>14.2f}")
+    elif kind == "pingpong":
         print(f"# {'Size':<10}{'Latency (us)':>14}{'RTT (us)':>14}")
         for r in rows:
             print(f"{r['size']:<12}{r['one_way_us']:>14.2f}{r['rtt_us']:>14.2f}")

@@ -22,6 +22,8 @@ from nic_drivers import nic as nic_package
 
 __all__ = ["run_real_spmd"]
 
+REAL_SLOT_BYTES = 8192
+
 
 def _child(rank, size, names, hosts, program, args, config, conn):
     try:
@@ -47,7 +49,8 @@ def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, n
     hosts = {r: {pkg.LINK_KIND: pkg.hwaddr_for(r)} for r in range(nodes)}
     config = {"platform": platform, "nic": nic, "params": params, "load": load}
     ctx = multiprocessing.get_context("fork")
-    link = ShmLink.create(slots=256, slot_bytes=2048)
+    # A slot holds any NIC's largest DP frame (4095 bytes of data plus link headers).
+    link = ShmLink.create(slots=256, slot_bytes=REAL_SLOT_BYTES)
     procs, pipes = [], []
     try:
         for rank in range(nodes):
@@ -73,5 +76,5 @@ def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, n
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
+        link.unlink()        # before close: close forgets the doorbell FIFOs' paths
         link.close()
-        link.unlink()
