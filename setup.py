@@ -36,6 +36,7 @@ setup(
             "atm = nic_drivers.atm:MODULE",
             "myrinet = nic_drivers.myrinet:MODULE",
             "tb2 = nic_drivers.tb2:MODULE",
+            "am = protocols.am:MODULE",
         ],
     },
 )
