@@ -15,20 +15,11 @@ fd raises BlockingIOError instead of waiting.
 from __future__ import annotations
 
 import errno
-import math
-import select
 import time
 
-import trio
-
-from kernelsim import EngineClock, LEVEL_PROC, WouldBlock
+from kernelsim import DEFAULT_SPIN_S, after, run_blocking, run_blocking_sync, run_path, wait_on
 
 __all__ = ["DP", "SyncDP", "Endpoint"]
-
-
-def _after(cost, path):
-    yield cost
-    return (yield from path)
 
 
 
@@ -36,7 +27,7 @@ def _after(cost, path):
 class DP:
     """DP for one process (async)."""
 
-    def __init__(self, proc, *, spin_s: float = 1e-3):
+    def __init__(self, proc, *, spin_s: float = DEFAULT_SPIN_S):
         self.proc = proc
         self.node = proc.node
         self.spin_s = spin_s
@@ -124,127 +115,22 @@ class DP:
         return await self._call(lambda entry: self.node.syscall_path(self.proc, name, args, entry), None, 0.0)
 
     async def _call(self, make_path, fd, wake_cost, before: float = 0.0):
-        path = make_path(True) if not before else _after(before, make_path(True))
-        while True:
-            try:
-                return await self._submit(path)
-            except WouldBlock as wb:
-                if fd is not None and self.proc.fds.get(fd).nonblocking:
-                    raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
-                await self._wait(wb.queue)
-                path = _after(wake_cost, make_path(False))
+        if before:                  # time the caller spent before the first try (a poll)
+            inner = make_path
+            make_path = lambda entry: after(before, inner(entry)) if entry else inner(entry)  # noqa: E731
+        return await run_blocking(self.node, make_path, wake_cost=wake_cost, spin_s=self.spin_s,
+                                  nonblocking=self._nonblocking(fd))
+
+    def _nonblocking(self, fd):
+        return lambda: fd is not None and self.proc.fds.get(fd).nonblocking
+
+    # What protocol user halves build on: run one path, wait on one queue.
 
     async def _submit(self, path):
-        node = self.node
-        box = []
-        if not node.modeled:
-            node.cpu.submit(LEVEL_PROC, path, lambda v, e: box.append((v, e)))
-            node.engine.run()
-            await trio.lowlevel.checkpoint()
-        else:
-            task = trio.lowlevel.current_task()
-            parked = []
-
-            def done(v, e):
-                box.append((v, e))
-                node.engine.request_stop()
-                if parked:
-                    trio.lowlevel.reschedule(task)
-
-            node.cpu.submit(LEVEL_PROC, path, done)
-            if not box and _drive_inline(node.engine, box):
-                # Only this call's own completion stopped the engine: no other task
-                # can have become runnable, so the schedule point has nothing to do.
-                await trio.lowlevel.checkpoint_if_cancelled()
-            elif box:
-                await trio.lowlevel.checkpoint()
-            else:
-                parked.append(True)
-                # A kernel path cannot be abandoned half-way: cancellation is delivered
-                # at the next checkpoint, once the path has returned.
-                await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-        value, exc = box[0]
-        if exc is not None:
-            raise exc
-        return value
+        return await run_path(self.node, path)
 
     async def _wait(self, queue):
-        woken = []
-        node = self.node
-        if node.modeled:
-            task = trio.lowlevel.current_task()
-            parked = []
-
-            def waiter():
-                woken.append(True)
-                if parked:
-                    trio.lowlevel.reschedule(task)
-
-            queue.add(waiter)
-            if _drive_inline(node.engine, woken):
-                await trio.lowlevel.checkpoint_if_cancelled()
-                return
-            if woken:
-                await trio.lowlevel.checkpoint()
-                return
-            parked.append(True)
-
-            def abort(_):
-                queue.discard(waiter)
-                return trio.lowlevel.Abort.SUCCEEDED
-
-            await trio.lowlevel.wait_task_rescheduled(abort)
-            return
-        waiter = lambda: woken.append(True)  # noqa: E731
-        queue.add(waiter)
-        try:
-            while not woken:
-                deadline = time.perf_counter() + self.spin_s
-                while not woken and time.perf_counter() < deadline:
-                    node.poll_devices()
-                if woken:
-                    break
-                ports = node.real_ports
-                if all(p.prepare_to_sleep() for p in ports) and not woken:
-                    await _wait_any_readable([p.fileno() for p in ports])
-                    for p in ports:
-                        p.drain()
-                else:
-                    await trio.lowlevel.checkpoint()
-        finally:
-            queue.discard(waiter)
-        await trio.lowlevel.checkpoint()
-
-
-def _drive_inline(engine, done: list) -> bool:
-    """Move modeled time from inside the calling task while it is the only one that can run.
-
-    This is what `EngineClock.drive` would do once trio found every task blocked, less
-    two task switches and a pass of trio's run loop per wait. It stops as soon as an
-    event wakes anything (this task or another, or makes an fd readable) or the next
-    trio deadline comes: from there trio schedules as usual. True when `done` was
-    filled and nothing else was woken on the way.
-    """
-    clock = trio.lowlevel.current_clock()
-    if not isinstance(clock, EngineClock) or not clock.only_runnable_task():
-        return False
-    gap = trio.lowlevel.current_statistics().seconds_to_next_deadline
-    until = engine.now + gap if gap < math.inf else math.inf
-    stops = engine.stops
-    engine.run_until_stop(until)
-    return bool(done) and engine.stops == stops + 1 and clock.only_runnable_task()
-
-
-async def _wait_any_readable(fds):
-    if len(fds) == 1:
-        await trio.lowlevel.wait_readable(fds[0])
-        return
-    async with trio.open_nursery() as nursery:
-        async def one(fd):
-            await trio.lowlevel.wait_readable(fd)
-            nursery.cancel_scope.cancel()
-        for fd in fds:
-            nursery.start_soon(one, fd)
+        await wait_on(self.node, queue, self.spin_s)
 
 
 class SyncDP:
@@ -292,37 +178,8 @@ class SyncDP:
         self._dp.set_blocking(fd, blocking)
 
     def _call(self, make_path, fd, wake_cost):
-        node = self.node
-        path = make_path(True)
-        while True:
-            try:
-                return node.run_now(path)
-            except WouldBlock as wb:
-                if fd is not None and self.proc.fds.get(fd).nonblocking:
-                    raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
-                self._wait(wb.queue)
-                path = _after(wake_cost, make_path(False))
-
-    def _wait(self, queue):
-        node = self.node
-        woken = []
-        queue.add(lambda: woken.append(True))
-        if node.modeled:
-            while not woken:
-                if not node.engine.step():
-                    raise OSError(errno.EDEADLK, "modeled deadlock: nothing can ever wake this call")
-            return
-        while not woken:
-            deadline = time.perf_counter() + self._dp.spin_s
-            while not woken and time.perf_counter() < deadline:
-                node.poll_devices()
-            if woken:
-                break
-            ports = node.real_ports
-            if all(p.prepare_to_sleep() for p in ports) and not woken:
-                select.select([p.fileno() for p in ports], [], [])
-                for p in ports:
-                    p.drain()
+        return run_blocking_sync(self.node, make_path, wake_cost=wake_cost, spin_s=self._dp.spin_s,
+                                 nonblocking=self._dp._nonblocking(fd))
 
 
 class Endpoint:

@@ -44,9 +44,7 @@ import errno
 import math
 import struct
 
-import trio
-
-from kernelsim import LEVEL_PROC, WouldBlock
+from kernelsim import WouldBlock, run_blocking, run_blocking_sync
 from nic_drivers.myrinet.firmware import BULK_PROTO, CB_BULK_CONS, DESC_PIO, MYRI_TYPE_DP, ROUTE_MAX, TRAILER_FULL
 
 __all__ = ["BulkEngine", "PacketSizeTable", "parse_pipeline", "run_op", "run_op_sync", "bulk_pingpong",
@@ -294,84 +292,12 @@ class _RecvOp:
 
 def run_op_sync(node, op):
     """Run `op` as the calling process, blocking; modeled time moves as needed."""
-    while True:
-        try:
-            return node.run_now(op.path())
-        except WouldBlock as wb:
-            woken = []
-            wb.queue.add(lambda: woken.append(True))
-            while not woken:
-                if node.modeled:
-                    if not node.engine.step():
-                        raise OSError(errno.EDEADLK, "modeled deadlock: nothing can complete this transfer") from None
-                else:
-                    node.poll_devices()
+    return run_blocking_sync(node, lambda first: op.path())
 
 
 async def run_op(node, op):
-    """Run `op` as the calling trio task's process (modeled time: the engine clock drives)."""
-    while True:
-        try:
-            return await _submit(node, op.path())
-        except WouldBlock as wb:
-            await _wait(node, wb.queue)
-
-
-async def _submit(node, path):
-    box = []
-    if not node.modeled:
-        node.cpu.submit(LEVEL_PROC, path, lambda v, e: box.append((v, e)))
-        node.engine.run()
-        await trio.lowlevel.checkpoint()
-    else:
-        task = trio.lowlevel.current_task()
-        parked = []
-
-        def done(v, e):
-            box.append((v, e))
-            node.engine.request_stop()
-            if parked:
-                trio.lowlevel.reschedule(task)
-
-        node.cpu.submit(LEVEL_PROC, path, done)
-        if box:
-            await trio.lowlevel.checkpoint()
-        else:
-            parked.append(True)
-            await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-    value, exc = box[0]
-    if exc is not None:
-        raise exc
-    return value
-
-
-async def _wait(node, queue):
-    woken = []
-    if not node.modeled:
-        queue.add(lambda: woken.append(True))
-        try:
-            while not woken:
-                node.poll_devices()
-                await trio.lowlevel.checkpoint()
-        finally:
-            pass
-        return
-    task = trio.lowlevel.current_task()
-    parked = []
-
-    def waiter():
-        woken.append(True)
-        if parked:
-            trio.lowlevel.reschedule(task)
-
-    queue.add(waiter)
-    parked.append(True)
-
-    def abort(_):
-        queue.discard(waiter)
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    await trio.lowlevel.wait_task_rescheduled(abort)
+    """Run `op` as the calling trio task's process (resumable: each try continues it)."""
+    return await run_blocking(node, lambda first: op.path())
 
 
 # -- the benchmark ------------------------------------------------------------------------
