@@ -199,6 +199,29 @@ class Node:
     def register_service(self, name: str, obj) -> None:
         self._register(self.services, name, obj, "service")
 
+    def bind_netdevs(self, device_type, prefix: str, make, what: str) -> list:
+        """A driver's probe: each unbound `device_type` card becomes a network device.
+
+        ``make(card, name)`` builds the driver's device (``prefix0``, ``prefix1``, ...);
+        it is opened (if it has ``open``), bound to its card and registered. Everything
+        is undone in reverse on unload, or on a failure part-way. ENODEV if no card.
+        """
+        found = [d for d in self.pci_devices if isinstance(d, device_type) and d.driver is None]
+        if not found:
+            raise OSError(errno.ENODEV, f"no {what} on node {self.nid}'s bus")
+        devs = []
+        for card in found:
+            name = f"{prefix}{sum(1 for n in self.netdevs if n.startswith(prefix))}"
+            nd = make(card, name)
+            if hasattr(nd, "open"):
+                nd.open()                       # unwinds its own allocations if it fails
+            self.modules.on_unload(nd.stop)
+            card.driver = nd
+            self.modules.on_unload(lambda card=card: setattr(card, "driver", None))
+            self.register_netdev(name, nd)
+            devs.append(nd)
+        return devs
+
     def _register(self, table: dict, name: str, obj, what: str) -> None:
         if name in table:
             raise OSError(errno.EEXIST, f"{what} {name} already registered")

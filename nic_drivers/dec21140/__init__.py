@@ -25,21 +25,11 @@ def make_device(node):
 
 
 def _init(kernel, tx_ring, rx_ring, budget, store_forward, burst_longwords):
-    found = [d for d in kernel.pci_devices if isinstance(d, Dec21140) and d.driver is None]
-    if not found:
-        raise OSError(errno.ENODEV, "dec21140: no DEC 21140 on this node's PCI bus")
-    devs = []
-    for dev in found:
-        name = f"eth{sum(1 for n in kernel.netdevs if n.startswith('eth'))}"
-        nd = TulipNetDevice(kernel, dev, name, tx_ring=tx_ring, rx_ring=rx_ring, budget=budget,
-                            store_forward=store_forward, burst_longwords=burst_longwords)
-        nd.open()
-        kernel.modules.on_unload(nd.stop)
-        dev.driver = nd
-        kernel.modules.on_unload(lambda dev=dev: setattr(dev, "driver", None))
-        kernel.register_netdev(name, nd)
-        devs.append(nd)
-    return devs
+    return kernel.bind_netdevs(
+        Dec21140, "eth",
+        lambda card, name: TulipNetDevice(kernel, card, name, tx_ring=tx_ring, rx_ring=rx_ring, budget=budget,
+                                          store_forward=store_forward, burst_longwords=burst_longwords),
+        "DEC 21140")
 
 
 def _exit(kernel, devs) -> None:

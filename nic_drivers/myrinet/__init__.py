@@ -55,21 +55,12 @@ def connect(engine, profile, devices, rng=None):
 
 
 def _init(kernel, tx_ring, rx_ring, bulk_ring, rx_mode, watchdog_us, pio_max, budget):
-    found = [d for d in kernel.pci_devices if isinstance(d, LanaiNI) and d.driver is None]
-    if not found:
-        raise OSError(errno.ENODEV, "myrinet: no LANai board on this node's PCI bus")
-    devs = []
-    for dev in found:
-        name = f"myri{sum(1 for n in kernel.netdevs if n.startswith('myri'))}"
-        nd = MyrinetNetDevice(kernel, dev, name, tx_ring=tx_ring, rx_ring=rx_ring, bulk_ring=bulk_ring,
-                              rx_mode=rx_mode, watchdog_us=watchdog_us, pio_max=pio_max, budget=budget)
-        nd.open()
-        kernel.modules.on_unload(nd.stop)
-        dev.driver = nd
-        kernel.modules.on_unload(lambda dev=dev: setattr(dev, "driver", None))
-        kernel.register_netdev(name, nd)
-        devs.append(nd)
-    return devs
+    return kernel.bind_netdevs(
+        LanaiNI, "myri",
+        lambda card, name: MyrinetNetDevice(kernel, card, name, tx_ring=tx_ring, rx_ring=rx_ring,
+                                            bulk_ring=bulk_ring, rx_mode=rx_mode, watchdog_us=watchdog_us,
+                                            pio_max=pio_max, budget=budget),
+        "LANai board")
 
 
 def _exit(kernel, devs) -> None:

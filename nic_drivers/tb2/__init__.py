@@ -62,19 +62,11 @@ def make_device(node):
 
 
 def _init(kernel, pop_every, budget, irq_holdoff_us):
-    found = [d for d in kernel.pci_devices if isinstance(d, Tb2Adapter) and d.driver is None]
-    if not found:
-        raise OSError(errno.ENODEV, "tb2: no TB2 adapter on this node's MicroChannel")
-    devs = []
-    for dev in found:
-        name = f"tb{sum(1 for n in kernel.netdevs if n.startswith('tb'))}"
-        nd = Tb2NetDevice(kernel, dev, name, pop_every=pop_every, budget=budget, irq_holdoff_us=irq_holdoff_us)
-        kernel.modules.on_unload(nd.stop)
-        dev.driver = nd
-        kernel.modules.on_unload(lambda dev=dev: setattr(dev, "driver", None))
-        kernel.register_netdev(name, nd)
-        devs.append(nd)
-    return devs
+    return kernel.bind_netdevs(
+        Tb2Adapter, "tb",
+        lambda card, name: Tb2NetDevice(kernel, card, name, pop_every=pop_every, budget=budget,
+                                        irq_holdoff_us=irq_holdoff_us),
+        "TB2 adapter")
 
 
 def _exit(kernel, devs) -> None:
