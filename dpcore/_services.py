@@ -18,7 +18,7 @@ from __future__ import annotations
 import errno
 import weakref
 
-from dpcore._codec import DM_HEADER_BYTES, DM_MAX_LENGTH, DM_TYPE_DATA, dm_build_at, dm_parse_at
+from dpcore._codec import DM_HEADER_BYTES, DM_TYPE_DATA, dm_build_at, dm_parse_at
 from dpcore._tbp import TokenBufferPool
 from kernelsim import OpenFile, WouldBlock
 
