@@ -15,6 +15,15 @@ PINGPONG_EP = 0x5050
 BANDWIDTH_EP = 0x4200
 HANDSHAKE_TIMEOUT_S = 0.05
 END_MARK_RETRY_S = 200e-6      # a lost end mark costs at most this much of the measured time
+PING_RETRY_S = 0.01            # lossy media: a ping whose echo has not come by then is sent again
+ECHO_IDLE_S = 0.2              # the echo side stops after this long without a ping
+FAULT_KEYS = ("fault.loss", "fault.corrupt", "fault.duplicate", "fault.reorder")
+
+
+def _lossy(dp) -> bool:
+    """Can a message vanish on the way? (Real transports, or fault injection.)"""
+    p = dp.node.profile
+    return not dp.node.modeled or any(p.get(k, 0.0) for k in FAULT_KEYS)
 
 
 async def _handshake(dp, fd, rank):
@@ -44,29 +53,74 @@ async def _handshake(dp, fd, rank):
 
 
 async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10):
-    """Round trips between ranks 0 and 1: write, then read the echo (DP-A07, DP-A08)."""
+    """Round trips between ranks 0 and 1: write, then read the echo (DP-A07, DP-A08).
+
+    Rank 1 echoes whatever arrives until the pings stop. Where a message can be lost,
+    rank 0 drops stale echoes before each ping and sends a ping again if its echo has
+    not come within PING_RETRY_S; the rows count those retries (each one's wait is part
+    of the measured time).
+    """
     if rank > 1:
         return None
     fd = await dp.dp_open(PINGPONG_EP)
     await dp.dp_target(fd, 1 - rank, PINGPONG_EP)
     await _handshake(dp, fd, rank)
+    if rank == 1:
+        echoed = await _echo(dp, fd)
+        await dp.close(fd)
+        return {"echoed": echoed}
+    lossy = _lossy(dp)
     rows = []
     for n in sizes:
         msg = bytes(n)
+        retries = 0
         t0 = dp.now()
         for i in range(warmup + iters):
             if i == warmup:
                 t0 = dp.now()
-            if rank == 0:
+            if not lossy:
                 await dp.dp_write(fd, msg)
                 await dp.dp_read(fd, n)
-            else:
-                await dp.dp_read(fd, n)
+                continue
+            await _drain(dp, fd)                # late or duplicated echoes of earlier pings
+            await dp.dp_write(fd, msg)
+            while True:
+                with trio.move_on_after(PING_RETRY_S) as scope:
+                    await dp.dp_read(fd, n)
+                if not scope.cancelled_caught:
+                    break
+                retries += 1
                 await dp.dp_write(fd, msg)
         rtt = (dp.now() - t0) / iters
-        rows.append({"size": n, "rtt_us": rtt * 1e6, "one_way_us": rtt * 1e6 / 2})
+        row = {"size": n, "rtt_us": rtt * 1e6, "one_way_us": rtt * 1e6 / 2}
+        if lossy:
+            row["retries"] = retries
+        rows.append(row)
     await dp.close(fd)
     return rows
+
+
+async def _drain(dp, fd) -> None:
+    dp.set_blocking(fd, False)
+    try:
+        while True:
+            await dp.dp_read(fd, 65536)
+    except BlockingIOError:
+        pass
+    finally:
+        dp.set_blocking(fd, True)
+
+
+async def _echo(dp, fd) -> int:
+    """Send back every message until none has come for ECHO_IDLE_S; return how many."""
+    echoed = 0
+    while True:
+        with trio.move_on_after(ECHO_IDLE_S) as scope:
+            m = await dp.dp_read(fd, 65536)
+        if scope.cancelled_caught:
+            return echoed
+        await dp.dp_write(fd, m)
+        echoed += 1
 
 
 async def bandwidth(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=0):
