@@ -99,8 +99,8 @@ def find_module(name: str) -> Module:
         raise OSError(errno.ENOENT, f"module {name!r} not found")
     try:
         mod = ep.load()
-    except ImportError as exc:
-        raise OSError(errno.ENOENT, f"module {name!r} is registered but cannot be imported ({exc})") from None
+    except (ImportError, AttributeError) as exc:
+        raise OSError(errno.ENOENT, f"module {name!r} is registered but cannot be loaded ({exc})") from None
     if not isinstance(mod, Module) or mod.name != name:
         raise OSError(errno.ENOEXEC, f"entry point {name!r} is not a dp module")
     return mod

@@ -181,8 +181,8 @@ def _modules(_args):
     for name in sorted(available_modules()):
         try:
             desc = find_module(name).description
-        except (OSError, ImportError) as exc:
-            desc = f"(cannot be loaded: {exc})"
+        except OSError as exc:
+            desc = f"(cannot be loaded: {exc.strerror})"
         print(f"{name:<12} {desc}")
     return 0
 
