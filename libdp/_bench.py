@@ -65,11 +65,12 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10):
     fd = await dp.dp_open(PINGPONG_EP)
     await dp.dp_target(fd, 1 - rank, PINGPONG_EP)
     await _handshake(dp, fd, rank)
+    lossy = _lossy(dp)
     if rank == 1:
-        echoed = await _echo(dp, fd)
+        # Nothing lost: exactly one ping per iteration. Lossy: echo until pings stop.
+        echoed = await _echo(dp, fd, None if lossy else len(sizes) * (warmup + iters))
         await dp.close(fd)
         return {"echoed": echoed}
-    lossy = _lossy(dp)
     rows = []
     for n in sizes:
         msg = bytes(n)
@@ -111,16 +112,20 @@ async def _drain(dp, fd) -> None:
         dp.set_blocking(fd, True)
 
 
-async def _echo(dp, fd) -> int:
-    """Send back every message until none has come for ECHO_IDLE_S; return how many."""
+async def _echo(dp, fd, count) -> int:
+    """Send back `count` messages, or (None) every message until none has come for ECHO_IDLE_S."""
     echoed = 0
-    while True:
-        with trio.move_on_after(ECHO_IDLE_S) as scope:
+    while count is None or echoed < count:
+        if count is None:
+            with trio.move_on_after(ECHO_IDLE_S) as scope:
+                m = await dp.dp_read(fd, 65536)
+            if scope.cancelled_caught:
+                return echoed
+        else:
             m = await dp.dp_read(fd, 65536)
-        if scope.cancelled_caught:
-            return echoed
         await dp.dp_write(fd, m)
         echoed += 1
+    return echoed
 
 
 async def bandwidth(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=0):
