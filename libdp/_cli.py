@@ -59,7 +59,9 @@ def _bench_parser(sub, name, help_text, default_sizes):
     p.add_argument("--stats", action="store_true", help="print the counters of every ring, pool and queue")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     p.add_argument("--real", action="store_true",
-                   help="real time: one OS process per node, frames over shared memory, wall-clock figures")
+                   help="real time: one OS process per node, frames on a real transport, wall-clock figures")
+    p.add_argument("--transport", choices=("shm", "udp"), default="shm",
+                   help="with --real: shared-memory rings between processes, or UDP on loopback (default: shm)")
     return p
 
 
@@ -113,7 +115,7 @@ def _run_bench(args, program, kind):
     if args.real:
         from libdp._realrun import run_real_spmd
         results, stats = run_real_spmd(program, *prog_args, platform=args.platform, nic=args.nic,
-                                       params=params, load=args.load)
+                                       params=params, load=args.load, transport=args.transport)
     else:
         cluster = Cluster(nodes=2, platform=args.platform, nic=args.nic, params=params, seed=args.seed,
                           load=args.load)

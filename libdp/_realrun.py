@@ -1,7 +1,8 @@
 """Real time: one OS process per node, frames on a real transport.
 
-The parent creates the transport (a full-duplex shared-memory link for two nodes),
-forks one process per rank and collects each rank's result through a pipe. Each
+The parent creates the transport -- a full-duplex shared-memory link, or a pair of UDP
+sockets on loopback (what joins hosts) -- forks one process per rank and collects each
+rank's result through a pipe. Each
 child builds its node exactly as a modeled one -- same kernel, modules, driver and
 device model -- except that its engine runs in real time and its NIC's medium is the
 transport (`kernelsim.media.backend.DevicePort`).
@@ -15,7 +16,7 @@ import traceback
 import trio
 
 from kernelsim.media.backend import DevicePort
-from kernelsim.media.real import ShmLink
+from kernelsim.media.real import ShmLink, UdpPort
 from libdp._api import DP
 from libdp._cluster import Cluster, build_profile, resolve_platform
 from nic_drivers import nic as nic_package
@@ -25,9 +26,10 @@ __all__ = ["run_real_spmd"]
 REAL_SLOT_BYTES = 8192
 
 
-def _child(rank, size, names, hosts, program, args, config, conn):
+def _child(rank, size, transport, hosts, program, args, config, conn):
     try:
-        port = DevicePort(ShmLink.attach(names, rank))
+        kind, where = transport
+        port = DevicePort(ShmLink.attach(where, rank) if kind == "shm" else where[rank])
         node = Cluster.real_node(rank, hosts, port, **config)
         dp = DP(node.spawn(getattr(program, "__name__", "spmd")))
         result = trio.run(program, dp, rank, size, *args)
@@ -38,25 +40,38 @@ def _child(rank, size, names, hosts, program, args, config, conn):
         conn.close()
 
 
+TRANSPORTS = ("shm", "udp")
+
+
 def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, nic: str | None = None,
-                  params=(), load=(), timeout: float = 300.0):
+                  params=(), load=(), timeout: float = 300.0, transport: str = "shm"):
     """Run ``program(dp, rank, size, *args)`` in `nodes` processes; return (results, stats)."""
     if nodes != 2:
-        raise OSError(errno.EINVAL, "real mode joins 2 nodes by a shared-memory link (more need a switch)")
+        raise OSError(errno.EINVAL, "real mode joins 2 nodes by a point-to-point link (more need a switch)")
+    if transport not in TRANSPORTS:
+        raise OSError(errno.EINVAL, f"real transport is one of {', '.join(TRANSPORTS)}, not {transport!r}")
     platform, nic = resolve_platform(platform, nic)
     build_profile(platform, params)                    # validate before forking
     pkg = nic_package(nic)
     hosts = {r: {pkg.LINK_KIND: pkg.hwaddr_for(r)} for r in range(nodes)}
     config = {"platform": platform, "nic": nic, "params": params, "load": load}
     ctx = multiprocessing.get_context("fork")
-    # A slot holds any NIC's largest DP frame (4095 bytes of data plus link headers).
-    link = ShmLink.create(slots=256, slot_bytes=REAL_SLOT_BYTES)
     procs, pipes = [], []
+    link, ports = None, ()
+    if transport == "shm":
+        # A slot holds any NIC's largest DP frame (4095 bytes of data plus link headers).
+        link = ShmLink.create(slots=256, slot_bytes=REAL_SLOT_BYTES)
+        where = link.names
+    else:
+        ports = (UdpPort.bind("127.0.0.1"), UdpPort.bind("127.0.0.1"))
+        ports[0].connect(ports[1].address)
+        ports[1].connect(ports[0].address)
+        where = ports                       # inherited across fork, one per rank
     try:
         for rank in range(nodes):
             parent_end, child_end = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_child, args=(rank, nodes, link.names, hosts, program, args, config, child_end),
-                            daemon=True)
+            p = ctx.Process(target=_child, args=(rank, nodes, (transport, where), hosts, program, args, config,
+                                                 child_end), daemon=True)
             p.start()
             child_end.close()
             procs.append(p)
@@ -76,5 +91,8 @@ def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, n
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
-        link.unlink()        # before close: close forgets the doorbell FIFOs' paths
-        link.close()
+        if link is not None:
+            link.unlink()        # before close: close forgets the doorbell FIFOs' paths
+            link.close()
+        for p in ports:
+            p.close()

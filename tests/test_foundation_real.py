@@ -5,6 +5,7 @@ host. Every run is bounded by `run_real_spmd`'s timeout so a failure cannot hang
 """
 from __future__ import annotations
 
+import errno
 import json
 
 import pytest
@@ -110,3 +111,20 @@ def test_same_script_same_bytes_in_modeled_and_real_mode():
     assert modeled[1] == MESSAGES
     assert modeled[0] == [reply_to(m) for m in MESSAGES]
     assert real == modeled
+
+
+def test_real_pingpong_over_udp_between_processes():
+    """The same DP ping-pong with each frame a UDP datagram on loopback (how hosts are joined)."""
+    results, stats = run_real_spmd(libdp.pingpong, [1, 1500], 30, timeout=TIMEOUT, transport="udp")
+    rows = results[0]
+    assert [r["size"] for r in rows] == [1, 1500]
+    assert all(r["rtt_us"] > 0 for r in rows)
+    assert results[1]["echoed"] >= 2 * (30 + 10)
+    for node in ("node0", "node1"):
+        assert stats[node]["eth0"]["rx_frames"] >= 2 * 30
+
+
+def test_real_mode_refuses_an_unknown_transport():
+    with pytest.raises(OSError) as e:
+        run_real_spmd(libdp.pingpong, [1], 1, transport="carrier-pigeon")
+    assert e.value.errno == errno.EINVAL
