@@ -156,8 +156,17 @@ class ModuleTable:
         return rec.state
 
     def modprobe(self, name: str, **params):
+        """Load `name` after its dependencies. Loaded already: fine, unless `params` ask
+        for values other than those it runs with (EEXIST: rmmod it first)."""
         if name in self._loaded:
-            return self._loaded[name].state
+            rec = self._loaded[name]
+            for k, v in params.items():
+                if k not in rec.module.params:
+                    raise OSError(errno.EINVAL, f"{name}: unknown parameter {k}")
+                if rec.module.params[k].check(name, k, v) != rec.params[k]:
+                    raise OSError(errno.EEXIST, f"module {name} is already loaded with {k}={rec.params[k]!r}; "
+                                                "rmmod it to load it with other parameters")
+            return rec.state
         mod = find_module(name)
         for dep in mod.depends:
             self.modprobe(dep)

@@ -63,6 +63,17 @@ def _sole(group: BaseExceptionGroup) -> BaseException:
     return leaves[0] if len(leaves) == 1 else group
 
 
+def boot_modules(node, driver: str, load=()) -> None:
+    """Load the NIC driver, DP, then the extras; ``load`` may give any of them parameters."""
+    specs = [parse_load(s) if isinstance(s, str) else tuple(s) for s in load]
+    given = {name: params for name, params in specs}
+    for name in (driver, "dp"):
+        node.modules.modprobe(name, **given.pop(name, {}))
+    for name, params in specs:
+        if name in given:
+            node.modules.modprobe(name, **params)
+
+
 class Cluster:
     def __init__(self, nodes: int = 2, platform: str | None = None, nic: str | None = None, params=(),
                  seed: int = 0, load=()):
@@ -84,11 +95,7 @@ class Cluster:
             devices.append(self.nic.make_device(n))
         self.medium = self.nic.connect(self.engine, self.profile, devices, random.Random(seed))
         for n in self.nodes:
-            n.modules.modprobe(self.nic.MODULE.name)
-            n.modules.modprobe("dp")
-            for spec in load:
-                name, mparams = parse_load(spec) if isinstance(spec, str) else spec
-                n.modules.modprobe(name, **mparams)
+            boot_modules(n, self.nic.MODULE.name, load)
 
     @classmethod
     def real_node(cls, nid: int, hosts: dict, port, platform: str | None = None, nic: str | None = None,
@@ -103,11 +110,7 @@ class Cluster:
         port.attach(dev)
         port.settle = node.engine.run
         node.real_ports.append(port)
-        node.modules.modprobe(pkg.MODULE.name)
-        node.modules.modprobe("dp")
-        for spec in load:
-            name, mparams = parse_load(spec) if isinstance(spec, str) else spec
-            node.modules.modprobe(name, **mparams)
+        boot_modules(node, pkg.MODULE.name, load)
         return node
 
     def node(self, nid: int) -> Node:
