@@ -7,6 +7,8 @@
     dp profile [NAME]      the platform profile's values and their sources
     dp modules             every available kernel module
     dp modinfo NAME        one module's description, parameters and sources
+    dp am-pingpong         Active Messages round trip, 1..4 words (TB2, SP thin node)
+    dp am-bandwidth        Active Messages store/get bandwidth, r-infinity and n-half
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import sys
 from kernelsim import available_modules, available_profiles, find_module, load_profile
 from libdp import _bench
 from libdp._cluster import Cluster, build_profile, resolve_platform
+from protocols.am import cli as am_cli
 
 __all__ = ["main"]
 
@@ -81,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("modules", help="list every available kernel module")
     p = sub.add_parser("modinfo", help="show a module's description, parameters and sources")
     p.add_argument("name")
+    am_cli.add_commands(sub)
     return parser
 
 
@@ -204,6 +208,8 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command in am_cli.COMMANDS:
+            return am_cli.run_command(args)
         if args.command == "pingpong":
             return _run_bench(args, _bench.pingpong, "pingpong")
         if args.command == "bandwidth":

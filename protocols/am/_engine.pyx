@@ -1,0 +1,354 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""SP AM's per-packet machinery: the packet header, and both ends of a sequenced channel.
+
+Every packet SP AM sends is one TB2 packet: 32 bytes of header, up to 224 of data
+(SP-A22). The TB2 header carries destination, route, length and the link-level
+protocol id; its 16 user bytes carry AM's header, so the data part is all payload --
+a request's argument words, or 224 bytes of a bulk transfer:
+
+    0  kind | flags     kind in the low 4 bits; FIRST/LAST chunk of a transfer, reply channel
+    1  handler          index into the receiving endpoint's handler table
+    2  seq              this message's sequence number on its channel (a chunk's packets share it)
+    3  ack_req          next request-channel seq the sender expects from us (piggybacked ack)
+    4  ack_rep          next reply-channel seq the sender expects from us
+    5  idx              packet index inside its chunk (0..npkts-1)
+    6  npkts            packets in the chunk (1..36)
+    7  tail             data bytes of the chunk's last packet (the others carry 224)
+    8  addr  (u32)      bulk: where this packet's data goes at the receiver; keep-alive: the
+                        sender's next request and reply sequence numbers
+    12 arg   (u32)      bulk: the handler's argument (last chunk) or the transfer's end address
+
+Sequence numbers are 8 bits: a window is at most 76 messages (SP-A28), well under half
+the space, so "ahead of", "behind" and "the one expected" are never ambiguous.
+
+A channel is one direction of one kind of traffic between two nodes: requests (window
+75 packets) or replies (window 76). `TxChannel` is the sender's side: the unacknowledged
+messages in sequence order (the sender keeps them, SP-C05), the window in packets (a
+chunk counts all its packets, SP-C06), cumulative acks, and the go-back point a NACK
+sets. `RxChannel` is the receiver's: the sequence number it expects, the chunk being
+assembled (a bitmap of the packets already placed by their offsets, so duplicates and
+reordering inside a chunk are harmless), how many packets it has accepted but not yet
+acknowledged (the explicit-ack threshold, a quarter window), and whether it has already
+NACKed the current gap (one NACK per gap, so a lost packet in front of a 36-packet chunk
+costs one go-back, not 36).
+"""
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+# -- packet kinds and flags --------------------------------------------------------------
+K_REQ = 1          # request, 0..4 argument words                      request channel
+K_REP = 2          # reply, 0..4 argument words                        reply channel
+K_STORE = 3        # one packet of a chunk of an am_store              request channel
+K_GETREQ = 4       # am_get's request: remote address, bytes, local address  request channel
+K_GETDATA = 5      # one packet of a chunk answering an am_get         reply channel
+K_ACK = 6          # explicit acknowledgement (both channels)          unsequenced
+K_NACK = 7         # "I expect seq": go back to it                     unsequenced
+K_KEEPALIVE = 8    # "I have sent up to addr": forces NACKs (SP-C08)   unsequenced
+K_REJECT = 9       # seq refers to memory outside my segments (EFAULT) unsequenced
+K_NOP = 10         # a cancelled message: keeps its sequence number     either channel
+KIND_MAX = 10
+F_FIRST = 0x10
+F_LAST = 0x20
+F_REPCH = 0x40     # NACK/REJECT/NOP: about the reply channel
+FLAG_MASK = 0x70
+KIND_MASK = 0x0F
+
+AM_HDR = 16
+PKT_DATA = 224
+MAX_CHUNK = 64     # bound of the chunk bitmap (the protocol uses 36, SP-A26)
+MAX_WORDS = 4      # SP-A34
+
+# parse() results: 0 is a well-formed header
+MAL_KIND = 1
+MAL_LENGTH = 2
+MAL_OFFSET = 3
+MAL_SHORT = 4
+MALFORMED_NAMES = ("", "bad_kind", "bad_length", "bad_offset", "short_header")
+
+# RxChannel.where()
+HERE = 0
+AHEAD = 1
+BEHIND = 2
+# RxChannel.take()
+PART = 0
+COMPLETE = 1
+DUP = 2
+BAD = 3
+
+cdef inline unsigned int _rd32(const unsigned char[::1] b, Py_ssize_t i):
+    return (<unsigned int> b[i] << 24) | (<unsigned int> b[i + 1] << 16) | (<unsigned int> b[i + 2] << 8) | b[i + 3]
+
+
+cpdef bytes pack(int kindflags, int handler, int seq, int ack_req, int ack_rep, int idx, int npkts, int tail,
+                 unsigned int addr, unsigned int arg):
+    """The 16 header bytes, big-endian as they travel."""
+    cdef unsigned char b[16]
+    b[0] = kindflags & 0xFF
+    b[1] = handler & 0xFF
+    b[2] = seq & 0xFF
+    b[3] = ack_req & 0xFF
+    b[4] = ack_rep & 0xFF
+    b[5] = idx & 0xFF
+    b[6] = npkts & 0xFF
+    b[7] = tail & 0xFF
+    b[8] = (addr >> 24) & 0xFF
+    b[9] = (addr >> 16) & 0xFF
+    b[10] = (addr >> 8) & 0xFF
+    b[11] = addr & 0xFF
+    b[12] = (arg >> 24) & 0xFF
+    b[13] = (arg >> 16) & 0xFF
+    b[14] = (arg >> 8) & 0xFF
+    b[15] = arg & 0xFF
+    return PyBytes_FromStringAndSize(<char*> b, 16)
+
+
+cpdef tuple words(const unsigned char[::1] data):
+    """The argument words of a short message (big-endian u32s)."""
+    cdef Py_ssize_t n = data.shape[0] // 4, i
+    cdef list out = []
+    for i in range(n):
+        out.append(_rd32(data, 4 * i))
+    return tuple(out)
+
+
+cdef class Header:
+    """One parsed header; an endpoint reuses a single instance for every packet."""
+    cdef public int kind, flags, handler, seq, ack_req, ack_rep, idx, npkts, tail, dlen
+    cdef public unsigned int addr, arg
+    cdef public long long chunk_base, chunk_len, end   # bulk: the chunk's range and the transfer's end
+
+    cpdef int parse(self, const unsigned char[::1] user, Py_ssize_t dlen, int max_chunk=36):
+        """Decode and check a header against the packet's data length; 0 or a MAL_* code.
+
+        Only structure is checked here (what no correct sender can produce); whether the
+        addresses are the receiver's to write is the endpoint's business.
+        """
+        cdef int k
+        if user.shape[0] < AM_HDR:
+            return MAL_SHORT
+        k = user[0] & KIND_MASK
+        self.kind = k
+        self.flags = user[0] & 0xF0
+        self.handler = user[1]
+        self.seq = user[2]
+        self.ack_req = user[3]
+        self.ack_rep = user[4]
+        self.idx = user[5]
+        self.npkts = user[6]
+        self.tail = user[7]
+        self.addr = _rd32(user, 8)
+        self.arg = _rd32(user, 12)
+        self.dlen = <int> dlen
+        if k < 1 or k > KIND_MAX or self.flags & 0x80:
+            return MAL_KIND
+        if k == K_STORE or k == K_GETDATA:
+            return self._bulk(dlen, max_chunk)
+        if self.idx != 0 or self.npkts != 1:
+            return MAL_OFFSET
+        if k == K_REQ or k == K_REP:
+            if dlen % 4 or dlen > 4 * MAX_WORDS:
+                return MAL_LENGTH
+        elif k == K_GETREQ:
+            if dlen != 12:
+                return MAL_LENGTH
+        elif dlen != 0:
+            return MAL_LENGTH
+        return 0
+
+    cdef int _bulk(self, Py_ssize_t dlen, int max_chunk):
+        cdef long long want
+        if self.npkts < 1 or self.npkts > max_chunk or self.idx >= self.npkts:
+            return MAL_OFFSET
+        if self.tail > PKT_DATA or (self.npkts > 1 and self.tail == 0):
+            return MAL_LENGTH
+        want = PKT_DATA if self.idx < self.npkts - 1 else self.tail
+        if dlen != want:
+            return MAL_LENGTH
+        self.chunk_base = <long long> self.addr - <long long> self.idx * PKT_DATA
+        if self.chunk_base < 0:
+            return MAL_OFFSET
+        self.chunk_len = <long long> (self.npkts - 1) * PKT_DATA + self.tail
+        if self.flags & F_LAST:
+            self.end = self.chunk_base + self.chunk_len
+        else:
+            self.end = self.arg
+            if self.end < self.chunk_base + self.chunk_len:
+                return MAL_OFFSET
+        if self.end > 0xFFFFFFFF:
+            return MAL_OFFSET
+        return 0
+
+
+cdef class Msg:
+    """One sequenced message as its sender keeps it until acknowledged: a short message
+    (its data kept), a chunk of a bulk transfer (its source read again on every send,
+    so a retransmission needs no copy), a get request, or a NOP placeholder."""
+    cdef public int seq, kind, flags, handler, npkts, tail, sends
+    cdef public unsigned int addr, arg
+    cdef public object data          # short: the argument bytes; bulk: a callable(off, n) -> bytes
+    cdef public long long src_off    # bulk: this chunk's offset in the transfer
+    cdef public object xfer          # the Transfer a chunk or get request belongs to
+
+    def __init__(self, int kind, int flags=0, int handler=0, object data=b"", int npkts=1, int tail=0,
+                 unsigned int addr=0, unsigned int arg=0, long long src_off=0, object xfer=None):
+        self.seq = -1
+        self.kind = kind
+        self.flags = flags
+        self.handler = handler
+        self.data = data
+        self.npkts = npkts
+        self.tail = tail
+        self.addr = addr
+        self.arg = arg
+        self.src_off = src_off
+        self.xfer = xfer
+        self.sends = 0
+
+    def __repr__(self):
+        return f"<Msg kind={self.kind} seq={self.seq} npkts={self.npkts} sends={self.sends}>"
+
+
+cdef class TxChannel:
+    """The sending end of one channel to one node."""
+    cdef public int window, next_seq, inflight, resend
+    cdef public list unacked          # Msg, oldest first; unacked[resend:] are still to be (re)sent
+    cdef public object pending        # collections.deque of Msg not yet given a sequence number
+    cdef public long long retransmitted, goback
+
+    def __init__(self, int window, pending):
+        self.window = window
+        self.next_seq = 0
+        self.inflight = 0
+        self.resend = 0
+        self.unacked = []
+        self.pending = pending
+        self.retransmitted = 0
+        self.goback = 0
+
+    cpdef bint can_send(self, int npkts):
+        return self.inflight + npkts <= self.window
+
+    cpdef assign(self, Msg m):
+        """Give `m` the next sequence number; it is now in the window (sent or not)."""
+        m.seq = self.next_seq
+        self.next_seq = (self.next_seq + 1) & 0xFF
+        self.unacked.append(m)
+        self.inflight += m.npkts
+
+    cpdef list ack(self, int cum):
+        """Cumulative ack: the receiver expects `cum` next. The messages it releases.
+
+        An ack outside [oldest unacked, next seq] is stale (a duplicate or a reordered
+        old packet) and is ignored."""
+        cdef Py_ssize_t n, i
+        cdef Msg m
+        cdef list done
+        if not self.unacked:
+            return []
+        m = <Msg> self.unacked[0]
+        n = (cum - m.seq) & 0xFF
+        if n == 0 or n > len(self.unacked):
+            return []
+        done = self.unacked[:n]
+        del self.unacked[:n]
+        for i in range(n):
+            self.inflight -= (<Msg> done[i]).npkts
+        self.resend = self.resend - n if self.resend > n else 0
+        return done
+
+    cpdef int go_back(self, int seq):
+        """A NACK for `seq`: everything before it arrived; resend from it on.
+
+        Returns 1 if the channel went back, 0 if there was nothing to resend or the
+        go-back is already pending (a second NACK for the same gap)."""
+        cdef Msg m
+        if not self.unacked:
+            return 0
+        m = <Msg> self.unacked[0]
+        if m.seq != seq or self.resend == 0:
+            return 0
+        self.resend = 0
+        self.goback += 1
+        return 1
+
+    cpdef int index(self, int seq):
+        cdef Py_ssize_t i
+        for i in range(len(self.unacked)):
+            if (<Msg> self.unacked[i]).seq == seq:
+                return <int> i
+        return -1
+
+    cpdef int nop(self, Msg m):
+        """Turn an unacked message into a one-packet NOP that keeps its sequence number."""
+        self.inflight -= m.npkts - 1
+        m.kind = K_NOP
+        m.flags = F_REPCH if m.flags & F_REPCH else 0
+        m.npkts = 1
+        m.tail = 0
+        m.data = b""
+        return 0
+
+
+cdef class RxChannel:
+    """The receiving end of one channel from one node."""
+    cdef public int expected, unacked, threshold, chunk_npkts, chunk_got
+    cdef public bint nacked, ack_owed
+    cdef unsigned long long bits
+    cdef public long long accepted, duplicates, ahead
+
+    def __init__(self, int threshold):
+        self.expected = 0
+        self.unacked = 0
+        self.threshold = threshold
+        self.chunk_npkts = 0
+        self.chunk_got = 0
+        self.bits = 0
+        self.nacked = False
+        self.ack_owed = False
+        self.accepted = 0
+        self.duplicates = 0
+        self.ahead = 0
+
+    cpdef int where(self, int seq):
+        cdef int d = (seq - self.expected) & 0xFF
+        if d == 0:
+            return HERE
+        if d < 128:
+            self.ahead += 1
+            return AHEAD
+        self.duplicates += 1
+        return BEHIND
+
+    cpdef int take(self, int idx, int npkts):
+        """A packet of the expected message: place it by its index in the chunk."""
+        cdef unsigned long long bit
+        if self.chunk_npkts == 0:
+            self.chunk_npkts = npkts
+            self.chunk_got = 0
+            self.bits = 0
+        elif npkts != self.chunk_npkts:
+            return BAD
+        bit = (<unsigned long long> 1) << idx
+        if self.bits & bit:
+            self.duplicates += 1
+            return DUP
+        self.bits |= bit
+        self.chunk_got += 1
+        self.nacked = False
+        return COMPLETE if self.chunk_got == npkts else PART
+
+    cpdef advance(self, int npkts):
+        """The expected message is complete (or consumed): expect the next."""
+        self.expected = (self.expected + 1) & 0xFF
+        self.chunk_npkts = 0
+        self.chunk_got = 0
+        self.bits = 0
+        self.nacked = False
+        self.unacked += npkts
+        self.accepted += 1
+        if self.unacked >= self.threshold:
+            self.ack_owed = True
+
+    cpdef acked(self):
+        """What we accepted has just been acknowledged (piggybacked or explicit)."""
+        self.unacked = 0
+        self.ack_owed = False

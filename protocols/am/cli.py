@@ -1,0 +1,237 @@
+"""``dp am-pingpong`` and ``dp am-bandwidth``: the SP AM paper's figures, modeled.
+
+    dp am-pingpong  [--sizes 1,2,3,4] [--iters 1000] [--param KEY=VALUE ...] [--seed N] [--stats] [--json]
+    dp am-bandwidth [--op store|get] [--mode async|blocking] [--sizes 16,...,1048576] [--total 1048576]
+                    [--iters MAX_TRANSFERS] [--param KEY=VALUE ...] [--seed N] [--stats] [--json]
+
+``--param`` overrides a platform-profile value (``--param pci.write_s=2e-6``) or, with
+the ``am.`` prefix, a parameter of the am module (``--param am.keepalive_polls=100``);
+``--load am:key=value,...`` does the latter too. `add_commands` adds both subcommands
+to the ``dp`` parser; `run_command` runs one.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import sys
+
+__all__ = ["add_commands", "run_command", "COMMANDS"]
+
+COMMANDS = ("am-pingpong", "am-bandwidth")
+
+
+def _ints(text: str, what: str, lo: int, hi: int | None = None) -> list[int]:
+    try:
+        vals = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} are comma-separated whole numbers, not {text!r}") from None
+    if not vals or any(v < lo or (hi is not None and v > hi) for v in vals):
+        span = f"{lo}..{hi}" if hi is not None else f"at least {lo}"
+        raise argparse.ArgumentTypeError(f"{what} must be {span}")
+    return vals
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return v
+
+
+def _common(p) -> None:
+    p.add_argument("--platform", default=None, help="platform profile (default: the TB2's, sp_thin)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a profile value, or an am module parameter as am.KEY=VALUE (repeatable)")
+    p.add_argument("--load", action="append", default=[], metavar="NAME[:key=value,...]",
+                   help="load a module into every node (am is always loaded; am:key=value sets its parameters)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the modeled run (default: 0)")
+    p.add_argument("--stats", action="store_true", help="print the counters of AM, the FIFOs, adapters and switch")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+
+
+def add_commands(subparsers) -> None:
+    """Add ``am-pingpong`` and ``am-bandwidth`` to the ``dp`` command's subparsers."""
+    p = subparsers.add_parser("am-pingpong", help="SP AM round trip: am_request_M / am_reply_M (SP-B01)",
+                              description="SP Active Messages ping-pong on two modeled SP thin nodes: rank 0's "
+                                          "am_request_M runs a handler on rank 1 that answers with am_reply_M.")
+    p.add_argument("--sizes", "--words", dest="sizes", default=None,
+                   type=lambda t: _ints(t, "argument word counts", 1, 4),
+                   help="argument words per message, comma-separated (1..4; default 1,2,3,4)")
+    p.add_argument("--iters", type=_positive, default=None, help="round trips per word count (default 1000)")
+    _common(p)
+    p = subparsers.add_parser("am-bandwidth", help="SP AM bulk bandwidth, am_store/am_get (SP-B08)",
+                              description="SP AM bandwidth as the paper measured it: N bytes moved as ceil(N/n) "
+                                          "transfers of n bytes; prints r_inf and the half-power point n_1/2. "
+                                          "MB = 10^6 bytes.")
+    p.add_argument("--op", choices=("store", "get"), default="store")
+    p.add_argument("--mode", choices=("async", "blocking"), default="async",
+                   help="async: am_store_async / am_get issued back to back; blocking: am_store, or am_get "
+                        "waiting for its handler, one at a time")
+    p.add_argument("--sizes", default=None, type=lambda t: _ints(t, "transfer sizes", 1),
+                   help="transfer sizes n in bytes (default: 16, 32, ..., 1048576)")
+    p.add_argument("--total", type=_positive, default=None, help="N: bytes moved per size (default 1048576)")
+    p.add_argument("--iters", type=_positive, default=None,
+                   help="at most this many transfers per size (default: all ceil(N/n), as the paper)")
+    _common(p)
+
+
+def _split_params(items):
+    """Profile overrides, and am module parameters (``am.KEY=VALUE``)."""
+    from kernelsim import parse_param
+    profile, module = [], {}
+    for item in items:
+        key, value = parse_param(item)
+        if key.startswith("am."):
+            module[key[3:]] = value
+        else:
+            profile.append((key, value))
+    return profile, module
+
+
+def _cluster(args):
+    from libdp._cluster import Cluster, parse_load
+    profile_params, am_params = _split_params(args.param)
+    load = []
+    for spec in args.load:
+        name, mparams = parse_load(spec)
+        if name == "am":
+            am_params.update(mparams)
+        else:
+            load.append((name, mparams))
+    load.append(("am", am_params))
+    cluster = Cluster(nodes=2, platform=args.platform, nic="tb2", params=profile_params, seed=args.seed, load=load)
+    return cluster, am_params
+
+
+def _header_doc(args, cluster, am_params, kind):
+    prof = cluster.profile
+    return {"benchmark": kind, "time": "modeled", "platform": prof.name, "nic": "tb2", "seed": args.seed,
+            "params": prof.as_dict(), "overrides": dict(prof.overrides),
+            "am_params": cluster.nodes[0].modules.lsmod()[-1]["params"] if cluster.nodes else {},
+            "am_overrides": dict(am_params)}
+
+
+def _emit(args, doc, stats, print_table) -> int:
+    if args.stats:
+        doc["stats"] = stats
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1, default=str)
+        sys.stdout.write("\n")
+        return 0
+    print_table()
+    if args.stats:
+        print("# statistics")
+        _print_tree(stats, "#   ")
+    return 0
+
+
+def _print_tree(d, indent) -> None:
+    for k, v in d.items():
+        if isinstance(v, dict):
+            print(f"{indent}{k}:")
+            _print_tree(v, indent + "  ")
+        else:
+            print(f"{indent}{k}: {v}")
+
+
+def _overrides(doc) -> str:
+    over = [f"{k}={v}" for k, v in doc["overrides"].items()] + [f"am.{k}={v}" for k, v in doc["am_overrides"].items()]
+    return ("; " + ", ".join(over)) if over else ""
+
+
+def _pingpong(args) -> int:
+    from protocols.am.bench import PAPER_RTT_US, am_pingpong_program
+    cluster, am_params = _cluster(args)
+    words = args.sizes or [1, 2, 3, 4]
+    iters = args.iters or 1000
+    results = cluster.run_spmd(am_pingpong_program, tuple(words), iters)
+    rows = results[0]
+    if rows:
+        rows[-1].pop("am_stats", None)
+    doc = _header_doc(args, cluster, am_params, "am-pingpong")
+    doc.update(iters=iters, results=rows, paper_rtt_us={"words": 1, "rtt_us": PAPER_RTT_US, "source": "SP-B01"})
+
+    def table():
+        print(f"# SP AM ping-pong (am_request_M / am_reply_M, polling): {doc['platform']} + tb2, modeled time, "
+              f"{iters} round trips per row{_overrides(doc)}")
+        print(f"# paper (SP-B01): {PAPER_RTT_US} us one-word round trip")
+        print(f"# {'Words':<8}{'One-way (us)':>14}{'RTT (us)':>12}")
+        for r in rows:
+            print(f"{r['words']:<10}{r['one_way_us']:>14.2f}{r['rtt_us']:>12.2f}")
+
+    return _emit(args, doc, cluster.stats(), table)
+
+
+def _bandwidth(args) -> int:
+    from protocols.am.bench import (DEFAULT_BW_SIZES, DEFAULT_TOTAL, PAPER_R_INF, am_bandwidth_program,
+                                    summarize)
+    cluster, am_params = _cluster(args)
+    sizes = args.sizes or [n for n in DEFAULT_BW_SIZES]
+    total = args.total or DEFAULT_TOTAL
+    if max(sizes) > total:
+        raise OSError(errno.EINVAL, f"a transfer size ({max(sizes)}) cannot exceed --total ({total})")
+    def progress(row):                              # a long run says how far it is
+        print(f"# {row['size']} B: {row['mbytes_per_s']:.2f} MB/s", file=sys.stderr, flush=True)
+
+    results = cluster.run_spmd(am_bandwidth_program, args.op, args.mode, tuple(sizes), total, args.iters, True,
+                               progress if sys.stderr.isatty() else None)
+    rows = results[0]
+    if rows:
+        rows[-1].pop("am_stats", None)
+    r_inf, n_half = summarize(rows)
+    doc = _header_doc(args, cluster, am_params, "am-bandwidth")
+    doc.update(op=args.op, mode=args.mode, total_bytes=total, max_transfers=args.iters, results=rows,
+               r_inf_mbytes_per_s=r_inf, n_half_bytes=n_half,
+               paper_r_inf_mbytes_per_s={"value": PAPER_R_INF, "source": "SP-B08"})
+    call = {("store", "async"): "am_store_async, pipelined", ("store", "blocking"): "am_store, one at a time",
+            ("get", "async"): "am_get, pipelined", ("get", "blocking"): "am_get, one at a time"}[(args.op, args.mode)]
+
+    def table():
+        cap = f", at most {args.iters} transfers per size" if args.iters else ""
+        print(f"# SP AM bandwidth ({call}): {doc['platform']} + tb2, modeled time, N = {total} bytes as "
+              f"ceil(N/n) transfers of n bytes{cap}{_overrides(doc)}")
+        print(f"# paper (SP-B08): r_inf = {PAPER_R_INF} MB/s (MB = 10^6 bytes)")
+        print(f"# {'Size':<10}{'Bandwidth (MB/s)':>18}{'Transfers':>11}")
+        for r in rows:
+            print(f"{r['size']:<12}{r['mbytes_per_s']:>18.2f}{r['transfers']:>11}")
+        nh = f"{n_half:.0f} bytes" if n_half is not None else "not reached"
+        print(f"# r_inf = {r_inf:.2f} MB/s (largest transfer), n_1/2 = {nh}")
+
+    return _emit(args, doc, cluster.stats(), table)
+
+
+def run_command(args) -> int:
+    """Run ``am-pingpong`` or ``am-bandwidth`` from parsed arguments; the exit status."""
+    try:
+        if args.command == "am-pingpong":
+            return _pingpong(args)
+        if args.command == "am-bandwidth":
+            return _bandwidth(args)
+        print(f"dp: unknown AM command {args.command!r}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"dp: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"dp: {exc}", file=sys.stderr)
+        return 1
+
+
+def main(argv=None) -> int:
+    """``python -m protocols.am.cli am-pingpong ...`` until ``dp`` carries the commands."""
+    parser = argparse.ArgumentParser(prog="dp")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_commands(sub)
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    return run_command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""SP AM over a faulty switch, and bad packets: reliable, ordered, exactly-once delivery
+with loss, corruption, duplication and reordering; malformed AM packets dropped and
+counted; arbitrary bytes at the receive entry point never raise; the keep-alive
+recovers a lost last packet and gives up on a node that is gone."""
+from __future__ import annotations
+
+import errno
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from libdp import Cluster
+from libdp.am import AM
+from protocols.am import AM_PROTO
+from protocols.am import _engine as E
+from protocols.am.stress import run_stress
+
+H_SINK, H_ECHO, H_REPLY = 1, 2, 3
+
+
+def test_ten_thousand_messages_under_faults_arrive_exactly_once_in_order_intact():
+    """4 nodes, each sending to the next two: 10,000 requests (1-4 words, every third
+    answered), stores of 0 B .. 100 KB (log-uniform sizes, 4 MB in all to fit the test
+    budget; ``python -m protocols.am.stress`` runs the unbounded one) and gets, with 1%
+    loss, 1% corruption, 1% duplication and 1% reordering on the switch. Every handler
+    checks order, count and contents as it runs."""
+    out = run_stress(nodes=4, messages=10_000, max_store=102_400, seed=1, max_bytes=4_000_000, deadline_s=10.0)
+    assert out["ok"], (out["errors"], out["missing"])
+    assert out["messages"] == 10_000
+    f = out["faults"]
+    assert min(f["lost"], f["corrupted"], f["duplicated"], f["reordered"]) > 500
+    am = out["am"]
+    assert am["retransmitted_packets"] > 1000 and am["gobacks"] > 100
+    assert am["nacks_sent"] > 100 and am["nacks_received"] > 100 and am["keepalives_sent"] > 0
+    assert am["duplicates"] > 0 and am["out_of_order"] > 0
+    ad = out["adapters"]                  # the adapters' CRC caught them (a closed card counts them as disabled)
+    assert f["corrupted"] - ad["rx_disabled"] <= ad["rx_crc_errors"] <= f["corrupted"]
+    assert sum(out["malformed"].values()) == 0
+    assert am["handlers_run"] >= 10_000
+
+
+@pytest.mark.parametrize("seed,loss,dup,reorder", [(2, 0.03, 0.0, 0.0), (3, 0.0, 0.05, 0.05), (4, 0.02, 0.02, 0.1)])
+def test_other_seeds_and_harsher_switches(seed, loss, dup, reorder):
+    out = run_stress(nodes=3, messages=600, max_store=30_000, seed=seed, loss=loss, corrupt=loss, duplicate=dup,
+                     reorder=reorder, max_bytes=600_000, deadline_s=10.0)
+    assert out["ok"], (out["errors"], out["missing"])
+
+
+# ---------------------------------------------------------------------- malformed packets
+
+
+def wire_cluster():
+    c = Cluster(nodes=2, nic="tb2", load=["am"])
+    a, b = AM.open_sync(c.process(0)), AM.open_sync(c.process(1))
+    return c, a, b
+
+
+def inject(c, am, dest, user, data=b"", proto=AM_PROTO):
+    """Put a hand-made packet on the wire from `am`'s node (through its FIFOs)."""
+    c.nodes[am.nid].run_now(am.ep.uf.send_path(dest, data, proto=proto, user=user))
+
+
+def test_malformed_packets_are_dropped_and_counted_and_traffic_goes_on():
+    c, a, b = wire_cluster()
+    seen = []
+    b.set_handler(H_SINK, lambda tok, *x: seen.append(x))
+    hdr = E.pack
+    bad = [
+        ("bad_kind", hdr(0, H_SINK, 0, 0, 0, 0, 1, 0, 0, 0), b"\0\0\0\1"),
+        ("bad_kind", hdr(15, H_SINK, 0, 0, 0, 0, 1, 0, 0, 0), b""),
+        ("bad_length", hdr(E.K_REQ, H_SINK, 0, 0, 0, 0, 1, 0, 0, 0), b"\0\0\0"),          # not whole words
+        ("bad_length", hdr(E.K_REQ, H_SINK, 0, 0, 0, 0, 1, 0, 0, 0), bytes(20)),         # five words
+        ("bad_length", hdr(E.K_GETREQ, 0, 0, 0, 0, 0, 1, 0, 0, 0), bytes(8)),
+        ("bad_length", hdr(E.K_STORE, H_SINK, 0, 0, 0, 0, 2, 10, 0x1000, 0x2000), bytes(100)),  # not 224
+        ("bad_offset", hdr(E.K_STORE, H_SINK, 0, 0, 0, 5, 2, 10, 0x1000, 0x2000), bytes(10)),   # idx >= npkts
+        ("bad_offset", hdr(E.K_STORE, H_SINK, 0, 0, 0, 0, 0, 10, 0x1000, 0x2000), bytes(10)),  # no packets
+        ("bad_offset", hdr(E.K_STORE, H_SINK, 0, 0, 0, 0, 40, 10, 0x1000, 0x2000), bytes(224)), # > 36
+        ("bad_offset", hdr(E.K_STORE, H_SINK, 0, 0, 0, 2, 4, 10, 0x100, 0x2000), bytes(224)),  # before address 0
+        ("bad_offset", hdr(E.K_STORE, H_SINK, 0, 0, 0, 0, 2, 10, 0x1000, 0x1000), bytes(224)), # end before chunk
+        ("bad_offset", hdr(E.K_GETDATA, 0, 0, 0, 0, 0, 1, 4, 0x1000, 0), bytes(4)),          # no get asked
+        ("bad_offset", hdr(E.K_REQ, H_SINK, 0, 0, 0, 1, 1, 0, 0, 0), bytes(4)),
+        ("bad_proto", hdr(E.K_REQ, H_SINK, 0, 0, 0, 0, 1, 0, 0, 0), bytes(4)),
+    ]
+    for name, user, data in bad:
+        inject(c, a, 1, user, data, proto=0x1234 if name == "bad_proto" else AM_PROTO)
+    # An unregistered handler: its sequence number is consumed (or the channel would
+    # stall), the message dropped and counted.
+    inject(c, a, 1, hdr(E.K_REQ, 200, 0, 0, 0, 0, 1, 0, 0, 0), bytes(4))
+    c.engine.run(c.engine.now + 1e-3)
+    b.sync.am_poll()
+    want = {}
+    for name, _u, _d in bad:
+        want[name] = want.get(name, 0) + 1
+    want["bad_handler"] = 1
+    got = {k: v for k, v in b.stats()["malformed"].items() if v}
+    assert got == want
+    assert seen == []
+    # The channel from node 0 is intact: its next real request (seq 1) arrives.
+    a.ep.peers[1].tx_req.next_seq = 1
+    a.sync.am_request_2(1, H_SINK, 7, 8)
+    b.sync.poll_until(lambda: seen)
+    assert seen == [(7, 8)]
+
+
+def test_a_short_user_header_is_counted_not_raised():
+    c, a, b = wire_cluster()
+    n = b.ep.malformed["short_header"]
+    c.nodes[1].run_now(b.ep.rx_packet_path(0, AM_PROTO, b"\x01\x02", b""))
+    assert b.ep.malformed["short_header"] == n + 1
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(src=st.integers(-3, 70000), proto=st.sampled_from([AM_PROTO, 0, 0x88B5, 0xFFFF]),
+       user=st.binary(max_size=20), data=st.binary(max_size=230))
+def test_random_bytes_at_the_receive_entry_point_never_raise(src, proto, user, data):
+    c, a, b = RANDOM_CLUSTER
+    node = c.nodes[1]
+    node.run_now(b.ep.rx_packet_path(src, proto, user, data))
+    node.run_now(b.ep.poll_path(raise_errors=False))           # and what it queued can be sent
+
+
+RANDOM_CLUSTER = None
+
+
+def setup_module(_module):
+    global RANDOM_CLUSTER
+    c, a, b = wire_cluster()
+    b.segment(4096)
+    b.set_handler(H_SINK, lambda tok, *x: None)
+    RANDOM_CLUSTER = (c, a, b)
+
+
+# ---------------------------------------------------------------------------- keep-alive
+
+
+def test_keepalive_recovers_a_lost_last_packet():
+    """Nothing follows the lost request, so no gap shows: only the keep-alive (SP-C08),
+    after ``keepalive_polls`` unsuccessful polls, brings the NACK that resends it."""
+    c, a, b = wire_cluster()
+    faults = c.medium.faults
+    got = []
+    b.set_handler(H_ECHO, lambda tok, x: tok.reply(H_REPLY, x))
+    a.set_handler(H_REPLY, lambda tok, x: got.append(x))
+    faults.loss, faults.active = 1.0, True
+    a.sync.am_request_1(1, H_ECHO, 5)
+    c.engine.run(c.engine.now + 50e-6)                # it crosses the switch: lost
+    faults.loss, faults.active = 0.0, False
+    import trio
+
+    t0 = c.engine.now
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(b.poll_until, lambda: b.stats()["handlers_run"] == 1)
+            await a.poll_until(lambda: got)
+    c.run(main)
+    waited = c.engine.now - t0
+    assert got == [5]
+    st_a, st_b = a.stats(), b.stats()
+    assert st_a["keepalives_sent"] >= 1 and st_b["nacks_sent"] >= 1 and st_a["retransmitted_packets"] == 1
+    assert waited >= 500 * 1.3e-6                     # the timeout is 500 polls of an empty network
+
+
+def test_a_node_that_is_gone_ends_in_etimedout():
+    c = Cluster(nodes=2, nic="tb2", load=[("am", {"keepalive_polls": "50", "max_keepalives": "3"})])
+    a = AM.open_sync(c.process(0))                    # node 1 never opens its endpoint
+    a.sync.am_request_1(1, H_SINK, 1)
+    with pytest.raises(OSError) as e:
+        a.sync.poll_until(lambda: False)
+    assert e.value.errno == errno.ETIMEDOUT
+    assert a.stats()["keepalives_sent"] == 3
