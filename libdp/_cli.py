@@ -19,37 +19,22 @@ import sys
 
 from kernelsim import available_modules, available_profiles, find_module, load_profile
 from libdp import _bench
+from libdp._argtypes import int_list, positive_int
 from libdp._cluster import Cluster, build_profile, resolve_platform
-from protocols.am import cli as am_cli
+from libdp import _am_cli as am_cli
 
 __all__ = ["main"]
 
 
 def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"sizes are comma-separated byte counts, not {text!r}") from None
-    if not sizes or any(s < 0 for s in sizes):
-        raise argparse.ArgumentTypeError("sizes must be non-negative byte counts")
-    return sizes
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return v
+    return int_list(text, "sizes", 0)
 
 
 def _bench_parser(sub, name, help_text, default_sizes):
     p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--sizes", type=_sizes, default=None,
                    help=f"comma-separated message sizes in bytes (default: {','.join(map(str, default_sizes))})")
-    p.add_argument("--iters", type=_positive, default=None,
+    p.add_argument("--iters", type=positive_int, default=None,
                    help="iterations (ping-pong) or messages (bandwidth) per size (default: 1000, as DP-A08)")
     p.add_argument("--platform", default=None,
                    help=f"platform profile ({', '.join(available_profiles())}; default: the NIC's, else p133)")

@@ -14,7 +14,7 @@ from libdp import Cluster
 from libdp.am import AM
 from protocols.am import AM_PROTO
 from protocols.am import _engine as E
-from protocols.am.stress import run_stress
+from libdp.am_stress import run_stress
 
 H_SINK, H_ECHO, H_REPLY = 1, 2, 3
 
@@ -22,7 +22,7 @@ H_SINK, H_ECHO, H_REPLY = 1, 2, 3
 def test_ten_thousand_messages_under_faults_arrive_exactly_once_in_order_intact():
     """4 nodes, each sending to the next two: 10,000 requests (1-4 words, every third
     answered), stores of 0 B .. 100 KB (log-uniform sizes, 4 MB in all to fit the test
-    budget; ``python -m protocols.am.stress`` runs the unbounded one) and gets, with 1%
+    budget; ``python -m libdp.am_stress`` runs the unbounded one) and gets, with 1%
     loss, 1% corruption, 1% duplication and 1% reordering on the switch. Every handler
     checks order, count and contents as it runs."""
     out = run_stress(nodes=4, messages=10_000, max_store=102_400, seed=1, max_bytes=4_000_000, deadline_s=10.0)

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from libdp import Cluster
-from protocols.am import cli
-from protocols.am.bench import PAPER_R_INF, PAPER_RTT_US, am_bandwidth, am_pingpong, summarize
+from libdp import _am_cli as cli
+from libdp._am_bench import PAPER_R_INF, PAPER_RTT_US, am_bandwidth, am_pingpong, summarize
 
 ITERS = 200                     # a multiple of the lazy-pop interval
 

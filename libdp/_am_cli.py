@@ -16,30 +16,11 @@ import errno
 import json
 import sys
 
+from libdp._argtypes import int_list, positive_int
+
 __all__ = ["add_commands", "run_command", "COMMANDS"]
 
 COMMANDS = ("am-pingpong", "am-bandwidth")
-
-
-def _ints(text: str, what: str, lo: int, hi: int | None = None) -> list[int]:
-    try:
-        vals = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{what} are comma-separated whole numbers, not {text!r}") from None
-    if not vals or any(v < lo or (hi is not None and v > hi) for v in vals):
-        span = f"{lo}..{hi}" if hi is not None else f"at least {lo}"
-        raise argparse.ArgumentTypeError(f"{what} must be {span}")
-    return vals
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return v
 
 
 def _common(p) -> None:
@@ -59,9 +40,9 @@ def add_commands(subparsers) -> None:
                               description="SP Active Messages ping-pong on two modeled SP thin nodes: rank 0's "
                                           "am_request_M runs a handler on rank 1 that answers with am_reply_M.")
     p.add_argument("--sizes", "--words", dest="sizes", default=None,
-                   type=lambda t: _ints(t, "argument word counts", 1, 4),
+                   type=lambda t: int_list(t, "argument word counts", 1, 4),
                    help="argument words per message, comma-separated (1..4; default 1,2,3,4)")
-    p.add_argument("--iters", type=_positive, default=None, help="round trips per word count (default 1000)")
+    p.add_argument("--iters", type=positive_int, default=None, help="round trips per word count (default 1000)")
     _common(p)
     p = subparsers.add_parser("am-bandwidth", help="SP AM bulk bandwidth, am_store/am_get (SP-B08)",
                               description="SP AM bandwidth as the paper measured it: N bytes moved as ceil(N/n) "
@@ -71,10 +52,10 @@ def add_commands(subparsers) -> None:
     p.add_argument("--mode", choices=("async", "blocking"), default="async",
                    help="async: am_store_async / am_get issued back to back; blocking: am_store, or am_get "
                         "waiting for its handler, one at a time")
-    p.add_argument("--sizes", default=None, type=lambda t: _ints(t, "transfer sizes", 1),
+    p.add_argument("--sizes", default=None, type=lambda t: int_list(t, "transfer sizes", 1),
                    help="transfer sizes n in bytes (default: 16, 32, ..., 1048576)")
-    p.add_argument("--total", type=_positive, default=None, help="N: bytes moved per size (default 1048576)")
-    p.add_argument("--iters", type=_positive, default=None,
+    p.add_argument("--total", type=positive_int, default=None, help="N: bytes moved per size (default 1048576)")
+    p.add_argument("--iters", type=positive_int, default=None,
                    help="at most this many transfers per size (default: all ceil(N/n), as the paper)")
     _common(p)
 
@@ -144,7 +125,7 @@ def _overrides(doc) -> str:
 
 
 def _pingpong(args) -> int:
-    from protocols.am.bench import PAPER_RTT_US, am_pingpong_program
+    from libdp._am_bench import PAPER_RTT_US, am_pingpong_program
     cluster, am_params = _cluster(args)
     words = args.sizes or [1, 2, 3, 4]
     iters = args.iters or 1000
@@ -167,7 +148,7 @@ def _pingpong(args) -> int:
 
 
 def _bandwidth(args) -> int:
-    from protocols.am.bench import (DEFAULT_BW_SIZES, DEFAULT_TOTAL, PAPER_R_INF, am_bandwidth_program,
+    from libdp._am_bench import (DEFAULT_BW_SIZES, DEFAULT_TOTAL, PAPER_R_INF, am_bandwidth_program,
                                     summarize)
     cluster, am_params = _cluster(args)
     sizes = args.sizes or [n for n in DEFAULT_BW_SIZES]

@@ -1,6 +1,6 @@
 """SP AM under a faulty switch: everything arrives exactly once, in order, intact.
 
-    python -m protocols.am.stress [--nodes 4] [--messages 10000] [--max-store 102400] [--dist uniform]
+    python -m libdp.am_stress [--nodes 4] [--messages 10000] [--max-store 102400] [--dist uniform]
                                   [--loss 0.01] [--corrupt 0.01] [--duplicate 0.01] [--reorder 0.01]
                                   [--max-bytes N] [--seed 1] [--json]
 
@@ -258,7 +258,7 @@ def run_stress(nodes=4, messages=10_000, max_store=102_400, seed=1, loss=0.01, c
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m protocols.am.stress", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m libdp.am_stress", description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--messages", type=int, default=10_000)
     ap.add_argument("--max-store", type=int, default=102_400)
