@@ -200,19 +200,3 @@ def run_command(args) -> int:
     except ValueError as exc:
         print(f"dp: {exc}", file=sys.stderr)
         return 1
-
-
-def main(argv=None) -> int:
-    """``python -m protocols.am.cli am-pingpong ...`` until ``dp`` carries the commands."""
-    parser = argparse.ArgumentParser(prog="dp")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    add_commands(sub)
-    args = parser.parse_args(argv)
-    if not args.command:
-        parser.print_help()
-        return 2
-    return run_command(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
