@@ -11,7 +11,6 @@ to the ``dp`` parser; `run_command` runs one.
 """
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import sys
