@@ -274,7 +274,7 @@ cdef class Dec21140:
                                for w in range(3))
                 self._filter.add(mac)
         self._tx_complete(d, des1)
-        self._tx_advance(d)
+        self._tx_advance(d, self.engine.now)
 
     def _tx_loaded(self, Py_ssize_t d):
         """The frame is in the FIFO (store and forward): put it on the wire."""
@@ -286,7 +286,7 @@ cdef class Dec21140:
             # Multi-descriptor frames are not used by our driver; refuse them loudly.
             self.mem.wr32(d, TDES0_ES)
             self._raise(TI if des1 & TDES1_IC else 0)
-            self._tx_advance(d)
+            self._tx_advance(d, self.engine.now)
             return
         frame = self.mem.read(buf, length)
         if length < ETH_MIN_FRAME:
@@ -297,10 +297,7 @@ cdef class Dec21140:
         # The FIFO holds one frame beyond the one on the wire: fetch the next one as
         # this one starts, complete this one when its last bit has left.
         self.engine.at(end, self._tx_wire_done, d)
-        self.engine.at(start, self._tx_next, d)
-
-    def _tx_next(self, Py_ssize_t d):
-        self._tx_advance(d)
+        self._tx_advance(d, start)
 
     def _tx_wire_done(self, Py_ssize_t d):
         cdef unsigned int des1 = self.mem.rd32(d + 4)
@@ -311,13 +308,13 @@ cdef class Dec21140:
         if des1 & TDES1_IC:
             self._raise(TI)
 
-    cdef _tx_advance(self, Py_ssize_t d):
+    cdef _tx_advance(self, Py_ssize_t d, double t):
+        """Step to the next descriptor and fetch it, starting at time `t`."""
         cdef unsigned int des1 = self.mem.rd32(d + 4)
         self.tx_cur = self._next_desc(d, des1, TDES1_TER, TDES1_TCH, self.csr[4])
-        self.tx_state = TS_SUSPENDED
         self.tx_pending_kick = False
         self.tx_state = TS_FETCHING
-        self.engine.after(self.dma_time(16), self._tx_fetched, None)
+        self.engine.at(t + self.dma_time(16), self._tx_fetched, None)
 
     # -- receive ring walker (the backend calls rx_frame at the frame's last bit) --------
 
