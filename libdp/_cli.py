@@ -79,12 +79,13 @@ def _variant(args, program, kind):
     if getattr(args, "raw", False):
         if args.nic != "tb2":
             raise OSError(errno.EINVAL, "--raw is the TB2's user-level FIFO ping-pong: use it with --nic tb2")
-        from nic_drivers.tb2.bench import raw_pingpong_program
+        from libdp._tb2_raw import raw_pingpong_program
         return raw_pingpong_program, (tuple(sizes or (0,)), iters), "raw TB2 FIFO pingpong", True
     if getattr(args, "pipeline", None):
         if args.nic != "myrinet":
             raise OSError(errno.EINVAL, "--pipeline is the EPOS bulk pipeline: use it with --nic myrinet")
-        from nic_drivers.myrinet.pipeline import BULK_SIZES, bulk_pingpong, parse_pipeline
+        from libdp._epos import BULK_SIZES, bulk_pingpong
+        from nic_drivers.myrinet.pipeline import parse_pipeline
         parse_pipeline(args.pipeline)
         return bulk_pingpong, (list(sizes or BULK_SIZES), args.iters or 10, args.pipeline), \
             f"EPOS pipeline ({args.pipeline}) bandwidth", False

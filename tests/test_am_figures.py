@@ -54,7 +54,7 @@ def test_more_words_cost_a_little_more(base):
 
 def test_am_costs_about_4us_above_the_raw_fifos(base):
     """SP-B04: SP AM is only about 4 µs above the raw FIFO round trip (46.6-47.0)."""
-    from nic_drivers.tb2 import raw_pingpong
+    from libdp._tb2_raw import raw_pingpong
     raw = raw_pingpong(Cluster(nodes=2, nic="tb2"), iters=ITERS)[0]["rtt_us"]
     assert 2.0 <= base[1] - raw <= 6.0
 

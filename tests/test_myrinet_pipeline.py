@@ -8,8 +8,8 @@ import random
 import pytest
 
 from libdp import Cluster
-from nic_drivers.myrinet.pipeline import (PacketSizeTable, bulk_bandwidth, bulk_pingpong, parse_pipeline,
-                                          run_op, run_op_sync)
+from libdp._epos import bulk_bandwidth, bulk_pingpong
+from nic_drivers.myrinet.pipeline import PacketSizeTable, parse_pipeline, run_op, run_op_sync
 
 ATHLON = "athlon550_lanai4"
 MB = 1 << 20

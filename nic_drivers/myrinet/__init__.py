@@ -9,10 +9,9 @@ from nic_drivers.myrinet._model import LanaiNI
 from nic_drivers.myrinet.driver import MyrinetNetDevice
 from nic_drivers.myrinet.fabric import MyrinetFabric
 from nic_drivers.myrinet.firmware import RX_MODES, DPFirmware, Firmware
-from nic_drivers.myrinet.pipeline import bulk_bandwidth, bulk_pingpong
 
 __all__ = ["LanaiNI", "MyrinetNetDevice", "MyrinetFabric", "Firmware", "DPFirmware", "MODULE", "LINK_KIND",
-           "DEFAULT_PLATFORM", "hwaddr_for", "make_device", "connect", "bulk_bandwidth", "bulk_pingpong"]
+           "DEFAULT_PLATFORM", "hwaddr_for", "make_device", "connect"]
 
 LINK_KIND = "myrinet"
 DEFAULT_PLATFORM = "ppro200_lanai4"

@@ -47,14 +47,12 @@ import struct
 from kernelsim import WouldBlock, run_blocking, run_blocking_sync
 from nic_drivers.myrinet.firmware import BULK_PROTO, CB_BULK_CONS, DESC_PIO, MYRI_TYPE_DP, ROUTE_MAX, TRAILER_FULL
 
-__all__ = ["BulkEngine", "PacketSizeTable", "parse_pipeline", "run_op", "run_op_sync", "bulk_pingpong",
-           "bulk_bandwidth", "BULK_SIZES", "BULK_HDR"]
+__all__ = ["BulkEngine", "PacketSizeTable", "parse_pipeline", "run_op", "run_op_sync", "BULK_HDR"]
 
 BULK_HDR = 16
 _HDR = struct.Struct(">IIIHH")          # message id, offset, total, source node, flags
 MAX_MESSAGE = 64 << 20          # a bulk message is at most 64 MiB (a header cannot make us allocate more)
 MAX_PARTIAL = 16                 # messages being reassembled at once; the oldest goes first
-BULK_SIZES = (1, 64, 255, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
 MASK32 = 0xFFFFFFFF
 
 
@@ -309,49 +307,3 @@ def bulk_device(node):
         if getattr(dev, "kind", None) == "myrinet" and getattr(dev, "bulk", None) is not None:
             return dev
     raise OSError(errno.ENODEV, f"node {node.nid}: no Myrinet device with bulk transfers")
-
-
-async def bulk_pingpong(dp, rank, size, sizes=BULK_SIZES, iters=10, pipeline="adaptive", warmup=2):
-    """Ranks 0 and 1 bounce a bulk message; one-way time is half the round trip.
-
-    A ``Cluster.run_spmd`` program: returns, on each of ranks 0 and 1, rows
-    ``{"size", "mbytes_per_s", "packet_bytes", "one_way_us", "path", "messages", "delivered"}``
-    (MB = 10^6 bytes; bulk transfers are flow-controlled, so every message is delivered).
-    """
-    if rank > 1 or size < 2:
-        return None
-    node = dp.node
-    eng = bulk_device(node).bulk
-    peer = 1 - rank
-    rows = []
-    for n in sizes:
-        data = bytes(n)
-        packet = eng.packet_size(n, pipeline)
-        t0 = node.engine.now
-        for i in range(warmup + iters):
-            if i == warmup:
-                t0 = node.engine.now
-            if rank == 0:
-                await run_op(node, eng.send_op(peer, data, pipeline))
-                await run_op(node, eng.recv_op())
-            else:
-                await run_op(node, eng.recv_op())
-                await run_op(node, eng.send_op(peer, data, pipeline))
-        one_way = (node.engine.now - t0) / iters / 2
-        rows.append({"size": n, "mbytes_per_s": n / one_way / 1e6, "packet_bytes": packet,
-                     "one_way_us": one_way * 1e6, "path": "pio" if n < eng.pio_threshold else "pipeline",
-                     "messages": iters, "delivered": iters})
-    return rows
-
-
-def bulk_bandwidth(sizes=BULK_SIZES, iters=10, pipeline="adaptive", platform=None, params=(), seed=0,
-                   cluster=None):
-    """Rows of the EPOS pipeline's bandwidth between two nodes over Myrinet.
-
-    ``[{"size": n, "mbytes_per_s": x, "packet_bytes": p, "one_way_us": t, "path": ...}]``
-    """
-    if cluster is None:
-        from libdp import Cluster
-        cluster = Cluster(nodes=2, platform=platform, nic="myrinet", params=params, seed=seed)
-    parse_pipeline(pipeline)
-    return cluster.run_spmd(bulk_pingpong, list(sizes), iters, pipeline)[0]

@@ -1,13 +1,6 @@
 """IBM SP switch adapter "TB2": device model (`_model`), SP switch (`switch`), kernel
-driver (`driver`), user-level FIFOs (`fifos`) and the raw FIFO ping-pong (`bench`).
-
-    python -m nic_drivers.tb2 --iters 1000     # the raw ping-pong of SP-B03, modeled
-
-From a script::
-
-    from libdp import Cluster
-    from nic_drivers.tb2 import raw_pingpong
-    rows = raw_pingpong(Cluster(nodes=2, nic="tb2"), iters=1000)   # unloads dp first
+driver (`driver`) and the user-level FIFOs (`fifos`) that SP AM and the raw ping-pong
+(``dp pingpong --nic tb2 --raw``, `libdp._tb2_raw`) are built on.
 """
 from __future__ import annotations
 
@@ -15,14 +8,12 @@ import errno
 
 from kernelsim import Module, Param
 from nic_drivers.tb2._model import Tb2Adapter
-from nic_drivers.tb2.bench import raw_pingpong, raw_pingpong_program
 from nic_drivers.tb2.driver import Tb2NetDevice
 from nic_drivers.tb2.fifos import DEFAULT_POP_EVERY, Packet, UserFifos, open_fifos
 from nic_drivers.tb2.switch import Tb2Switch
 
 __all__ = ["Tb2Adapter", "Tb2NetDevice", "Tb2Switch", "UserFifos", "Packet", "MODULE", "LINK_KIND",
-           "DEFAULT_PLATFORM", "hwaddr_for", "make_device", "connect", "check_profile", "open_fifos",
-           "raw_pingpong", "raw_pingpong_program"]
+           "DEFAULT_PLATFORM", "hwaddr_for", "make_device", "connect", "check_profile", "open_fifos"]
 
 LINK_KIND = "tb2"
 DEFAULT_PLATFORM = "sp_thin"
