@@ -299,6 +299,8 @@ class Node:
         out = {"cpu": self.cpu.stats(), "irq": self.irq.stats(), "mem_in_use_bytes": self.mem.in_use()}
         for name, dev in self.netdevs.items():
             out[name] = dev.stats()
+        for i, port in enumerate(self.real_ports):
+            out[f"real_port{i}"] = port.stats()
         for name, svc in self.services.items():
             if hasattr(svc, "stats"):
                 out[name] = svc.stats()

@@ -16,6 +16,7 @@ BANDWIDTH_EP = 0x4200
 HANDSHAKE_TIMEOUT_S = 0.05
 END_MARK_RETRY_S = 200e-6      # a lost end mark costs at most this much of the measured time
 PING_RETRY_S = 0.01            # lossy media: a ping whose echo has not come by then is sent again
+END_MARK = b"\x01"             # data messages are zeros; hellos of the handshake are empty
 ECHO_IDLE_S = 0.2              # the echo side stops after this long without a ping
 FAULT_KEYS = ("fault.loss", "fault.corrupt", "fault.duplicate", "fault.reorder")
 
@@ -131,8 +132,8 @@ async def _echo(dp, fd, count) -> int:
 async def bandwidth(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=0):
     """One-way streaming: `iters` messages per size, then an end mark until acknowledged.
 
-    The receiver counts what arrived (DP may drop when a pool is full) and returns the
-    byte count in its acknowledgement; bandwidth is delivered bytes over the time from
+    The receiver counts what arrived (DP may drop when a pool is full) until the end
+    mark and returns the byte count in its acknowledgement; bandwidth is delivered bytes over the time from
     the first write to the acknowledgement, MB = 10^6 bytes.
     """
     if rank > 1:
@@ -151,7 +152,7 @@ async def bandwidth(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=0):
             for _ in range(iters):
                 await dp.dp_write(fd, msg)
             while True:
-                await dp.dp_write(fd, b"")                  # the end mark
+                await dp.dp_write(fd, END_MARK)
                 with trio.move_on_after(END_MARK_RETRY_S) as scope:
                     ack = await dp.dp_read(fd, 16)
                 if not scope.cancelled_caught:
@@ -164,9 +165,9 @@ async def bandwidth(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=0):
             got = 0
             while True:
                 m = await dp.dp_read(fd, n)
-                if not m:
+                if m == END_MARK:
                     break
-                got += len(m)
+                got += len(m)                               # a late empty hello adds nothing
             while True:                                     # acknowledge every end mark seen
                 await dp.dp_write(fd, got.to_bytes(8, "big"))
                 with trio.move_on_after(HANDSHAKE_TIMEOUT_S * 2) as scope:

@@ -2,7 +2,7 @@
 
     dp pingpong [--sizes 1,64,1500] [--iters N] [--platform NAME] [--nic NAME]
                 [--param KEY=VALUE ...] [--load NAME[:k=v,...] ...] [--seed N]
-                [--stats] [--json] [--real]
+                [--stats] [--json] [--real [--transport shm|udp|packet]]
     dp bandwidth   (same options)
     dp profile [NAME]      the platform profile's values and their sources
     dp modules             every available kernel module
@@ -48,8 +48,10 @@ def _bench_parser(sub, name, help_text, default_sizes):
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     p.add_argument("--real", action="store_true",
                    help="real time: one OS process per node, frames on a real transport, wall-clock figures")
-    p.add_argument("--transport", choices=("shm", "udp"), default="shm",
-                   help="with --real: shared-memory rings between processes, or UDP on loopback (default: shm)")
+    p.add_argument("--transport", choices=("shm", "udp", "packet"), default="shm",
+                   help="with --real: shared-memory rings between processes, UDP on loopback, or raw Ethernet "
+                        "frames (AF_PACKET) on a veth pair between network namespaces (root, --nic dec21140) "
+                        "(default: shm)")
     return p
 
 
