@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 
+from kernelsim._node import WouldBlock
 from kernelsim._waits import WaitQueue
 
 __all__ = ["NetDevice", "PciDevice"]
@@ -29,6 +30,7 @@ class NetDevice:
     link_header_bytes = 0       # bytes the driver's link header takes at the buffer start
     max_payload = 0             # largest protocol payload one frame carries
     kind = "link"               # "ether", "atm", "myrinet", "tb2": which NART address applies
+    irq_line = -1
 
     def __init__(self, node, name: str, hwaddr):
         self.node = node
@@ -43,6 +45,42 @@ class NetDevice:
         self.tx_frames = 0
         self.tx_bytes = 0
         self.tx_busy = 0
+        self._allocs: list[int] = []
+
+    # -- what a driver takes in open() and gives back in stop() ---------------------------
+
+    def alloc(self, nbytes: int, align: int = 16) -> int:
+        """Physical memory for rings and buffers, given back by `release_resources`."""
+        a = self.node.mem.alloc(nbytes, align)
+        self._allocs.append(a)
+        return a
+
+    def take_irq(self) -> None:
+        """A free interrupt line for this device, its handler the driver's `interrupt_path`."""
+        self.irq_line = self.node.irq.free_line()
+        self.node.irq.request_irq(self.irq_line, self.interrupt_path, self.name)
+
+    def set_irq(self, level: bool) -> None:
+        """The device's interrupt pin (device models call this as their IRQ sink)."""
+        if self.irq_line >= 0:
+            self.node.irq.set_level(self.irq_line, level)
+
+    def release_resources(self) -> None:
+        """Give back the IRQ line and every allocation, newest first (idempotent)."""
+        if self.irq_line >= 0:
+            self.node.irq.set_level(self.irq_line, False)
+            self.node.irq.free_irq(self.irq_line, self.name)
+            self.irq_line = -1
+        while self._allocs:
+            self.node.mem.release(self._allocs.pop())
+
+    def ring_reserve(self) -> int:
+        """For drivers that send from a ring of `ntx` host buffers (`tx_bufs`, counted by
+        `cur_tx` and `dirty_tx`): the next free buffer, or WouldBlock when the ring is full."""
+        if self.cur_tx - self.dirty_tx >= self.ntx:
+            self.tx_busy += 1
+            raise WouldBlock(self.tx_space, f"{self.name}: transmit ring full")
+        return self.tx_bufs[self.cur_tx % self.ntx]
 
     # -- protocol registration -------------------------------------------------------
 

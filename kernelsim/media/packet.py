@@ -26,7 +26,7 @@ import fcntl
 import socket
 import struct
 
-from kernelsim.media._shmring import dgram_pending
+from kernelsim.media.real import SocketPort
 
 __all__ = ["PacketPort", "DP_ETHERTYPE", "ETH_HLEN"]
 
@@ -48,7 +48,7 @@ def _ifreq(sock: socket.socket, request: int, ifname: str) -> bytes:
     return fcntl.ioctl(sock.fileno(), request, req)
 
 
-class PacketPort:
+class PacketPort(SocketPort):
     """Ethernet frames of one EtherType on one interface, on a non-blocking raw socket.
 
     Built with :meth:`open`. ``max_frame`` is the interface MTU plus the Ethernet
@@ -56,19 +56,13 @@ class PacketPort:
     """
 
     def __init__(self, sock: socket.socket, ifname: str, ethertype: int):
-        sock.setblocking(False)
-        self._sock = sock
-        self._fd = sock.fileno()
+        super().__init__(sock)
         self.ifname = ifname
         self.ethertype = ethertype
         self.mtu = struct.unpack_from("i", _ifreq(sock, _SIOCGIFMTU, ifname), 16)[0]
         self.max_frame = self.mtu + ETH_HLEN
         self.hwaddr = _ifreq(sock, _SIOCGIFHWADDR, ifname)[18:24]
-        self._sent = 0
-        self._received = 0
-        self._dropped = 0
         self._outgoing = 0
-        self._truncated = 0
         self._kernel_drops = 0
 
     @classmethod
@@ -118,10 +112,6 @@ class PacketPort:
             sock.close()
             raise
 
-    @property
-    def socket(self) -> socket.socket:
-        return self._sock
-
     def send(self, frame) -> bool:
         """Transmit one whole Ethernet frame; False if it was dropped (queue full)."""
         try:
@@ -146,9 +136,9 @@ class PacketPort:
         A frame longer than buf is lost (datagram semantics) and ValueError is raised
         (counted in ``stats()['truncated']``).
         """
-        sock, fd = self._sock, self._fd
+        sock = self._sock
         while True:
-            if not dgram_pending(fd):               # the empty case without raising in Python
+            if not self.pending():                  # the empty case without raising in Python
                 return -1
             try:
                 n, addr = sock.recvfrom_into(buf, 0, _MSG_TRUNC)
@@ -163,22 +153,6 @@ class PacketPort:
             self._received += 1
             return n
 
-    def pending(self) -> bool:
-        return dgram_pending(self._fd)
-
-    def fileno(self) -> int:
-        return self._fd
-
-    def prepare_to_sleep(self) -> bool:
-        # The socket is itself the doorbell: the kernel makes it readable.
-        return True
-
-    def cancel_sleep(self) -> None:
-        pass
-
-    def drain(self) -> None:
-        pass
-
     def stats(self) -> dict:
         """Counters; ``rx_dropped_kernel`` are frames the kernel dropped because this
         socket's receive buffer was full (PACKET_STATISTICS)."""
@@ -187,23 +161,7 @@ class PacketPort:
             self._kernel_drops += drops
         except OSError:
             pass
-        return {
-            "sent": self._sent,
-            "received": self._received,
-            "dropped": self._dropped,
-            "truncated": self._truncated,
-            "own_skipped": self._outgoing,
-            "rx_dropped_kernel": self._kernel_drops,
-        }
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        return {**super().stats(), "own_skipped": self._outgoing, "rx_dropped_kernel": self._kernel_drops}
 
     def __repr__(self):
         return f"<PacketPort {self.ifname} type={self.ethertype:#06x} mtu={self.mtu}>"

@@ -36,6 +36,7 @@ import trio
 from kernelsim.media._shmring import ShmRing, dgram_pending, dgram_recv_into
 
 __all__ = [
+    "SocketPort",
     "ShmRing",
     "ShmLink",
     "ShmEnd",
@@ -197,7 +198,53 @@ class ShmLink:
 # ---------------------------------------------------------------- UDP
 
 
-class UdpPort:
+class SocketPort:
+    """What every datagram-socket transport shares: a non-blocking socket that is its own
+    doorbell (the kernel makes it readable), counters, close. Subclasses send and receive."""
+
+    def __init__(self, sock: socket.socket):
+        sock.setblocking(False)
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._sent = 0
+        self._received = 0
+        self._dropped = 0
+        self._truncated = 0
+
+    @property
+    def socket(self) -> socket.socket:
+        return self._sock
+
+    def pending(self) -> bool:
+        return dgram_pending(self._fd)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def prepare_to_sleep(self) -> bool:
+        return True
+
+    def cancel_sleep(self) -> None:
+        pass
+
+    def drain(self) -> None:
+        pass
+
+    def stats(self) -> dict:
+        return {"sent": self._sent, "received": self._received, "dropped": self._dropped,
+                "truncated": self._truncated}
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class UdpPort(SocketPort):
     """Frames as UDP datagrams on a non-blocking socket (one frame per datagram).
 
     Built with :meth:`bind`.  ``send`` needs :meth:`connect` first;
@@ -209,14 +256,8 @@ class UdpPort:
     max_frame = 65507  # IPv4 UDP payload limit
 
     def __init__(self, sock: socket.socket):
-        sock.setblocking(False)
-        self._sock = sock
-        self._fd = sock.fileno()
+        super().__init__(sock)
         self._peer = None
-        self._sent = 0
-        self._received = 0
-        self._dropped = 0
-        self._truncated = 0
 
     @classmethod
     def bind(cls, host: str = "127.0.0.1", port: int = 0, *,
@@ -241,9 +282,6 @@ class UdpPort:
     def peer(self):
         return self._peer
 
-    @property
-    def socket(self) -> socket.socket:
-        return self._sock
 
     def connect(self, peer_address) -> None:
         self._sock.connect(tuple(peer_address))
@@ -297,39 +335,6 @@ class UdpPort:
             return -1, None
         self._received += 1
         return n, addr
-
-    def pending(self) -> bool:
-        return dgram_pending(self._fd)
-
-    def fileno(self) -> int:
-        return self._fd
-
-    def prepare_to_sleep(self) -> bool:
-        # The socket fd is itself the doorbell: the kernel makes it readable.
-        return True
-
-    def cancel_sleep(self) -> None:
-        pass
-
-    def drain(self) -> None:
-        pass
-
-    def stats(self) -> dict:
-        return {
-            "sent": self._sent,
-            "received": self._received,
-            "dropped": self._dropped,
-            "truncated": self._truncated,
-        }
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         try:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import errno
 
-from kernelsim import NetDevice, WouldBlock
+from kernelsim import NetDevice
 
 from nic_drivers.atm import _model as hw
 
@@ -78,11 +78,9 @@ class AtmNetDevice(NetDevice):
         self.cur_tx = self.dirty_tx = 0
         self.cur_rx = 0
         self.cmd_next = 0
-        self.irq_line = -1
         self.tx_errors = 0
         self.rx_joined = 0
         self.rx_gathered = 0
-        self._allocs: list[int] = []
         self.vcs_in: list = []
         self.vcs_out: list = []
 
@@ -98,9 +96,8 @@ class AtmNetDevice(NetDevice):
                                          f"(boot status {bstat:#010x})")
             self._geometry()
             self._alloc_queues()
-            self.irq_line = self.node.irq.free_line()
-            self.node.irq.request_irq(self.irq_line, self.interrupt_path, self.name)
-            dev.irq_sink = self._set_irq
+            self.take_irq()
+            dev.irq_sink = self.set_irq
             self._init_queues()
             dev.reg_write(hw.REG_IMASK, 1)
             for magn in (0, 1):
@@ -130,28 +127,23 @@ class AtmNetDevice(NetDevice):
         if self.nlarge < need - 1 or (self.mtu > self.small_bytes and self.nlarge == 0):
             raise OSError(errno.EINVAL, f"{self.name}: no large receive buffers for PDUs over {self.small_bytes} bytes")
 
-    def _alloc(self, n: int, align: int = 16) -> int:
-        a = self.node.mem.alloc(n, align)
-        self._allocs.append(a)
-        return a
-
     def _alloc_queues(self) -> None:
-        self.tpds = self._alloc(hw.TPD_BYTES * self.ntx, 32)
-        self.tx_status = self._alloc(4 * self.ntx)
-        self.tx_bufs = [self._alloc(self.mtu) for _ in range(self.ntx)]
-        self.rpds = self._alloc(RPD_STRIDE * self.nrx, 32)
-        self.rx_status = self._alloc(4 * self.nrx)
-        self.cmd_status = self._alloc(4 * self.ncmd)
-        self.rbd_blocks = [[self._alloc(hw.RBD_BYTES * self.block, 32) for _ in range(self.nbsq)]
+        self.tpds = self.alloc(hw.TPD_BYTES * self.ntx, 32)
+        self.tx_status = self.alloc(4 * self.ntx)
+        self.tx_bufs = [self.alloc(self.mtu) for _ in range(self.ntx)]
+        self.rpds = self.alloc(RPD_STRIDE * self.nrx, 32)
+        self.rx_status = self.alloc(4 * self.nrx)
+        self.cmd_status = self.alloc(4 * self.ncmd)
+        self.rbd_blocks = [[self.alloc(hw.RBD_BYTES * self.block, 32) for _ in range(self.nbsq)]
                            for _magn in (0, 1)]
-        self.bsq_status = [self._alloc(4 * self.nbsq), self._alloc(4 * self.nbsq)]
+        self.bsq_status = [self.alloc(4 * self.nbsq), self.alloc(4 * self.nbsq)]
         self.bsq_head = [0, 0]
-        self.small = [self._alloc(self.small_bytes) for _ in range(self.nsmall)]
+        self.small = [self.alloc(self.small_bytes) for _ in range(self.nsmall)]
         # Every large buffer keeps small_bytes of headroom in front of what the card is
         # given, so a PDU split small + large can be joined by copying the small part.
-        self.large = [self._alloc(self.small_bytes + self.large_bytes) + self.small_bytes
+        self.large = [self.alloc(self.small_bytes + self.large_bytes) + self.small_bytes
                       for _ in range(self.nlarge)]
-        self.bounce = self._alloc(self.mtu)
+        self.bounce = self.alloc(self.mtu)
         self.free_bufs = [list(range(self.nsmall)), [LARGE_HANDLE | j for j in range(self.nlarge)]]
         # Freed buffers go back a block at a time (fewer PIO writes), or half a pool if
         # the pool is smaller than two blocks, so it can never starve the card.
@@ -213,9 +205,6 @@ class AtmNetDevice(NetDevice):
                                         f" VPI/VCI {vpi}/{vci} (it decodes VPI 0, VCI 0..{self.num_connect - 1})")
         (self.vcs_in if incoming else self.vcs_out).append((vpi, vci))
 
-    def _set_irq(self, level: bool) -> None:
-        self.node.irq.set_level(self.irq_line, level)
-
     def stop(self) -> None:
         """Stop the card (a reset closes every VC and forgets every buffer) and free what open took."""
         dev = self.dev
@@ -224,19 +213,11 @@ class AtmNetDevice(NetDevice):
         dev.irq_sink = None
         self.vcs_in.clear()
         self.vcs_out.clear()
-        if self.irq_line >= 0:
-            self.node.irq.free_irq(self.irq_line, self.name)
-            self.irq_line = -1
-        while self._allocs:
-            self.node.mem.release(self._allocs.pop())
+        self.release_resources()
 
     # -- transmit ----------------------------------------------------------------------
 
-    def tx_reserve(self) -> int:
-        if self.cur_tx - self.dirty_tx >= self.ntx:
-            self.tx_busy += 1
-            raise WouldBlock(self.tx_space, f"{self.name}: transmit queue full")
-        return self.tx_bufs[self.cur_tx % self.ntx]
+    tx_reserve = NetDevice.ring_reserve
 
     def write_link_header(self, addr: int, dst_hw, proto: int) -> None:
         vpi, vci = dst_hw

@@ -12,7 +12,7 @@ transmit reclaim. Failures unwind in reverse.
 """
 from __future__ import annotations
 
-from kernelsim import NetDevice, WouldBlock
+from kernelsim import NetDevice
 
 from nic_drivers.dec21140 import _model as hw
 
@@ -42,34 +42,31 @@ class TulipNetDevice(NetDevice):
         self.c_isr = c.cycles(p["drv.isr_cycles"])
         self.cur_tx = self.dirty_tx = 0
         self.cur_rx = 0
-        self.irq_line = -1
-        self._allocs: list[int] = []
 
     # -- open / stop (probe and unwind) ---------------------------------------------------
 
     def open(self) -> None:
         mem = self.node.mem
         try:
-            self.rx_ring = self._alloc(16 * self.nrx)
-            self.rx_bufs = [self._alloc(RX_BUF_BYTES) for _ in range(self.nrx)]
+            self.rx_ring = self.alloc(16 * self.nrx)
+            self.rx_bufs = [self.alloc(RX_BUF_BYTES) for _ in range(self.nrx)]
             for i, buf in enumerate(self.rx_bufs):
                 d = self.rx_ring + 16 * i
                 mem.wr32(d + 4, RX_BUF_BYTES | (hw.RDES1_RER if i == self.nrx - 1 else 0))
                 mem.wr32(d + 8, buf)
                 mem.wr32(d, hw.OWN)
-            self.tx_ring = self._alloc(16 * self.ntx)
-            self.tx_bufs = [self._alloc(RX_BUF_BYTES) for _ in range(self.ntx)]
+            self.tx_ring = self.alloc(16 * self.ntx)
+            self.tx_bufs = [self.alloc(RX_BUF_BYTES) for _ in range(self.ntx)]
             for i, buf in enumerate(self.tx_bufs):
                 d = self.tx_ring + 16 * i
                 mem.wr32(d + 4, hw.TDES1_TER if i == self.ntx - 1 else 0)
                 mem.wr32(d + 8, buf)
-            self.irq_line = self.node.irq.free_line()
-            self.node.irq.request_irq(self.irq_line, self.interrupt_path, self.name)
+            self.take_irq()
         except BaseException:
             self.stop()
             raise
         dev = self.dev
-        dev.irq_sink = self._set_irq
+        dev.irq_sink = self.set_irq
         dev.csr_write(0, (self.pbl & 0x3F) << 8)
         dev.csr_write(3, self.rx_ring)
         dev.csr_write(4, self.tx_ring)
@@ -93,31 +90,15 @@ class TulipNetDevice(NetDevice):
         self.cur_tx += 1
         self.dev.csr_write(1, 0)
 
-    def _set_irq(self, level: bool) -> None:
-        self.node.irq.set_level(self.irq_line, level)
-
-    def _alloc(self, n: int) -> int:
-        a = self.node.mem.alloc(n, 16)
-        self._allocs.append(a)
-        return a
-
     def stop(self) -> None:
         self.dev.csr_write(6, 0)
         self.dev.csr_write(7, 0)
         self.dev.irq_sink = None
-        if self.irq_line >= 0:
-            self.node.irq.free_irq(self.irq_line, self.name)
-            self.irq_line = -1
-        while self._allocs:
-            self.node.mem.release(self._allocs.pop())
+        self.release_resources()
 
     # -- transmit ----------------------------------------------------------------------
 
-    def tx_reserve(self) -> int:
-        if self.cur_tx - self.dirty_tx >= self.ntx:
-            self.tx_busy += 1
-            raise WouldBlock(self.tx_space, f"{self.name}: transmit ring full")
-        return self.tx_bufs[self.cur_tx % self.ntx]
+    tx_reserve = NetDevice.ring_reserve
 
     def write_link_header(self, addr: int, dst_hw: bytes, proto: int) -> None:
         self.node.mem.write(addr, dst_hw + self.hwaddr + proto.to_bytes(2, "big"))

@@ -81,9 +81,7 @@ class MyrinetNetDevice(NetDevice):
         self._rlen = 0
         self._tx_wait = 0
         self._owed = 0.0                 # CPU time of register writes made outside a path
-        self.irq_line = -1
         self.fw = None
-        self._allocs: list[int] = []
         self.bulk_tx_space = WaitQueue(node.engine)
         self.bulk_rx_space = WaitQueue(node.engine)
         self.rx_poll_space = WaitQueue(node.engine)
@@ -96,12 +94,11 @@ class MyrinetNetDevice(NetDevice):
     def open(self) -> None:
         node, dev = self.node, self.dev
         try:
-            self.tx_bufs = [self._alloc(dev.buffer_bytes, 64) for _ in range(self.ntx)]
-            self.rx_ring = self._alloc(self.nrx * self.slot_bytes, 64)
-            self.bulk_ring = self._alloc(self.nbulk * self.slot_bytes, 64) if self.nbulk else 0
-            self.txdone = self._alloc(64, 64)
-            self.irq_line = node.irq.free_line()
-            node.irq.request_irq(self.irq_line, self.interrupt_path, self.name)
+            self.tx_bufs = [self.alloc(dev.buffer_bytes, 64) for _ in range(self.ntx)]
+            self.rx_ring = self.alloc(self.nrx * self.slot_bytes, 64)
+            self.bulk_ring = self.alloc(self.nbulk * self.slot_bytes, 64) if self.nbulk else 0
+            self.txdone = self.alloc(64, 64)
+            self.take_irq()
             fw = DPFirmware(node.profile, self.ntx)
             dev.load_firmware(fw)
             self.fw = fw
@@ -117,7 +114,7 @@ class MyrinetNetDevice(NetDevice):
             # on port n, for every node of the cluster description.
             self.routes = {nid: bytes([0x80 | nid]) for nid, addrs in node.hosts.items()
                            if self.kind in addrs and isinstance(nid, int) and 0 <= nid < 0x80}
-        dev.irq_sink = self._set_irq
+        dev.irq_sink = self.set_irq
         dev.host_write_sink = self._host_write
         w = dev.pio_write32
         for off, value in ((CB_SEND_PROD, 0), (CB_RX_CONS, 0), (CB_BULK_CONS, 0), (CB_TX_WAIT, 0),
@@ -132,14 +129,6 @@ class MyrinetNetDevice(NetDevice):
         from nic_drivers.myrinet.pipeline import BulkEngine
         self.bulk = BulkEngine(self) if self.nbulk else None
 
-    def _alloc(self, n: int, align: int) -> int:
-        a = self.node.mem.alloc(n, align)
-        self._allocs.append(a)
-        return a
-
-    def _set_irq(self, level: bool) -> None:
-        self.node.irq.set_level(self.irq_line, level)
-
     def stop(self) -> None:
         dev = self.dev
         dev.csr_write(hw.REG_CTRL, 0)
@@ -149,11 +138,7 @@ class MyrinetNetDevice(NetDevice):
         if self.fw is not None and dev.firmware is self.fw:
             dev.unload_firmware()
         self.fw = None
-        if self.irq_line >= 0:
-            self.node.irq.free_irq(self.irq_line, self.name)
-            self.irq_line = -1
-        while self._allocs:
-            self.node.mem.release(self._allocs.pop())
+        self.release_resources()
         self.bulk = None
 
     # -- transmit ------------------------------------------------------------------------

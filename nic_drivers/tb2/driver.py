@@ -51,7 +51,6 @@ class Tb2NetDevice(NetDevice):
         self.c_isr = c.cycles(p["tb2.isr_cycles"])
         self.fifos: HostFifos | None = None
         self.user: UserFifos | None = None
-        self.irq_line = -1
         self._owed = 0.0            # a transmit-done read done in tx_reserve, paid at commit
 
     def __repr__(self):
@@ -78,15 +77,13 @@ class Tb2NetDevice(NetDevice):
         fifos = HostFifos(self.node, self.dev, self, self.pop_every)
         fifos.attach()                                  # EBUSY if anyone else holds the card
         try:
-            self.irq_line = self.node.irq.free_line()
-            self.node.irq.request_irq(self.irq_line, self.interrupt_path, self.name)
+            self.take_irq()
         except BaseException:
-            self.irq_line = -1
             fifos.detach()
             raise
         self.fifos = fifos
         dev = self.dev
-        dev.irq_sink = self._set_irq
+        dev.irq_sink = self.set_irq
         dev.on_tx_space = self.tx_space.wake
         dev.reg_write(hw.REG_INT_ENABLE, hw.INT_RX, 4)
 
@@ -96,19 +93,12 @@ class Tb2NetDevice(NetDevice):
             self.node.engine.cancel(self._holdoff_ev)
             self._holdoff_ev = -1
         dev.reg_write(hw.REG_INT_ENABLE, 0, 4)
-        if self.irq_line >= 0:
-            self.node.irq.set_level(self.irq_line, False)
-            self.node.irq.free_irq(self.irq_line, self.name)
-            self.irq_line = -1
+        self.release_resources()
         if self.fifos is not None:
             self.fifos.detach()
             self.fifos = None
         self._owed = 0.0
         self.tx_space.wake()
-
-    def _set_irq(self, level: bool) -> None:
-        if self.irq_line >= 0:
-            self.node.irq.set_level(self.irq_line, level)
 
     def stop(self) -> None:
         """Module unload: whatever is still up goes down."""
