@@ -21,6 +21,7 @@ cdef class Cpu:
     cdef readonly long long jobs_irq
     cdef readonly long long jobs_proc
     cdef readonly long long preemptions
+    cdef object _segment_done_cb      # the bound method, made once: no object per event
 
     cpdef submit(self, int level, object gen, object on_done)
     cdef _dispatch(self)

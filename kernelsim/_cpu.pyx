@@ -40,6 +40,7 @@ cdef class Cpu:
         self._running = None
         self._ev = -1
         self._in_real_run = False
+        self._segment_done_cb = self._segment_done
 
     cpdef submit(self, int level, object gen, object on_done):
         """Run path `gen` at `level`; call `on_done(value, exc)` when it returns or raises."""
@@ -131,7 +132,7 @@ cdef class Cpu:
         job.remaining = cost
         self._seg_start = self.engine.now
         self._seg_end = self.engine.now + cost
-        self._ev = self.engine.at(self._seg_end, self._segment_done, job)
+        self._ev = self.engine.at(self._seg_end, self._segment_done_cb, job)
 
     def _segment_done(self, _Job job):
         self._ev = -1

@@ -96,6 +96,7 @@ cdef class Dec21140:
     cdef set _filter                      # perfect filter: MACs loaded by a setup frame
     cdef set _rx_inflight                 # descriptors holding a frame not yet handed over
     cdef readonly bytes hwaddr
+    cdef object _tx_fetched_cb, _tx_loaded_cb, _tx_wire_done_cb, _rx_done_cb   # bound once
     # statistics
     cdef readonly long long tx_frames, rx_frames, rx_missed, rx_crc_errors, rx_too_long
     cdef readonly long long tx_bytes, rx_bytes, dma_bytes, irq_raised, rx_filtered
@@ -111,6 +112,10 @@ cdef class Dec21140:
         self.dma_setup = profile["pci.dma_setup_s"]
         self.burst_overhead = profile["pci.burst_overhead_s"]
         self.tx_poll_s = profile["nic.tx_poll_s"]
+        self._tx_fetched_cb = self._tx_fetched
+        self._tx_loaded_cb = self._tx_loaded
+        self._tx_wire_done_cb = self._tx_wire_done
+        self._rx_done_cb = self._rx_done
         self._reset()
 
     cdef _reset(self):
@@ -222,7 +227,7 @@ cdef class Dec21140:
             return
         if self.tx_state == TS_SUSPENDED:
             self.tx_state = TS_FETCHING
-            self.engine.after(self.tx_poll_s + self.dma_time(16), self._tx_fetched, None)
+            self.engine.after(self.tx_poll_s + self.dma_time(16), self._tx_fetched_cb, None)
         else:
             self.tx_pending_kick = True       # busy: look again when this frame is done
 
@@ -260,7 +265,7 @@ cdef class Dec21140:
         # Store and forward waits for the whole frame; otherwise the wire starts once
         # the FIFO holds the transmit threshold (128 bytes at 100 Mb/s).
         self.engine.after(self.dma_time(length if self.csr[6] & SF else min(length, 128)),
-                          self._tx_loaded, d)
+                          self._tx_loaded_cb, d)
 
     def _tx_setup_done(self, Py_ssize_t d):
         """Load the 16-entry perfect filter: each address in three longwords' low halves."""
@@ -296,7 +301,7 @@ cdef class Dec21140:
         self.tx_bytes += length
         # The FIFO holds one frame beyond the one on the wire: fetch the next one as
         # this one starts, complete this one when its last bit has left.
-        self.engine.at(end, self._tx_wire_done, d)
+        self.engine.at(end, self._tx_wire_done_cb, d)
         self._tx_advance(d, start)
 
     def _tx_wire_done(self, Py_ssize_t d):
@@ -314,7 +319,7 @@ cdef class Dec21140:
         self.tx_cur = self._next_desc(d, des1, TDES1_TER, TDES1_TCH, self.csr[4])
         self.tx_pending_kick = False
         self.tx_state = TS_FETCHING
-        self.engine.at(t + self.dma_time(16), self._tx_fetched, None)
+        self.engine.at(t + self.dma_time(16), self._tx_fetched_cb, None)
 
     # -- receive ring walker (the backend calls rx_frame at the frame's last bit) --------
 
@@ -364,7 +369,7 @@ cdef class Dec21140:
         self.rx_frames += 1
         self.rx_bytes += n
         self._rx_inflight.add(d)
-        self.engine.at(t, self._rx_done, (d, status))
+        self.engine.at(t, self._rx_done_cb, (d, status))
 
     cdef bint _accepts(self, const unsigned char[::1] frame):
         """Address filtering: promiscuous, multicast with PM, or a perfect-filter hit."""
