@@ -235,23 +235,12 @@ class SyncAM:
                     ep.arm_timer()
                     wait_on_sync(node, ep.events, am.dp.spin_s)
 
-    def am_request(self, dest, handler, *args):
-        self.ep.check_caller(f"am_request_{len(args)}")
-        peer, msg = self.ep.request_msg(dest, handler, args)
-        return self._run(lambda since: self.ep.request_path(peer, msg, since))
-
-    def am_request_1(self, dest, handler, a1):
-        return self.am_request(dest, handler, a1)
-
-    def am_request_2(self, dest, handler, a1, a2):
-        return self.am_request(dest, handler, a1, a2)
-
-    def am_request_3(self, dest, handler, a1, a2, a3):
-        return self.am_request(dest, handler, a1, a2, a3)
-
-    def am_request_4(self, dest, handler, a1, a2, a3, a4):
-        return self.am_request(dest, handler, a1, a2, a3, a4)
-
+    # The same calls as AM's: they differ only in `_run`, which blocks here.
+    am_request = AM.am_request
+    am_request_1 = AM.am_request_1
+    am_request_2 = AM.am_request_2
+    am_request_3 = AM.am_request_3
+    am_request_4 = AM.am_request_4
     am_reply = AM.am_reply
     am_reply_1 = AM.am_reply_1
     am_reply_2 = AM.am_reply_2

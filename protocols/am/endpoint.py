@@ -596,18 +596,8 @@ class AmEndpoint(OpenFile):
         if not self.in_segments(h.chunk_base, h.end):
             self._refuse(peer, rx, 0, h.seq)
             return
-        r = rx.take(h.idx, h.npkts)
-        if r == E.DUP:
-            st["duplicates"] += 1
+        if not self._accept_chunk_packet(rx, h, data):
             return
-        if r == E.BAD:
-            self.malformed["bad_offset"] += 1
-            return
-        if data:
-            self.mem.write(h.addr, data)
-        if r != E.COMPLETE:
-            return
-        rx.advance(h.npkts)
         rx.ack_owed = True                         # one acknowledgement per chunk (SP-A31)
         st["chunks_received"] += 1
         if h.flags & E.F_FIRST or peer.in_base < 0:
@@ -625,24 +615,30 @@ class AmEndpoint(OpenFile):
                 return
             yield from self._run_handler(peer, fn, True, (base, total, h.arg))
 
+    def _accept_chunk_packet(self, rx, h, data) -> bool:
+        """Place one packet of a chunk by its offset; True once the chunk is complete."""
+        r = rx.take(h.idx, h.npkts)
+        if r == E.DUP:
+            self.stats_c["duplicates"] += 1
+            return False
+        if r == E.BAD:
+            self.malformed["bad_offset"] += 1
+            return False
+        if data:
+            self.mem.write(h.addr, data)
+        if r != E.COMPLETE:
+            return False
+        rx.advance(h.npkts)
+        return True
+
     def _rx_getdata(self, peer, rx, h, data):
         st = self.stats_c
         g = peer.gets[0] if peer.gets else None
         if g is None or h.chunk_base < g.local or h.end > g.local + g.nbytes:
             self.malformed["bad_offset"] += 1
             return
-        r = rx.take(h.idx, h.npkts)
-        if r == E.DUP:
-            st["duplicates"] += 1
+        if not self._accept_chunk_packet(rx, h, data):
             return
-        if r == E.BAD:
-            self.malformed["bad_offset"] += 1
-            return
-        if data:
-            self.mem.write(h.addr, data)
-        if r != E.COMPLETE:
-            return
-        rx.advance(h.npkts)
         rx.ack_owed = True
         st["chunks_received"] += 1
         if h.flags & E.F_LAST:
