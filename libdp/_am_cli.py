@@ -7,46 +7,35 @@
 ``--param`` overrides a platform-profile value (``--param pci.write_s=2e-6``) or, with
 the ``am.`` prefix, a parameter of the am module (``--param am.keepalive_polls=100``);
 ``--load am:key=value,...`` does the latter too. `add_commands` adds both subcommands
-to the ``dp`` parser; `run_command` runs one.
+to the ``dp`` parser.
 """
 from __future__ import annotations
 
 import errno
-import json
 import sys
 
 from libdp._argtypes import int_list, positive_int
+from libdp._report import emit, overrides_note
 
-__all__ = ["add_commands", "run_command", "COMMANDS"]
-
-COMMANDS = ("am-pingpong", "am-bandwidth")
-
-
-def _common(p) -> None:
-    p.add_argument("--platform", default=None, help="platform profile (default: the TB2's, sp_thin)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a profile value, or an am module parameter as am.KEY=VALUE (repeatable)")
-    p.add_argument("--load", action="append", default=[], metavar="NAME[:key=value,...]",
-                   help="load a module into every node (am is always loaded; am:key=value sets its parameters)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the modeled run (default: 0)")
-    p.add_argument("--stats", action="store_true", help="print the counters of AM, the FIFOs, adapters and switch")
-    p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+__all__ = ["add_commands"]
 
 
-def add_commands(subparsers) -> None:
+def add_commands(sub, common) -> None:
     """Add ``am-pingpong`` and ``am-bandwidth`` to the ``dp`` command's subparsers."""
-    p = subparsers.add_parser("am-pingpong", help="SP AM round trip: am_request_M / am_reply_M (SP-B01)",
-                              description="SP Active Messages ping-pong on two modeled SP thin nodes: rank 0's "
-                                          "am_request_M runs a handler on rank 1 that answers with am_reply_M.")
+    parents = [common["model"]]
+    p = sub.add_parser("am-pingpong", help="SP AM round trip: am_request_M / am_reply_M (SP-B01)", parents=parents,
+                       description="SP Active Messages ping-pong on two modeled SP thin nodes: rank 0's "
+                                   "am_request_M runs a handler on rank 1 that answers with am_reply_M. "
+                                   "--param am.KEY=VALUE sets a parameter of the am module.")
     p.add_argument("--sizes", "--words", dest="sizes", default=None,
                    type=lambda t: int_list(t, "argument word counts", 1, 4),
                    help="argument words per message, comma-separated (1..4; default 1,2,3,4)")
     p.add_argument("--iters", type=positive_int, default=None, help="round trips per word count (default 1000)")
-    _common(p)
-    p = subparsers.add_parser("am-bandwidth", help="SP AM bulk bandwidth, am_store/am_get (SP-B08)",
-                              description="SP AM bandwidth as the paper measured it: N bytes moved as ceil(N/n) "
-                                          "transfers of n bytes; prints r_inf and the half-power point n_1/2. "
-                                          "MB = 10^6 bytes.")
+    p.set_defaults(func=_pingpong)
+    p = sub.add_parser("am-bandwidth", help="SP AM bulk bandwidth, am_store/am_get (SP-B08)", parents=parents,
+                       description="SP AM bandwidth as the paper measured it: N bytes moved as ceil(N/n) "
+                                   "transfers of n bytes; prints r_inf and the half-power point n_1/2. "
+                                   "MB = 10^6 bytes. --param am.KEY=VALUE sets a parameter of the am module.")
     p.add_argument("--op", choices=("store", "get"), default="store")
     p.add_argument("--mode", choices=("async", "blocking"), default="async",
                    help="async: am_store_async / am_get issued back to back; blocking: am_store, or am_get "
@@ -56,7 +45,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--total", type=positive_int, default=None, help="N: bytes moved per size (default 1048576)")
     p.add_argument("--iters", type=positive_int, default=None,
                    help="at most this many transfers per size (default: all ceil(N/n), as the paper)")
-    _common(p)
+    p.set_defaults(func=_bandwidth)
 
 
 def _split_params(items):
@@ -95,32 +84,8 @@ def _header_doc(args, cluster, am_params, kind):
             "am_overrides": dict(am_params)}
 
 
-def _emit(args, doc, stats, print_table) -> int:
-    if args.stats:
-        doc["stats"] = stats
-    if args.json:
-        json.dump(doc, sys.stdout, indent=1, default=str)
-        sys.stdout.write("\n")
-        return 0
-    print_table()
-    if args.stats:
-        print("# statistics")
-        _print_tree(stats, "#   ")
-    return 0
-
-
-def _print_tree(d, indent) -> None:
-    for k, v in d.items():
-        if isinstance(v, dict):
-            print(f"{indent}{k}:")
-            _print_tree(v, indent + "  ")
-        else:
-            print(f"{indent}{k}: {v}")
-
-
 def _overrides(doc) -> str:
-    over = [f"{k}={v}" for k, v in doc["overrides"].items()] + [f"am.{k}={v}" for k, v in doc["am_overrides"].items()]
-    return ("; " + ", ".join(over)) if over else ""
+    return overrides_note({**doc["overrides"], **{f"am.{k}": v for k, v in doc["am_overrides"].items()}})
 
 
 def _pingpong(args) -> int:
@@ -143,7 +108,7 @@ def _pingpong(args) -> int:
         for r in rows:
             print(f"{r['words']:<10}{r['one_way_us']:>14.2f}{r['rtt_us']:>12.2f}")
 
-    return _emit(args, doc, cluster.stats(), table)
+    return emit(args, doc, cluster.stats, table)
 
 
 def _bandwidth(args) -> int:
@@ -181,21 +146,4 @@ def _bandwidth(args) -> int:
         nh = f"{n_half:.0f} bytes" if n_half is not None else "not reached"
         print(f"# r_inf = {r_inf:.2f} MB/s (largest transfer), n_1/2 = {nh}")
 
-    return _emit(args, doc, cluster.stats(), table)
-
-
-def run_command(args) -> int:
-    """Run ``am-pingpong`` or ``am-bandwidth`` from parsed arguments; the exit status."""
-    try:
-        if args.command == "am-pingpong":
-            return _pingpong(args)
-        if args.command == "am-bandwidth":
-            return _bandwidth(args)
-        print(f"dp: unknown AM command {args.command!r}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"dp: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        print(f"dp: {exc}", file=sys.stderr)
-        return 1
+    return emit(args, doc, cluster.stats, table)

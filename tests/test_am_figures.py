@@ -4,13 +4,12 @@ and the ``am-pingpong`` / ``am-bandwidth`` commands -- and how they move when an
 changes, which says the figure comes from the mechanism."""
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 
 from libdp import Cluster
-from libdp import _am_cli as cli
+from libdp._cli import main as dp_main
 from libdp._am_bench import PAPER_R_INF, PAPER_RTT_US, am_bandwidth, am_pingpong, summarize
 
 ITERS = 200                     # a multiple of the lazy-pop interval
@@ -33,10 +32,7 @@ def base():
 
 
 def run_cli(capsys, argv):
-    parser = argparse.ArgumentParser(prog="dp")
-    sub = parser.add_subparsers(dest="command")
-    cli.add_commands(sub)
-    rc = cli.run_command(parser.parse_args(argv))
+    rc = dp_main(argv)
     out = capsys.readouterr()
     return rc, out.out, out.err
 

@@ -229,3 +229,14 @@ def test_profile_json(capsys):
     assert set(doc) == set(p.keys())
     for k, v in doc.items():
         assert v["value"] == p[k] and v["source"] == p.entry(k).source and "unit" in v
+
+
+def test_errors_of_several_ranks_are_one_line_without_traceback(capsys):
+    rc, out, err = run(capsys, ["pingpong", "--sizes", "1", "--iters", "5", "--param", "dp.max_message=0"])
+    assert rc == 1 and out == ""
+    assert err.startswith("dp: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_debug_shows_the_error_itself(capsys):
+    with pytest.raises((ValueError, OSError, BaseExceptionGroup)):
+        main(["pingpong", "--debug", "--sizes", "1", "--iters", "5", "--param", "dp.max_message=0"])
