@@ -29,28 +29,55 @@ MAX_ENDPOINT = 0xFFFF
 
 
 class Nart:
-    """Network Address Resolution Table: NID -> (network device, hardware address)."""
+    """Network Address Resolution Table: NID -> (network device, hardware address).
+
+    Filled from the cluster description as NIDs are first looked up: ``learn(hosts,
+    devs)`` names the description (NID -> {link kind: address}) and the devices DP
+    runs on, in order of preference; an entry is made the first time its NID is
+    resolved, so a node of a 1024-node cluster holds entries only for the peers it
+    talks to. ``add`` and ``remove`` set or drop one entry by hand.
+    """
+
+    _GONE = ()
 
     def __init__(self):
         self._map: dict[int, tuple] = {}
+        self._hosts: dict = {}
+        self._devs = ()
+
+    def learn(self, hosts: dict, devs) -> None:
+        self._hosts = hosts
+        self._devs = devs
 
     def add(self, nid: int, dev, hwaddr) -> None:
         self._map[nid] = (dev, hwaddr)
 
     def remove(self, nid: int) -> None:
-        self._map.pop(nid, None)
+        self._map[nid] = self._GONE
+
+    def _resolve(self, nid):
+        entry = self._map.get(nid)
+        if entry is None:
+            addrs = self._hosts.get(nid) if isinstance(nid, int) else None
+            if addrs:
+                for dev in self._devs:
+                    if dev.kind in addrs:
+                        entry = self._map[nid] = (dev, addrs[dev.kind])
+                        break
+        return entry or None
 
     def lookup(self, nid: int):
-        entry = self._map.get(nid)
+        entry = self._resolve(nid)
         if entry is None:
             raise OSError(errno.EHOSTUNREACH, f"node {nid} is not in the NART")
         return entry
 
     def __contains__(self, nid) -> bool:
-        return nid in self._map
+        return self._resolve(nid) is not None
 
     def entries(self) -> dict:
-        return {nid: (dev.name, hw) for nid, (dev, hw) in sorted(self._map.items())}
+        """The entries made so far."""
+        return {nid: (e[0].name, e[1]) for nid, e in sorted(self._map.items()) if e}
 
 
 class Token:
