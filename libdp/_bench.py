@@ -53,8 +53,11 @@ async def _handshake(dp, fd, rank):
         await dp.dp_write(fd, b"")
 
 
-async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10):
+async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, peer=None):
     """Round trips between ranks 0 and 1: write, then read the echo (DP-A07, DP-A08).
+
+    `peer` is the other side's node id when it is not ``1 - rank`` (two nodes of a
+    larger cluster: rank 0 pings, rank 1 echoes).
 
     Rank 1 echoes whatever arrives until the pings stop. Where a message can be lost,
     rank 0 drops stale echoes before each ping and sends a ping again if its echo has
@@ -64,7 +67,7 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10):
     if rank > 1:
         return None
     fd = await dp.dp_open(PINGPONG_EP)
-    await dp.dp_target(fd, 1 - rank, PINGPONG_EP)
+    await dp.dp_target(fd, 1 - rank if peer is None else peer, PINGPONG_EP)
     await _handshake(dp, fd, rank)
     lossy = _lossy(dp)
     if rank == 1:

@@ -28,7 +28,8 @@ def hwaddr_for(nid: int) -> int:
 
 
 _POSITIVE = ("lanai.hz", "lanai.sram_bytes", "lanai.buffer_bytes", "pci.dma_rate_Bps", "pci.clock_hz",
-             "pci.bus_bytes", "pci.wc_burst_bytes", "link.rate_bps", "switch.hops", "switch.ports")
+             "pci.bus_bytes", "pci.wc_burst_bytes", "link.rate_bps", "switch.hops", "switch.ports",
+             "switch.levels")
 
 
 def _check_profile(profile) -> None:
@@ -46,7 +47,7 @@ def make_device(node):
 
 
 def connect(engine, profile, devices, rng=None):
-    """Cable the boards to a chain of ``switch.hops`` crossbars and map the routes."""
+    """Cable the boards to the profile's ``switch.topology`` (chain, grid, clos) and map the routes."""
     _check_profile(profile)
     fabric = MyrinetFabric(engine, profile, rng)
     fabric.build(devices)
