@@ -73,3 +73,16 @@ def test_good_packets_still_go_to_on_packet_and_silent_programs_are_not_told():
     before = rx.ni_events
     _run(c, tx, rx, plain, 2)
     assert rx.rx_crc_errors == 2 and rx.ni_events == before + 1      # only its start ran
+
+
+def test_the_real_time_clock_reads_modeled_time():
+    c, tx, rx = _boards()
+    from nic_drivers.myrinet import _model as hw
+    rx.load_firmware(Firmware())
+    rx.csr_write(hw.REG_CTRL, hw.CTRL_RUN)
+    start = rx.rtc()
+    fired = []
+    rx.timer(12.5e-6, lambda _: fired.append(rx.rtc()))
+    while c.engine.step():
+        pass
+    assert fired == [start + 12.5e-6] and rx.rtc() == c.engine.now

@@ -351,6 +351,10 @@ cdef class LanaiNI:
                 self.post(self._watch_run, entry)
             w += 4
 
+    cpdef double rtc(self):
+        """Firmware: the board's real-time clock (seconds), for time stamps."""
+        return self.engine.now
+
     def timer(self, double delay, fn, arg=None):
         """Firmware: post `fn(arg)` after `delay` seconds (the LANai's interval timer)."""
         self._next_timer += 1
