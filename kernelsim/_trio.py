@@ -39,11 +39,13 @@ def after(cost: float, path):
     return (yield from path)
 
 
-async def run_path(node, path):
-    """Run `path` at process level on `node`'s CPU; return its value or raise its error."""
+async def run_path(node, path, cpu=None):
+    """Run `path` at process level on `node`'s CPU (or on `cpu`, another processor of
+    the node: the calling process's); return its value or raise its error."""
     box = []
+    cpu = cpu or node.cpu
     if not node.modeled:
-        node.cpu.submit(LEVEL_PROC, path, lambda v, e: box.append((v, e)))
+        cpu.submit(LEVEL_PROC, path, lambda v, e: box.append((v, e)))
         node.engine.run()
         await trio.lowlevel.checkpoint()
     else:
@@ -56,7 +58,7 @@ async def run_path(node, path):
             if parked:
                 trio.lowlevel.reschedule(task)
 
-        node.cpu.submit(LEVEL_PROC, path, done)
+        cpu.submit(LEVEL_PROC, path, done)
         if not box and _drive_inline(node.engine, box):
             # Only this call's own completion stopped the engine: no other task can
             # have become runnable, so the schedule point has nothing to do.
