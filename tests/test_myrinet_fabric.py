@@ -247,3 +247,11 @@ def test_impossible_topologies_are_refused(params):
 def test_make_topology_names_the_choices():
     with pytest.raises(OSError, match="chain, grid, clos"):
         make_topology(build_profile("ppro200_lanai4", [("switch.topology", "torus")]), 4)
+
+
+def test_a_profile_without_the_topologys_key_is_refused():
+    prof = build_profile("ppro200_lanai4", [("switch.topology", "clos")])
+    del prof._values["switch.levels"]
+    with pytest.raises(OSError, match="switch.levels") as ei:
+        make_topology(prof, 4)
+    assert ei.value.errno == errno.EINVAL

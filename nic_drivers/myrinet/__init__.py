@@ -29,8 +29,7 @@ def hwaddr_for(nid: int) -> int:
 
 
 _POSITIVE = ("lanai.hz", "lanai.sram_bytes", "lanai.buffer_bytes", "pci.dma_rate_Bps", "pci.clock_hz",
-             "pci.bus_bytes", "pci.wc_burst_bytes", "link.rate_bps", "switch.hops", "switch.ports",
-             "switch.levels")
+             "pci.bus_bytes", "pci.wc_burst_bytes", "link.rate_bps", "switch.hops", "switch.ports")
 
 
 def _check_profile(profile) -> None:

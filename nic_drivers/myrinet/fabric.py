@@ -364,17 +364,21 @@ class Clos:
 
 
 def make_topology(profile, nnodes: int):
-    """The topology ``switch.topology`` names, sized for `nnodes` nodes."""
+    """The topology ``switch.topology`` names (a chain if the profile names none), sized for `nnodes`."""
     kind = str(profile.get("switch.topology", "chain"))
     ports = int(profile["switch.ports"])
     if ports > 0x7F:
         raise _einval("a route byte names at most 127 ports")
+    def key(name):
+        if name not in profile:
+            raise _einval(f"a {kind} needs {name}, which profile {profile.name} does not have")
+        return profile[name]
     if kind == "chain":
-        topo = Chain(int(profile["switch.hops"]), ports, nnodes)
+        topo = Chain(int(key("switch.hops")), ports, nnodes)
     elif kind == "grid":
-        topo = Grid(profile["switch.grid"], ports, nnodes)
+        topo = Grid(key("switch.grid"), ports, nnodes)
     elif kind == "clos":
-        topo = Clos(int(profile["switch.levels"]), ports, nnodes)
+        topo = Clos(int(key("switch.levels")), ports, nnodes)
     else:
         raise _einval(f"switch.topology must be one of {', '.join(TOPOLOGIES)}, not {kind!r}")
     if topo.diameter() > MAX_ROUTE_BYTES:
