@@ -69,8 +69,15 @@ def common_parsers() -> dict[str, argparse.ArgumentParser]:
     return {"model": model}
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line on stderr (status 2), not a usage block."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dp", description="Directed Point, rebuilt: modeled and real cluster "
+    parser = _Parser(prog="dp", description="Directed Point, rebuilt: modeled and real cluster "
                                                             "messaging")
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error (accepted anywhere on the command line)")

@@ -96,7 +96,8 @@ def plot_docs(docs: list[dict], path: str, labels: list[str] | None = None, titl
                 drawn.add(t.id)
                 ax.plot([t.size], [t.points[y]], marker="*", markersize=12, linestyle="none",
                         label=f"published: {t.id} ({t.points[y]:g})")
-                ax.annotate(t.id, (t.size, t.points[y]), textcoords="offset points", xytext=(6, 6), fontsize=8)
+                ax.annotate(t.id, (t.size, t.points[y]), textcoords="offset points",
+                            xytext=(8, 4 + 10 * (len(drawn) - 1)), fontsize=8)
     if any(x <= 0 for x in xs_all):
         ax.set_xscale("symlog", base=2, linthresh=1)
     else:
@@ -104,8 +105,9 @@ def plot_docs(docs: list[dict], path: str, labels: list[str] | None = None, titl
     xlabel = "Argument words" if _x_key(docs[0]) == "words" else "Message size (bytes)"
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title or ("; ".join(sorted({_label(d).split(":")[0] for d in docs})) + " (dp model)"
-                           if all(d.get("time") != "real" for d in docs) else "dp"))
+    kinds = ", ".join(dict.fromkeys(d.get("benchmark", "dp") for d in docs))
+    times = " and ".join(dict.fromkeys("real time" if d.get("time") == "real" else "modeled" for d in docs))
+    ax.set_title(title or f"dp {kinds} ({times})")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

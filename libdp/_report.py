@@ -88,7 +88,7 @@ class Table:
 
         file = file or sys.stdout
         cols = self.visible(full)
-        console = Console(file=file, width=max(80, 16 * len(cols) + 8), highlight=False, color_system=None,
+        console = Console(file=file, width=4096, highlight=False, color_system=None,
                           soft_wrap=False, emoji=False, markup=False)
         print(f"# {self.title}", file=file)
         for line in self.header_notes:

@@ -99,5 +99,4 @@ def merged_table(argv, points, got) -> Table:
             rows.append({**r, **{f"sweep:{k}": v for k, v in p.items()}})
     lead = [Column(f"sweep:{k}", k) for k in points[0]] if points else []
     return Table(title=f"sweep: dp {' '.join(a for a in argv if a)} ({len(points)} points)",
-                 columns=lead + columns, rows=rows,
-                 notes=[f"titles of the points: {t.title}" for t in [first] if t is not None])
+                 columns=lead + columns, rows=rows, notes=list(first.notes) if first is not None else [])
