@@ -170,7 +170,7 @@ def _run_bench(args, kind):
             from libdp._realrun import run_real_spmd
             results, stats = run_real_spmd(functools.partial(run.program, **run.kwargs), platform=args.platform,
                                            nic=args.nic, params=params, load=args.load,
-                                           transport=args.transport or "shm")
+                                           transport=args.transport or "shm", seed=args.seed)
         else:
             cluster = Cluster(nodes=2, platform=args.platform, nic=args.nic, params=params, seed=args.seed,
                               load=args.load)
