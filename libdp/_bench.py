@@ -41,8 +41,10 @@ BANDWIDTH_EP = 0x4200
 BIBW_EP = 0x4400
 HANDSHAKE_TIMEOUT_S = 0.05      # one hello's wait for an answer
 HANDSHAKE_ATTEMPTS = 100        # then the peer is unreachable: ETIMEDOUT
-PING_TIMEOUT_S = 0.01           # lossy media: a ping whose echo has not come by then is a lost sample
-ECHO_IDLE_S = 0.5               # the echo side stops after this long without a ping (or at the end mark)
+PING_TIMEOUT_S = 0.01           # lossy media: a ping whose echo has not come by then is a lost sample...
+PING_TIMEOUT_MAX_S = 0.25       # ... or 4 times the slowest round trip seen at this size, up to this
+FIRST_PING_TIMEOUT_S = 0.2      # the first ping of a size, before any round trip is known
+ECHO_IDLE_S = 1.0               # the echo side stops after this long without a ping (or at the end mark)
 ACK_TIMEOUT_MIN_S = 0.0005      # a window mark's wait for its ack, at least; see _ack_timeout
 ACK_ATTEMPTS = 8                # marks sent per window before the window counts as unacknowledged
 RECV_IDLE_S = 1.0               # a receiver that hears nothing for this long ends the size
@@ -158,7 +160,10 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, f
     Rank 1 echoes whatever arrives. Rows: ``size``, ``rtt_us``, ``one_way_us`` (the mean
     over `iters` round trips after `warmup`); with `full`, ``min_us``, ``max_us`` and
     ``stddev_us`` of the one-way latency. Where a message can be lost, each ping waits
-    at most PING_TIMEOUT_S for its echo: rows then also count ``samples`` and ``lost``
+    a bounded time for its echo (PING_TIMEOUT_S, or four times the slowest round trip
+    seen at that size, at most PING_TIMEOUT_MAX_S; pings of 4 bytes or more carry a
+    sequence number so that a late echo is not taken for the next one): rows then also
+    count ``samples`` and ``lost``
     (the mean is over the samples that came back; None if none did).
     """
     if rank > 1:
@@ -173,10 +178,12 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, f
         await dp.close(fd)
         return {"echoed": echoed}
     rows = []
+    seq = 0
     for n in sizes:
         msg = bytes(n)
         samples: list[float] = []
         lost = 0
+        timeout, slowest = FIRST_PING_TIMEOUT_S, 0.0
         t0 = dp.now()
         for i in range(warmup + iters):
             if i == warmup:
@@ -187,11 +194,15 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, f
                 await dp.dp_read(fd, n)
             else:
                 await _drain(dp, fd)                # late or duplicated echoes of earlier pings
+                seq += 1
+                tag = seq.to_bytes(4, "big") if n >= 4 else b""     # a late echo cannot pass for this one
                 ts = dp.now()
-                await dp.dp_write(fd, msg)
-                if await _read_within(dp, fd, PING_TIMEOUT_S, max(n, 1)) is None:
+                await dp.dp_write(fd, tag + msg[len(tag):])
+                if not await _await_echo(dp, fd, tag, n, timeout):
                     lost += i >= warmup
                     continue
+                slowest = max(slowest, dp.now() - ts)
+                timeout = min(PING_TIMEOUT_MAX_S, max(PING_TIMEOUT_S, 4 * slowest))
             if i >= warmup and (full or lossy):
                 samples.append(dp.now() - ts)
         if lossy:
@@ -211,6 +222,16 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, f
             await dp.dp_write(fd, END_MARK)
     await dp.close(fd)
     return rows
+
+
+async def _await_echo(dp, fd, tag: bytes, n: int, timeout: float) -> bool:
+    """Did the echo of the ping tagged `tag` come within `timeout` (others are skipped)?"""
+    with trio.move_on_after(timeout):
+        while True:
+            m = await dp.dp_read(fd, max(n, 16))
+            if len(m) == n and m[:len(tag)] == tag:
+                return True
+    return False
 
 
 def _us(seconds, factor=1.0):

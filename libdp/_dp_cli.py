@@ -213,8 +213,9 @@ def _table(args, kind, run, doc, rows, profile, lossy) -> Table:
                                        else "other = not seen by any counter"))
     elif rows and "lost" in rows[0]:
         columns[3:3] = [Column("samples", "Samples"), Column("lost", "Lost")]
-        notes.append(f"lossy medium: a ping whose echo did not come within {_bench.PING_TIMEOUT_S * 1e3:g} ms "
-                     "is a lost sample; latency is the mean of the samples that came back")
+        notes.append("lossy medium: a ping whose echo did not come in time (4 x the slowest round trip, "
+                     f"{_bench.PING_TIMEOUT_S * 1e3:g} to {_bench.PING_TIMEOUT_MAX_S * 1e3:g} ms) is a lost sample; "
+                     "latency is the mean of the samples that came back")
     notes.extend(notes_for(doc))
     return Table(title=title, columns=columns, rows=display, notes=notes)
 
