@@ -7,7 +7,7 @@ work) to the node's CPU and parks the task until the path returns; in real time 
 path runs straight through. A call that finds nothing to do yet (an empty pool, a full
 transmit ring) waits: in modeled time on the kernel's wait queue; in real time by
 polling the devices for a bounded time and then blocking on their file descriptors --
-the LCI paper's polling watchdog (FACTS LCI-C09).
+the LCI paper's polling watchdog (LCI-C09).
 
 Every misuse raises OSError with the errno a UNIX programmer expects; a non-blocking
 fd raises BlockingIOError instead of waiting.

@@ -44,6 +44,7 @@ HANDSHAKE_ATTEMPTS = 100        # then the peer is unreachable: ETIMEDOUT
 PING_TIMEOUT_S = 0.01           # lossy media: a ping whose echo has not come by then is a lost sample...
 PING_TIMEOUT_MAX_S = 0.25       # ... or 4 times the slowest round trip seen at this size, up to this
 FIRST_PING_TIMEOUT_S = 0.2      # the first ping of a size, before any round trip is known
+LINGER_S = 0.05                 # after the end mark, a receiver lets late frames land this long
 ECHO_IDLE_S = 1.0               # the echo side stops after this long without a ping (or at the end mark)
 ACK_TIMEOUT_MIN_S = 0.0005      # a window mark's wait for its ack, at least; see _ack_timeout
 ACK_ATTEMPTS = 8                # marks sent per window before the window counts as unacknowledged
@@ -218,8 +219,11 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, f
         if on_row is not None:
             on_row(row)
     if lossy:
-        for _ in range(3):                          # the echo side may stop now
-            await dp.dp_write(fd, END_MARK)
+        # One end mark: the echo side stops at it, or when idle if it was lost (nothing may
+        # follow it, or frames would reach a node that has stopped counting).
+        await dp.dp_write(fd, END_MARK)
+        while await _read_within(dp, fd, LINGER_S) is not None:    # late echoes land and are counted
+            pass
     await dp.close(fd)
     return rows
 
@@ -253,7 +257,13 @@ async def _echo(dp, fd, count) -> int:
     while count is None or echoed < count:
         if count is None:
             m = await _read_within(dp, fd, ECHO_IDLE_S)
-            if m is None or m == END_MARK:
+            if m is None:
+                return echoed
+            if m == END_MARK:
+                # Frames held back on the way (reordering) may still come: let them land and be
+                # counted by this node before it stops.
+                while await _read_within(dp, fd, LINGER_S) is not None:
+                    pass
                 return echoed
         else:
             m = await dp.dp_read(fd, 65536)
@@ -353,8 +363,7 @@ async def _send_windows(dp, fd, n, iters, window, warmup, full) -> dict:
             unacked += w >= warmup
         else:
             acks.append((dp.now(), got))
-    for _ in range(3):                        # the receiver may stop now (it also stops when idle)
-        await dp.dp_write(fd, END_MARK)
+    await dp.dp_write(fd, END_MARK)           # the receiver may stop now (it also stops when idle)
     measured = acks[first:]
     last_t, last_count = measured[-1] if measured else base
     delivered = max(0, last_count - base[1])

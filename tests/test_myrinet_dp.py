@@ -196,7 +196,7 @@ def test_costlier_hardware_never_lowers_the_round_trip(key, slower, faster, size
 
 def test_the_faster_machine_has_the_lower_latency():
     """LCI-style 1-byte one-way figures of DP on both LCI platforms (for comparison only,
-    LCI I-sdma measured 15.1 us on PPro and 8.8 us on P3, FACTS 1B)."""
+    LCI I-sdma measured 15.1 us on PPro and 8.8 us on P3, LCI-T3)."""
     ppro = rtt_us(iters=50)[1] / 2
     p3 = rtt_us(iters=50, platform="p3_1000_lanai9")[1] / 2
     assert p3 < ppro
