@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,18 @@ def test_markdown_links_point_to_files_in_the_repository():
             if not (f.parent / target).exists():
                 broken.append(f"{f.name}: {target}")
     assert not broken, broken
+
+
+def _python_blocks(path: Path) -> list[str]:
+    return [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", path.read_text(), re.S)]
+
+
+@pytest.mark.parametrize("page", ["api.md", "tutorial.md"])
+def test_the_examples_of_the_docs_run(page, capsys):
+    blocks = _python_blocks(ROOT / "docs" / page)
+    assert blocks
+    for code in blocks:
+        exec(compile(code, f"docs/{page}", "exec"), {"__name__": "__doc_example__"})
+    out = capsys.readouterr().out
+    if page == "api.md":
+        assert "b'ping'" in out and "modeled deadlock" in out and "[1, 0]" in out
