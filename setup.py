@@ -31,6 +31,7 @@ setup(
         "test": ["pytest>=7", "pytest-trio>=0.8", "hypothesis>=6"],
         "plot": ["matplotlib>=3.5"],                      # --plot, dp plot
         "cluster": ["dask[distributed]>=2023.1"],         # --sweep ... --scheduler ADDRESS
+        "bench": ["simpy>=4"],                            # benchmarks/bench_sim_speed.py compares against SimPy
     },
     entry_points={
         "console_scripts": ["dp = libdp._cli:main"],

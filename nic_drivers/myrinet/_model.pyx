@@ -40,6 +40,12 @@ What is modeled, and why each piece is there:
 
 Memory-based notification (FM-C06/C07) needs no register: a DMA into host memory is
 reported to ``host_write_sink`` so that a modeled host poll can notice it at once.
+
+**The PCI bus.** On a machine whose profile models its bus and host bridge
+(``kernelsim._pcibus``, the ``chipset.*`` keys), the board's host DMA engine is a bus
+master on it: each transfer waits for the bus and is cut when a CPU read or a posted
+write burst has waited out its latency timer, so its completion can move (``bus``;
+None elsewhere, where a transfer takes ``dma_time`` on a bus of its own).
 """
 import errno
 from collections import deque
@@ -47,6 +53,7 @@ from collections import deque
 from libc.string cimport memcpy
 
 from kernelsim._engine cimport Engine
+from kernelsim._pcibus cimport PciBus
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 
 # Host-visible registers (byte offsets in the register window)
@@ -76,6 +83,7 @@ cdef class LanaiNI:
     cdef public object irq_sink          # callable(bool): the PCI interrupt line
     cdef public object host_write_sink   # callable(addr, n): a DMA wrote host memory
     cdef public object route_table       # nid -> route bytes, written by the mapper
+    cdef public PciBus bus               # the node's modeled PCI bus, or None (see the essay)
     cdef readonly object firmware
     cdef Engine engine
     cdef PhysMem host
@@ -128,6 +136,7 @@ cdef class LanaiNI:
         self.irq_sink = None
         self.host_write_sink = None
         self.route_table = {}
+        self.bus = None
         self.firmware = None
         self.sram_bytes = int(profile["lanai.sram_bytes"])
         self.buffer_bytes = int(profile["lanai.buffer_bytes"])
@@ -168,6 +177,8 @@ cdef class LanaiNI:
         self._q_lo.clear()
         self._cur = None
         self._hq.clear()
+        if self._h_cur is not None and self.bus is not None:
+            self.bus.dma_finish()
         self._h_cur = None
         self._sq.clear()
         self._s_cur = None
@@ -448,7 +459,10 @@ cdef class LanaiNI:
             return
         req = self._hq.popleft()
         self._h_cur = req
-        t = self.dma_time(<Py_ssize_t> req[3])
+        if self.bus is not None:
+            t = self.bus.dma_start(self.engine.now, <Py_ssize_t> req[3]) - self.engine.now
+        else:
+            t = self.dma_time(<Py_ssize_t> req[3])
         self.h_busy_s += t
         self.h_transfers += 1
         self.h_bytes += <Py_ssize_t> req[3]
@@ -459,6 +473,11 @@ cdef class LanaiNI:
         cdef Py_ssize_t host_addr, off, n
         if req is not self._h_cur:
             return
+        if self.bus is not None:
+            if self.bus.dma_end > self.engine.now:      # cut by other bus transactions meanwhile
+                self.engine.at(self.bus.dma_end, self._h_done, req)
+                return
+            self.bus.dma_finish()
         self._h_cur = None
         to_host, host_addr, off, n, then, arg = req
         if not span_ok(off, n, self.sram_bytes) or host_addr <= 0 or not span_ok(host_addr, n, self.host.size):
@@ -629,4 +648,5 @@ cdef class LanaiNI:
                          "no_buffer": self.rx_no_buffer, "halted_drops": self.rx_halted,
                          "blocked_heads": self.rx_blocked, "armed": self.rx_armed},
             "pio": {"writes": self.pio_writes, "bytes": self.pio_bytes, "reads": self.pio_reads},
+            **({"pci_bus": self.bus.stats()} if self.bus is not None else {}),
         }
