@@ -142,7 +142,7 @@ def test_a_lost_ping_is_a_lost_sample(capsys):
     doc = run_json(capsys, ["pingpong", "--sizes", "1", "--iters", "20", "--param", "fault.loss=0.5", "--stats"])
     r = doc["results"][0]
     assert r["samples"] + r["lost"] == 20 and r["lost"] > 0
-    assert doc["stats"]["engine"]["now_s"] < 5
+    assert doc["stats"]["engine"]["now_s"] < 30                   # lost pings wait at most 1 s each
 
 
 @pytest.mark.parametrize("param", ["fault.loss=1", "fault.corrupt=1"])
