@@ -12,6 +12,10 @@ needed because short frames are padded to the link's minimum frame.
     +------+-------+-------+----------+
 """
 
+import errno
+
+from kernelsim._physmem cimport span_check, span_ok
+
 DM_HEADER_BYTES = 8
 DM_MAX_LENGTH = 0xFFF
 DM_MAX_TYPE = 0xF
@@ -57,7 +61,7 @@ def dm_pack(unsigned char[::1] buf, Py_ssize_t off, dst_ep, src_nid, src_ep, mty
         raise ValueError(f"message type {mtype} out of range 0..{DM_MAX_TYPE}")
     if not 0 <= length <= DM_MAX_LENGTH:
         raise ValueError(f"message length {length} out of range 0..{DM_MAX_LENGTH}")
-    if off < 0 or off + 8 > buf.shape[0]:
+    if not span_ok(off, 8, buf.shape[0]):
         raise ValueError("no room for the header")
     dm_build(&buf[off], dst_ep, src_nid, src_ep, mtype, length)
 
@@ -72,15 +76,24 @@ def dm_unpack(const unsigned char[::1] buf, Py_ssize_t off=0):
 
 
 def dm_parse_at(const unsigned char[::1] mem, Py_ssize_t addr, Py_ssize_t avail):
-    """MDR's parse of a received frame's payload in physical memory; None if malformed."""
+    """MDR's parse of a received frame's payload in physical memory; None if malformed.
+
+    A span outside `mem` is the caller's error, not the frame's: EINVAL for a negative
+    length, EFAULT for bytes that are not there.
+    """
     cdef DmHeader h
-    if addr < 0 or avail < 8 or addr + avail > mem.shape[0]:
-        return None
-    if dm_parse(&mem[addr], avail, &h) < 0:
+    if not span_ok(addr, avail, mem.shape[0]):
+        span_check(addr, avail, mem.shape[0], "dm_parse_at")
+    if avail < 8 or dm_parse(&mem[addr], avail, &h) < 0:
         return None
     return (h.dst_ep, h.src_nid, h.src_ep, h.mtype, h.length)
 
 
 def dm_build_at(unsigned char[::1] mem, Py_ssize_t addr, int dst_ep, int src_nid, int src_ep, int mtype, int length):
-    """Transmit path: write the header in place in a TX buffer (fields already checked)."""
+    """Transmit path: write the header in place in a TX buffer; EFAULT/EINVAL on bad input."""
+    if not span_ok(addr, 8, mem.shape[0]):
+        span_check(addr, 8, mem.shape[0], "dm_build_at")
+    if not (0 <= dst_ep <= 0xFFFF and 0 <= src_nid <= 0xFFFF and 0 <= src_ep <= 0xFFFF
+            and 0 <= mtype <= 0xF and 0 <= length <= 0xFFF):
+        raise OSError(errno.EINVAL, "Directed Message header field out of range")
     dm_build(&mem[addr], dst_ep, src_nid, src_ep, mtype, length)

@@ -101,11 +101,17 @@ class Endpoint(OpenFile):
     kind = "DP endpoint"
 
     def __init__(self, dp: "DirectedPoint", proc, ep: int):
+        # The pool first: its region is all that can fail, and it is given back if it does.
+        region = dp.node.alloc_shared(dp.tbp_slots * dp.max_message, f"dp-n{dp.node.nid}-ep{ep}-tbp")
+        try:
+            self.tbp = TokenBufferPool(region, dp.tbp_slots, dp.max_message)
+        except BaseException:
+            region.release()
+            raise
         super().__init__(dp.node)
         self.dp = dp
         self.proc = proc
         self.ep = ep
-        self.tbp = TokenBufferPool(dp.node.mem, dp.tbp_slots, dp.max_message)
         self.target: tuple | None = None
         self.tokens = weakref.WeakSet()
         self.sent = 0
@@ -243,7 +249,7 @@ class DirectedPoint:
         dst = self.endpoints.get(dst_ep)
         if dst is None:
             self.rx_no_endpoint += 1
-        elif dst.tbp.deposit_bytes(data, self.node.nid, e.ep):
+        elif dst.tbp.deposit(data, 0, len(data), self.node.nid, e.ep):
             dst.deposited()
         return len(data)
 
@@ -301,7 +307,7 @@ class DirectedPoint:
         if e is None:
             self.rx_no_endpoint += 1
             return self.c_mdr
-        if not e.tbp.deposit(addr + DM_HEADER_BYTES, n, src_nid, src_ep):
+        if not e.tbp.deposit(self.node.mem.buf, addr + DM_HEADER_BYTES, n, src_nid, src_ep):
             return self.c_mdr
         e.deposited()
         return self.c_mdr + self.costs.copy(n)

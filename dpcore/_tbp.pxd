@@ -1,7 +1,7 @@
 cdef class TokenBufferPool:
-    cdef object mem
-    cdef unsigned char[::1] _buf
-    cdef readonly Py_ssize_t base
+    cdef readonly object region        # the node's shared region holding the slots
+    cdef unsigned char[::1] _buf       # region.buf while pinned
+    cdef bint _pinned
     cdef readonly int nslots
     cdef readonly int slot_bytes
     cdef int* _fifo
@@ -20,10 +20,12 @@ cdef class TokenBufferPool:
     cdef readonly long long released
     cdef readonly int high_water
 
-    cpdef bint deposit(self, Py_ssize_t src_addr, int n, int src_nid, int src_ep)
-    cpdef bint deposit_bytes(self, const unsigned char[::1] data, int src_nid, int src_ep)
-    cdef int _claim(self, int n)
+    cpdef bint deposit(self, const unsigned char[::1] src, Py_ssize_t off, Py_ssize_t n,
+                       int src_nid, int src_ep) except -1
+    cdef int _claim(self, Py_ssize_t n)
     cdef void _queue(self, int slot, int n, int src_nid, int src_ep)
     cpdef int take(self)
     cpdef int length(self, int slot) except -1
     cpdef release(self, int slot)
+    cdef int _check_held(self, int slot) except -1
+    cdef int _check_pinned(self) except -1

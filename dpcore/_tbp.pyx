@@ -1,29 +1,34 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The Token Buffer Pool (FACTS DP-C02).
 
-Per endpoint, a pre-allocated area of fixed-size slots in the node's physical memory,
-shared by the kernel (which deposits) and the user process (which reads in place
-through a read-only view). The interrupt path copies an arriving message straight
-into a free slot; with no free slot the message is dropped and counted -- DP is
+Per endpoint, a pre-allocated area of fixed-size slots shared by the kernel (which
+deposits) and the user process (which reads in place through a read-only view). The
+slots live in a region the node hands out for exactly this -- kernel memory a user
+process may map (`Node.alloc_shared`): a private buffer in modeled time, a POSIX
+shared-memory segment the owning process maps read-only when the real-node allocator
+is installed. Slot ``i`` is bytes ``[i * slot_bytes, (i + 1) * slot_bytes)`` of the
+region; the books (lengths, sources, the arrival FIFO) stay in the kernel.
+
+The interrupt path copies an arriving message straight into a free slot from the
+buffer it arrived in; with no free slot the message is dropped and counted -- DP is
 unreliable and never tells the sender.
 
 A slot handed to the user (a *token*) stays out of circulation until released, in
 any order; messages are taken in arrival order.
 """
+import errno
+
 from libc.stdlib cimport malloc, free
 from libc.string cimport memmove
-from kernelsim._physmem cimport PhysMem
+
+from kernelsim._physmem cimport span_check, span_ok
 
 
 cdef class TokenBufferPool:
-    def __cinit__(self, PhysMem mem, int nslots, int slot_bytes):
+    def __cinit__(self, region, int nslots, int slot_bytes):
+        cdef int i
         if nslots <= 0 or slot_bytes <= 0:
             raise ValueError("a TBP needs at least one slot of at least one byte")
-        self.mem = mem
-        self._buf = mem.buf
-        self.nslots = nslots
-        self.slot_bytes = slot_bytes
-        self.base = mem.alloc(nslots * slot_bytes, 64)
         self._fifo = <int*> malloc(nslots * sizeof(int))
         self._free = <int*> malloc(nslots * sizeof(int))
         self._len = <int*> malloc(nslots * sizeof(int))
@@ -32,7 +37,13 @@ cdef class TokenBufferPool:
         self._held = <unsigned char*> malloc(nslots)
         if not (self._fifo and self._free and self._len and self._src_nid and self._src_ep and self._held):
             raise MemoryError()
-        cdef int i
+        self._buf = region.buf
+        if self._buf.shape[0] < <Py_ssize_t> nslots * slot_bytes:
+            raise ValueError(f"a region of {self._buf.shape[0]} bytes cannot hold {nslots} slots of {slot_bytes}")
+        self.region = region
+        self._pinned = True
+        self.nslots = nslots
+        self.slot_bytes = slot_bytes
         for i in range(nslots):
             self._free[i] = nslots - 1 - i
             self._held[i] = 0
@@ -45,35 +56,38 @@ cdef class TokenBufferPool:
         free(self._src_nid); free(self._src_ep); free(self._held)
 
     def unpin(self):
-        """Give the pool's memory back to the node (endpoint close)."""
-        if self.base:
-            self.mem.release(self.base)
-            self.base = 0
+        """Give the pool's region back (endpoint close); deposits after this are dropped."""
+        if self._pinned:
+            self._pinned = False
+            self._buf = None
+            self.region.release()
 
-    cpdef bint deposit(self, Py_ssize_t src_addr, int n, int src_nid, int src_ep):
-        """Copy `n` bytes at physical `src_addr` into a free slot; False if dropped."""
-        cdef int slot = self._claim(n)
-        if slot < 0:
-            return False
-        if n:
-            memmove(&self._buf[self.base + <Py_ssize_t> slot * self.slot_bytes], &self._buf[src_addr], n)
-        self._queue(slot, n, src_nid, src_ep)
-        return True
+    @property
+    def region_name(self):
+        """The name a user process maps the slots by (None for a private modeled region)."""
+        return self.region.name
 
-    cpdef bint deposit_bytes(self, const unsigned char[::1] data, int src_nid, int src_ep):
-        """Deposit a message that did not come through a NIC (delivery within the node)."""
-        cdef int n = data.shape[0]
-        cdef int slot = self._claim(n)
-        if slot < 0:
-            return False
-        if n:
-            memmove(&self._buf[self.base + <Py_ssize_t> slot * self.slot_bytes], &data[0], n)
-        self._queue(slot, n, src_nid, src_ep)
-        return True
+    cpdef bint deposit(self, const unsigned char[::1] src, Py_ssize_t off, Py_ssize_t n,
+                       int src_nid, int src_ep) except -1:
+        """Copy `n` bytes at `src[off:]` into a free slot; False if dropped (full, too long).
 
-    cdef int _claim(self, int n):
+        EINVAL for a negative `n`, EFAULT if the bytes are not in `src`.
+        """
         cdef int slot
-        if n > self.slot_bytes or n < 0:
+        if not span_ok(off, n, src.shape[0]):
+            span_check(off, n, src.shape[0], "TBP deposit source")
+        if not self._pinned:
+            return False
+        slot = self._claim(n)
+        if slot < 0:
+            return False
+        if n:
+            memmove(&self._buf[<Py_ssize_t> slot * self.slot_bytes], &src[off], n)
+        self._queue(slot, <int> n, src_nid, src_ep)
+        return True
+
+    cdef int _claim(self, Py_ssize_t n):
+        if n > self.slot_bytes:
             self.dropped_too_long += 1
             return -1
         if self._nfree == 0:
@@ -115,13 +129,17 @@ cdef class TokenBufferPool:
     def view(self, int slot):
         """The user's read-only view of a held slot's message."""
         self._check_held(slot)
-        cdef Py_ssize_t a = self.base + <Py_ssize_t> slot * self.slot_bytes
-        return self.mem.view[a:a + self._len[slot]].toreadonly()
+        self._check_pinned()
+        cdef Py_ssize_t a = <Py_ssize_t> slot * self.slot_bytes
+        return self.region.buf[a:a + self._len[slot]].toreadonly()
 
     def copy_out(self, int slot, Py_ssize_t nbytes):
         self._check_held(slot)
-        cdef Py_ssize_t a = self.base + <Py_ssize_t> slot * self.slot_bytes
+        self._check_pinned()
+        cdef Py_ssize_t a = <Py_ssize_t> slot * self.slot_bytes
         cdef Py_ssize_t n = min(nbytes, <Py_ssize_t> self._len[slot])
+        if n < 0:
+            raise OSError(errno.EINVAL, f"byte count must be non-negative, not {nbytes}")
         return bytes(self._buf[a:a + n])
 
     cpdef release(self, int slot):
@@ -131,9 +149,15 @@ cdef class TokenBufferPool:
         self._nfree += 1
         self.released += 1
 
-    def _check_held(self, int slot):
+    cdef int _check_held(self, int slot) except -1:
         if slot < 0 or slot >= self.nslots or not self._held[slot]:
             raise ValueError(f"slot {slot} is not a held token")
+        return 0
+
+    cdef int _check_pinned(self) except -1:
+        if not self._pinned:
+            raise OSError(errno.EBADF, "the pool's endpoint was closed")
+        return 0
 
     @property
     def free_slots(self):

@@ -9,7 +9,7 @@ from kernelsim._cpu import Cpu, LEVEL_IRQ, LEVEL_PROC
 from kernelsim._physmem import PhysMem
 from kernelsim._waits import WaitQueue
 from kernelsim._modules import Module, ModuleTable, Param, available_modules, find_module
-from kernelsim._node import Costs, Node, OpenFile, Process, WouldBlock
+from kernelsim._node import Costs, Node, OpenFile, PrivateRegion, Process, WouldBlock
 from kernelsim._netdev import NetDevice, PciDevice
 from kernelsim._profile import Profile, available_profiles, load_profile, parse_param
 from kernelsim._clock import EngineClock
@@ -19,7 +19,7 @@ from kernelsim._trio import (DEFAULT_SPIN_S, after, run_blocking, run_blocking_s
 __all__ = [
     "Engine", "EngineClock", "Cpu", "LEVEL_IRQ", "LEVEL_PROC", "PhysMem", "WaitQueue",
     "Module", "ModuleTable", "Param", "available_modules", "find_module",
-    "Costs", "Node", "OpenFile", "Process", "WouldBlock", "NetDevice", "PciDevice",
+    "Costs", "Node", "OpenFile", "PrivateRegion", "Process", "WouldBlock", "NetDevice", "PciDevice",
     "Profile", "available_profiles", "load_profile", "parse_param",
     "DEFAULT_SPIN_S", "after", "run_blocking", "run_blocking_sync", "run_path", "run_path_sync",
     "wait_on", "wait_on_sync",

@@ -24,7 +24,7 @@ from kernelsim._modules import ModuleTable
 from kernelsim._physmem import PhysMem
 from kernelsim._waits import WaitQueue
 
-__all__ = ["Costs", "Node", "Process", "OpenFile", "WouldBlock"]
+__all__ = ["Costs", "Node", "Process", "OpenFile", "PrivateRegion", "WouldBlock"]
 
 
 class WouldBlock(BlockingIOError):
@@ -33,6 +33,27 @@ class WouldBlock(BlockingIOError):
     def __init__(self, queue: WaitQueue, what: str = "resource temporarily unavailable"):
         super().__init__(errno.EAGAIN, what)
         self.queue = queue
+
+
+class PrivateRegion:
+    """Kernel memory a user process may map -- the modeled default: a private bytearray.
+
+    Every region, whatever allocator made it, has ``buf`` (a writable memoryview for
+    the kernel), ``name`` (what a user process opens to map it; None when there is
+    nothing to open, as here) and ``release()`` (idempotent; ``buf`` is None after it).
+    Memoryviews taken from ``buf`` must be released before ``release()`` is called.
+    """
+
+    __slots__ = ("buf", "name")
+
+    def __init__(self, nbytes: int, name_hint: str = ""):
+        self.buf = memoryview(bytearray(nbytes))
+        self.name = None
+
+    def release(self) -> None:
+        if self.buf is not None:
+            self.buf.release()
+            self.buf = None
 
 
 class Costs:
@@ -156,7 +177,8 @@ class Process:
 
 
 class Node:
-    def __init__(self, nid: int, profile, engine, *, modeled: bool = True, name: str | None = None):
+    def __init__(self, nid: int, profile, engine, *, modeled: bool = True, name: str | None = None,
+                 shared_allocator=None):
         self.nid = nid
         self.name = name or f"node{nid}"
         self.profile = profile
@@ -165,6 +187,8 @@ class Node:
         self.costs = Costs(profile)
         self.cpu = Cpu(engine, modeled)
         self.mem = PhysMem(int(profile.get("mem.bytes", 8 << 20)))
+        self.shared_allocator = shared_allocator or PrivateRegion
+        self._shared: list = []         # regions handed out (released ones pruned lazily)
         self.irq = IrqController(self.cpu, self.costs)
         self.modules = ModuleTable(self)
         self.processes: list[Process] = []
@@ -176,6 +200,31 @@ class Node:
         self.pci_devices: list = []     # the machine's devices, bound by driver modules
         self.hosts: dict = {}           # cluster description: nid -> {link kind: address}
         self._next_pid = 1
+
+    # -- memory ------------------------------------------------------------------------
+
+    def alloc_shared(self, nbytes: int, name_hint: str):
+        """Kernel memory that a user process may map (read-only), outside physical memory.
+
+        Returns a region with ``buf`` (a writable memoryview for the kernel), ``name``
+        (what a user process opens to map it, or None) and ``release()``. The node's
+        ``shared_allocator`` -- a callable ``(nbytes, name_hint) -> region`` -- makes it:
+        by default `PrivateRegion`, a private bytearray (modeled time: the "process" is
+        in this interpreter and reads the kernel's bytes through a read-only view). A
+        real node installs one whose regions are POSIX shared-memory segments, named
+        after `name_hint`, that the owning process opens read-only. DP's Token Buffer
+        Pools live in such regions. EINVAL for a size that is not a positive int.
+        """
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
+            raise OSError(errno.EINVAL, f"a shared region needs a positive size, not {nbytes!r}")
+        region = self.shared_allocator(nbytes, name_hint)
+        self._shared = [r for r in self._shared if r.buf is not None]
+        self._shared.append(region)
+        return region
+
+    def shared_in_use(self) -> int:
+        """Bytes of shared regions not yet released."""
+        return sum(r.buf.nbytes for r in self._shared if r.buf is not None)
 
     # -- processes ---------------------------------------------------------------------
 
@@ -296,7 +345,8 @@ class Node:
         return n
 
     def stats(self) -> dict:
-        out = {"cpu": self.cpu.stats(), "irq": self.irq.stats(), "mem_in_use_bytes": self.mem.in_use()}
+        out = {"cpu": self.cpu.stats(), "irq": self.irq.stats(), "mem_in_use_bytes": self.mem.in_use(),
+               "shared_in_use_bytes": self.shared_in_use()}
         for name, dev in self.netdevs.items():
             out[name] = dev.stats()
         for i, port in enumerate(self.real_ports):

@@ -1,3 +1,14 @@
+# Bounds that cannot overflow: every accessor that takes an offset and a length checks
+# 0 <= off <= size first, then n <= size - off (never off + n, which can wrap).
+
+cdef inline bint span_ok(Py_ssize_t off, Py_ssize_t n, Py_ssize_t size) noexcept nogil:
+    """True when [off, off + n) lies inside [0, size)."""
+    return off >= 0 and n >= 0 and off <= size and n <= size - off
+
+cdef int span_check(Py_ssize_t off, Py_ssize_t n, Py_ssize_t size, str what) except -1
+    # EINVAL for a negative length, EFAULT for a span outside [0, size)
+
+
 cdef class PhysMem:
     cdef readonly unsigned char[::1] buf
     cdef readonly Py_ssize_t size
@@ -6,9 +17,9 @@ cdef class PhysMem:
     cdef dict _live
     cdef readonly object view
 
-    cpdef unsigned int rd32(self, Py_ssize_t addr)
+    cpdef unsigned int rd32(self, Py_ssize_t addr) except? 0xFFFFFFFF
     cpdef wr32(self, Py_ssize_t addr, unsigned int value)
     cpdef write(self, Py_ssize_t addr, const unsigned char[::1] src)
     cpdef bytes read(self, Py_ssize_t addr, Py_ssize_t n)
     cpdef move(self, Py_ssize_t dst, Py_ssize_t src, Py_ssize_t n)
-    cpdef unsigned int rd16be(self, Py_ssize_t addr)
+    cpdef unsigned int rd16be(self, Py_ssize_t addr) except? 0xFFFFFFFF

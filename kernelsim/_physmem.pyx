@@ -7,7 +7,17 @@ address, the device model reads it back and DMAs through it. Allocation is a bum
 allocator with a free list per size: kernel memory of a simulated node is set up once
 at module load and returned at unload.
 """
+import errno
+
 from libc.string cimport memcpy, memmove, memset
+
+
+cdef int span_check(Py_ssize_t off, Py_ssize_t n, Py_ssize_t size, str what) except -1:
+    if n < 0:
+        raise OSError(errno.EINVAL, f"{what}: negative length {n}")
+    if not span_ok(off, n, size):
+        raise OSError(errno.EFAULT, f"{what}: {n} bytes at {off:#x} are outside its {size} bytes")
+    return 0
 
 
 cdef class PhysMem:
@@ -27,6 +37,10 @@ cdef class PhysMem:
         cdef Py_ssize_t addr
         if nbytes <= 0:
             raise ValueError("allocation of no memory")
+        if align <= 0 or align > self.size:
+            raise OSError(errno.EINVAL, f"alignment must be 1..{self.size}, not {align}")
+        if nbytes > self.size:
+            raise MemoryError(f"node physical memory exhausted ({self.size} bytes)")
         nbytes = (nbytes + align - 1) // align * align
         lst = self._free.get(nbytes)
         if lst:
@@ -34,35 +48,50 @@ cdef class PhysMem:
             memset(&self.buf[addr], 0, nbytes)
         else:
             addr = (self._top + align - 1) // align * align
-            if addr + nbytes > self.size:
+            if nbytes > self.size - addr:
                 raise MemoryError(f"node physical memory exhausted ({self.size} bytes)")
             self._top = addr + nbytes
         self._live[addr] = nbytes
         return addr
 
     def release(self, Py_ssize_t addr):
-        nbytes = self._live.pop(addr)
+        nbytes = self._live.pop(addr, None)
+        if nbytes is None:
+            raise OSError(errno.EINVAL, f"no allocation at {addr:#x}")
         self._free.setdefault(nbytes, []).append(addr)
 
     def in_use(self):
         return sum(self._live.values())
 
-    cpdef unsigned int rd32(self, Py_ssize_t addr):
+    cpdef unsigned int rd32(self, Py_ssize_t addr) except? 0xFFFFFFFF:
+        if not span_ok(addr, 4, self.size):
+            span_check(addr, 4, self.size, "physical memory")
         return (<unsigned int*> &self.buf[addr])[0]
 
     cpdef wr32(self, Py_ssize_t addr, unsigned int value):
+        if not span_ok(addr, 4, self.size):
+            span_check(addr, 4, self.size, "physical memory")
         (<unsigned int*> &self.buf[addr])[0] = value
 
     cpdef write(self, Py_ssize_t addr, const unsigned char[::1] src):
+        if not span_ok(addr, src.shape[0], self.size):
+            span_check(addr, src.shape[0], self.size, "physical memory")
         if src.shape[0]:
             memcpy(&self.buf[addr], &src[0], src.shape[0])
 
     cpdef bytes read(self, Py_ssize_t addr, Py_ssize_t n):
+        if not span_ok(addr, n, self.size):
+            span_check(addr, n, self.size, "physical memory")
         return bytes(self.buf[addr:addr + n])
 
     cpdef move(self, Py_ssize_t dst, Py_ssize_t src, Py_ssize_t n):
+        if not (span_ok(dst, n, self.size) and span_ok(src, n, self.size)):
+            span_check(src, n, self.size, "physical memory")
+            span_check(dst, n, self.size, "physical memory")
         if n:
             memmove(&self.buf[dst], &self.buf[src], n)
 
-    cpdef unsigned int rd16be(self, Py_ssize_t addr):
+    cpdef unsigned int rd16be(self, Py_ssize_t addr) except? 0xFFFFFFFF:
+        if not span_ok(addr, 2, self.size):
+            span_check(addr, 2, self.size, "physical memory")
         return (self.buf[addr] << 8) | self.buf[addr + 1]

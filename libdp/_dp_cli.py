@@ -83,7 +83,8 @@ def _run_bench(args, program, kind):
     if args.real:
         from libdp._realrun import run_real_spmd
         results, stats = run_real_spmd(program, *prog_args, platform=args.platform, nic=args.nic,
-                                       params=params, load=args.load, transport=args.transport)
+                                       params=params, load=args.load, transport=args.transport,
+                                       seed=args.seed)
     else:
         cluster = Cluster(nodes=2, platform=args.platform, nic=args.nic, params=params, seed=args.seed,
                           load=args.load)

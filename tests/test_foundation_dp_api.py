@@ -406,12 +406,12 @@ def test_close_frees_the_endpoint_and_the_number_can_be_reused():
     a, b, fa, fb = _pair(c)
     node = c.node(1)
     dp = node.services["dp"]
-    mem_before = node.mem.in_use()
+    shared_before = node.shared_in_use()
     refs = {m["name"]: m["use_count"] for m in node.modules.lsmod()}
     assert 2 in dp.endpoints
     assert b.sync.close(fb) == 0
     assert 2 not in dp.endpoints
-    assert node.mem.in_use() < mem_before                 # the TBP is unpinned
+    assert node.shared_in_use() < shared_before           # the TBP is unpinned
     assert {m["name"]: m["use_count"] for m in node.modules.lsmod()}["dp"] == refs["dp"] - 1
     with pytest.raises(OSError) as ei:
         b.sync.dp_read(fb)

@@ -4,14 +4,24 @@ A device model transmits through a *port* (``transmit(frame, t) -> (start, end)`
 and receives by having ``rx_frame(frame, crc_ok)`` called. Modeled media time each
 frame; this adapter hands frames to a real transport (a shared-memory ring, a UDP
 socket) at once and, when the node polls, feeds what the transport has to the device.
+
+Faults on a real transport: where the transport itself cannot lose or damage frames
+on request (shared memory, UDP on one host), the adapter passes every received frame
+through the same seeded `FaultInjector` the modeled media use -- lost, duplicated,
+corrupted (the device sees a failed CRC, as after a real wire's FCS check) or held
+back so that later frames overtake it (reordering). Held frames are due at a wall
+time; until then the port never lets its node sleep.
 """
 from __future__ import annotations
+
+import heapq
+import time
 
 __all__ = ["DevicePort"]
 
 
 class DevicePort:
-    def __init__(self, transport):
+    def __init__(self, transport, faults=None):
         self.transport = transport
         self.device = None
         self._buf = bytearray(transport.max_frame)
@@ -20,6 +30,15 @@ class DevicePort:
         self.tx_dropped = 0
         self.rx_frames = 0
         self.settle = None      # the node's engine run: each frame is handled before the next
+        self.faults = None
+        self._held: list = []   # (due wall time, sequence, frame, crc_ok): frames held back
+        self._held_seq = 0
+        if faults is not None:
+            self.inject(faults)
+
+    def inject(self, faults) -> None:
+        """Pass every received frame through `faults` (a FaultInjector) from now on."""
+        self.faults = faults if faults.active else None
 
     def attach(self, device) -> None:
         self.device = device
@@ -39,6 +58,8 @@ class DevicePort:
         taken, as frames that arrive microseconds apart on a wire would be; a transport
         burst therefore never overruns the receive ring unseen.
         """
+        if self.faults is not None or self._held:
+            return self._poll_faulty()
         recv, view, dev, settle = self.transport.recv_into, self._view, self.device, self.settle
         n = 0
         while True:
@@ -51,14 +72,49 @@ class DevicePort:
             if settle is not None:
                 settle()
 
+    def _poll_faulty(self) -> int:
+        """`poll` through the fault injector: frames held back whose time has come go
+        first (they are older), then what the transport has, each as the injector says."""
+        held, dev, settle, faults = self._held, self.device, self.settle, self.faults
+        n = 0
+        now = time.perf_counter()
+        while held and held[0][0] <= now:
+            _, _, frame, ok = heapq.heappop(held)
+            dev.rx_frame(frame, ok)
+            n += 1
+            if settle is not None:
+                settle()
+        while True:
+            k = self.transport.recv_into(self._buf)
+            if k < 0:
+                return n
+            self.rx_frames += 1
+            deliveries = faults.apply(bytes(self._view[:k])) if faults is not None else [(bytes(self._view[:k]), 0.0,
+                                                                                              True)]
+            for frame, delay, ok in deliveries:
+                if delay > 0.0:
+                    self._held_seq += 1
+                    heapq.heappush(held, (now + delay, self._held_seq, frame, ok))
+                    continue
+                dev.rx_frame(frame, ok)
+                n += 1
+                if settle is not None:
+                    settle()
+
     def fileno(self) -> int:
         return self.transport.fileno()
 
     def prepare_to_sleep(self) -> bool:
+        if self._held:              # a held-back frame falls due without any doorbell
+            return False
         return self.transport.prepare_to_sleep()
 
     def drain(self) -> None:
         self.transport.drain()
 
     def stats(self) -> dict:
-        return {"tx_frames": self.tx_frames, "tx_dropped": self.tx_dropped, "transport": self.transport.stats()}
+        out = {"tx_frames": self.tx_frames, "tx_dropped": self.tx_dropped, "rx_frames": self.rx_frames,
+               "transport": self.transport.stats()}
+        if self.faults is not None:
+            out["faults"] = {"applied_by": "injector", **self.faults.stats(), "held": len(self._held)}
+        return out

@@ -15,6 +15,12 @@ removes them all (idempotent; the veths and the bridge go with their namespaces)
 
 Creating namespaces needs CAP_SYS_ADMIN and CAP_NET_ADMIN (root):
 :meth:`NetnsCluster.available` says whether this process can, and if not why.
+
+Faults on these links are the kernel's: :meth:`NetnsCluster.shape` installs a netem
+qdisc on every node's interface (each frame crosses exactly one: its sender's) for
+loss, corruption, duplication, reordering and a rate; a kernel built without netem
+(``CONFIG_NET_SCH_NETEM``) is ``ENOTSUP``, and a rate alone then falls back to a token
+bucket (tbf). netem draws from the kernel's random numbers: it is not seeded.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ import secrets
 import socket
 import time
 
-__all__ = ["NetnsCluster", "NODE_IFNAME"]
+__all__ = ["NetnsCluster", "NODE_IFNAME", "LinkShape"]
 
 NODE_IFNAME = "eth0"
 BRIDGE_IFNAME = "br0"
@@ -61,6 +67,44 @@ def _pyroute2():
     except ImportError as exc:  # pragma: no cover - a dependency of the package
         raise OSError(errno.ENOSYS, f"network namespaces need pyroute2 ({exc})") from None
     return IPRoute, netns
+
+
+class LinkShape:
+    """What a netem qdisc is asked to do to every frame a node sends (probabilities 0..1)."""
+
+    __slots__ = ("loss", "corrupt", "duplicate", "reorder", "reorder_delay_s", "rate_bps")
+
+    def __init__(self, loss=0.0, corrupt=0.0, duplicate=0.0, reorder=0.0, reorder_delay_s=0.0, rate_bps=None):
+        for name, v in (("loss", loss), ("corrupt", corrupt), ("duplicate", duplicate), ("reorder", reorder)):
+            if not 0.0 <= v <= 1.0:
+                raise OSError(errno.EINVAL, f"fault.{name} is a probability, not {v}")
+        if reorder and reorder_delay_s <= 0:
+            raise OSError(errno.EINVAL, "netem reorders by delaying the other frames: fault.reorder needs "
+                                        "fault.reorder_delay_s > 0")
+        if rate_bps is not None and not rate_bps >= 8:
+            raise OSError(errno.EINVAL, f"a link rate must be at least 8 bit/s, not {rate_bps}")
+        self.loss, self.corrupt, self.duplicate, self.reorder = loss, corrupt, duplicate, reorder
+        self.reorder_delay_s = reorder_delay_s if reorder else 0.0
+        self.rate_bps = rate_bps
+
+    @property
+    def faulty(self) -> bool:
+        return bool(self.loss or self.corrupt or self.duplicate or self.reorder)
+
+    def netem(self) -> dict:
+        """pyroute2's netem arguments (percentages, delay in microseconds, rate in bit/s)."""
+        kw = {"loss": self.loss * 100, "duplicate": self.duplicate * 100}
+        if self.corrupt:
+            kw["prob_corrupt"] = self.corrupt * 100
+        if self.reorder:
+            kw["prob_reorder"] = self.reorder * 100
+            kw["delay"] = self.reorder_delay_s * 1e6
+        if self.rate_bps is not None:
+            kw["rate"] = f"{int(self.rate_bps)}bit"
+        return kw
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__}
 
 
 class NetnsCluster:
@@ -189,6 +233,41 @@ class NetnsCluster:
         present = set(netns.listnetns())
         return any(n in present for n in self.namespaces)
 
+    def shape(self, shape: LinkShape) -> str:
+        """Shape every node's outgoing frames; returns the qdisc used ("netem" or "tbf").
+
+        ENOTSUP if the kernel has no netem and faults were asked for (the caller may
+        then inject them itself); a rate alone falls back to tbf.
+        """
+        IPRoute, _ = _pyroute2()
+        kind = None
+        for nid in sorted(self._names):
+            with IPRoute(netns=self._names[nid], flags=0) as ipr:
+                idx = ipr.link_lookup(ifname=NODE_IFNAME)[0]
+                if kind is None:
+                    kind = "netem" if _has_netem(ipr, idx) else "tbf"
+                    if kind == "tbf" and shape.faulty:
+                        raise OSError(errno.ENOTSUP, "this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM): "
+                                                     "the veths cannot be made lossy")
+                try:
+                    if kind == "netem":
+                        ipr.tc("replace", "netem", index=idx, handle="1:", **shape.netem())
+                    elif shape.rate_bps is not None:
+                        # a token bucket one maximum frame deep, frames queued at most 50 ms
+                        ipr.tc("replace", "tbf", index=idx, handle="1:", rate=f"{int(shape.rate_bps)}bit",
+                               burst=max(self.mtu + 14, 1600), latency=50000)
+                except Exception as exc:   # noqa: BLE001 - pyroute2's NetlinkError carries the errno
+                    raise OSError(getattr(exc, "code", None) or errno.EINVAL,
+                                  f"cannot install {kind} on {self._names[nid]}: {exc}") from None
+        return kind
+
+    def qdiscs(self, nid: int) -> list[str]:
+        """The kinds of the qdiscs on node `nid`'s interface (what :meth:`shape` installed)."""
+        IPRoute, _ = _pyroute2()
+        with IPRoute(netns=self.iface(nid)[0], flags=0) as ipr:
+            idx = ipr.link_lookup(ifname=NODE_IFNAME)[0]
+            return [q.get_attr("TCA_KIND") for q in ipr.get_qdiscs(index=idx)]
+
     # ----------------------------------------------------------------- tearing down
 
     def destroy(self) -> None:
@@ -262,6 +341,18 @@ def _quiet(ipr, idx: int) -> None:
             ("AF_INET6", {"attrs": [("IFLA_INET6_ADDR_GEN_MODE", 1)]})]})
     except Exception:   # noqa: BLE001 - no IPv6 in this kernel: nothing to silence
         pass
+
+
+def _has_netem(ipr, idx: int) -> bool:
+    """Does this kernel have the netem qdisc? (Adding one is ENOENT if not.)"""
+    try:
+        ipr.tc("replace", "netem", index=idx, handle="1:")
+    except Exception as exc:   # noqa: BLE001
+        if getattr(exc, "code", None) == errno.ENOENT:
+            return False
+        raise
+    ipr.tc("del", index=idx, handle="1:")
+    return True
 
 
 def _privileged(exc: OSError, what: str) -> OSError:

@@ -66,7 +66,7 @@ from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset
 
 from kernelsim._engine cimport Engine
-from kernelsim._physmem cimport PhysMem
+from kernelsim._physmem cimport PhysMem, span_ok
 from nic_drivers.atm._medium cimport CellPort, CellSink
 
 DEF CELL = 53
@@ -527,7 +527,7 @@ cdef class Pca200e(CellSink):
     # -- host memory as the DMA engine sees it ----------------------------------------------
 
     cdef inline bint _ok(self, Py_ssize_t a, Py_ssize_t n):
-        return a > 0 and n >= 0 and a + n <= self.host_size
+        return a > 0 and span_ok(a, n, self.host_size)
 
     cdef inline unsigned int _rd(self, Py_ssize_t a):
         return (<unsigned int*> (self.host + a))[0]

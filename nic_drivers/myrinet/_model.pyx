@@ -47,7 +47,7 @@ from collections import deque
 from libc.string cimport memcpy
 
 from kernelsim._engine cimport Engine
-from kernelsim._physmem cimport PhysMem
+from kernelsim._physmem cimport PhysMem, span_check, span_ok
 
 # Host-visible registers (byte offsets in the register window)
 REG_ISR = 0x00
@@ -381,9 +381,10 @@ cdef class LanaiNI:
             clocks += self.pio_burst_clocks + (rem + self.bus_bytes - 1) // self.bus_bytes
         return clocks * self.pci_clock_s
 
-    cdef _check(self, Py_ssize_t off, Py_ssize_t n):
-        if off < 0 or n < 0 or off + n > self.sram_bytes:
-            raise ValueError(f"LANai SRAM access {off:#x}+{n} outside {self.sram_bytes} bytes")
+    cdef int _check(self, Py_ssize_t off, Py_ssize_t n) except -1:
+        if not span_ok(off, n, self.sram_bytes):
+            span_check(off, n, self.sram_bytes, "LANai SRAM")
+        return 0
 
     cpdef pio_write(self, Py_ssize_t off, const unsigned char[::1] data):
         cdef Py_ssize_t n = data.shape[0]
@@ -460,7 +461,7 @@ cdef class LanaiNI:
             return
         self._h_cur = None
         to_host, host_addr, off, n, then, arg = req
-        if n < 0 or off < 0 or off + n > self.sram_bytes or host_addr <= 0 or host_addr + n > self.host.size:
+        if not span_ok(off, n, self.sram_bytes) or host_addr <= 0 or not span_ok(host_addr, n, self.host.size):
             self.dma_errors += 1
             self.isr |= ISR_ERR
             self._update_irq()
@@ -498,7 +499,7 @@ cdef class LanaiNI:
             return
         off = req[0]
         n = req[1]
-        if off < 0 or n <= 0 or off + n > self.sram_bytes:
+        if n <= 0 or not span_ok(off, n, self.sram_bytes):
             self.dma_errors += 1
             self._s_done(req)
             return
