@@ -13,9 +13,10 @@ protocol's defining choice, and the papers behind dp made three different ones:
   kept that firmware and wrote AM as a user library over it. So the adapter half of
   this module is *nothing*: ``nic_drivers/tb2/_model.pyx`` runs IBM's firmware
   unchanged (the i860 walks the packet-length array, DMAs, receives into host
-  memory). The per-packet engine -- header, sequence numbers, windows, chunk
-  assembly -- is ``_engine.pyx`` (Cython: it runs for every packet); the library
-  around it is ``endpoint.py``: paths charged as process time.
+  memory). What every packet touches -- header, sequence numbers, windows, chunk
+  assembly -- is ``_wire.pyx`` (Cython: it runs for every packet); the library
+  around it is the endpoint, one file per mechanism (``endpoint.py``, ``window.py``,
+  ``bulk.py``, ``keepalive.py``): paths charged as process time.
 * FM (HPVM) runs a control program on the Myrinet NI (the LANai's "LCP") and a
   user library; its module installs the firmware through the NI's firmware slot
   (``nic_drivers/myrinet/firmware.py``: ``ni.load_firmware(fw)``) at ``insmod``
