@@ -1,7 +1,7 @@
 """The modeled Myrinet network: links, crossbar switches, source routing, flow control.
 
-Myrinet is a switched network of full-duplex point-to-point links (HARDWARE.md, Myrinet;
-FACTS LCI-C25). A packet carries its own route: one byte per switch, most significant
+Myrinet is a switched network of full-duplex point-to-point links (HW-MYRI;
+LCI-C25). A packet carries its own route: one byte per switch, most significant
 bit set, naming the output port; each switch consumes the first byte and forwards the
 rest. Switching is cut-through (wormhole): the head goes on as soon as the output port
 is free, after the switch's per-hop delay (LCI-A29, EP-A10), and the packet occupies
@@ -47,7 +47,7 @@ Topologies (``switch.topology`` in the platform profile), each with its own rout
 routes actually loaded and looks for a cycle; the tests run it on every topology.
 
 The *mapper* (``map_routes``) loads each NI's route table, the role of Myricom's
-mapper (HARDWARE.md). A table does not hold N route strings for N nodes: it asks the
+mapper (HW-MYRI). A table does not hold N route strings for N nodes: it asks the
 topology's routing function for a route the first time its NI needs one and keeps it
 (``RouteTable``), so 1024 nodes cost O(N) at build and O(destinations used) after.
 Drivers read routes from their NI and put them into the packets they send.
@@ -75,7 +75,7 @@ __all__ = ["MyrinetFabric", "RouteTable", "Chain", "Grid", "Clos", "make_topolog
            "MAX_ROUTE_BYTES", "TOPOLOGIES"]
 
 ROUTE_BIT = 0x80
-MAX_ROUTE_BYTES = 24        # HARDWARE.md: GM's route information covers a network diameter up to 24 hops
+MAX_ROUTE_BYTES = 24        # HW-MYRI: GM's route information covers a network diameter up to 24 hops
 TOPOLOGIES = ("chain", "grid", "clos")
 
 
