@@ -4,6 +4,7 @@
 
 A failed Cython build is an error: there is no pure-Python fallback to hide it.
 """
+import os
 from pathlib import Path
 
 from setuptools import Extension, find_packages, setup
@@ -14,7 +15,14 @@ PACKAGES = ("kernelsim", "dpcore", "nic_drivers", "protocols", "libdp")
 EXTENSIONS = sorted(str(p.with_suffix("")).replace("/", ".")
                     for pkg in PACKAGES for p in Path(pkg).rglob("*.pyx"))
 
-extensions = [Extension(name, [name.replace(".", "/") + ".pyx"], extra_compile_args=["-O2"])
+# DP_SANITIZE=address builds every extension with AddressSanitizer, so that an access
+# past a buffer fails loudly instead of passing silently (CI runs the receive-path fuzz
+# tests under it: see .ci/run). Run with LD_PRELOAD=$(gcc -print-file-name=libasan.so).
+SANITIZE = os.environ.get("DP_SANITIZE", "")
+CFLAGS = ["-O1", "-g", f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer"] if SANITIZE else ["-O2"]
+LDFLAGS = [f"-fsanitize={SANITIZE}"] if SANITIZE else []
+
+extensions = [Extension(name, [name.replace(".", "/") + ".pyx"], extra_compile_args=CFLAGS, extra_link_args=LDFLAGS)
               for name in EXTENSIONS]
 
 setup(

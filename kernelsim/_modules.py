@@ -198,8 +198,17 @@ class ModuleTable:
             rec.undo.pop()()
 
     def modinfo(self, name: str) -> dict:
-        """What `modinfo NAME` shows: description, parameters, dependencies, sources."""
-        return find_module(name).info()
+        """What `modinfo NAME` shows: description, parameters, dependencies, sources; for
+        a loaded module also the values it runs with and what its ``state.modinfo()``
+        reports (a setting it chose at load, say)."""
+        info = find_module(name).info()
+        rec = self._loaded.get(name)
+        if rec is not None:
+            info["loaded"] = {"params": dict(rec.params)}
+            report = getattr(rec.state, "modinfo", None)
+            if callable(report):
+                info["loaded"].update(report())
+        return info
 
     def get(self, name: str):
         rec = self._loaded.get(name)

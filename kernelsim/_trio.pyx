@@ -84,18 +84,20 @@ def after(cost: float, path):
     return (yield from path)
 
 
-async def run_path(node, path):
-    """Run `path` at process level on `node`'s CPU; return its value or raise its error."""
+async def run_path(node, path, cpu=None):
+    """Run `path` at process level on `node`'s CPU (or on `cpu`, another processor of
+    the node: the calling process's); return its value or raise its error."""
     cdef Engine engine = node.engine
     cdef _Completion done
+    cdef Cpu on = <Cpu> (node.cpu if cpu is None else cpu)
     if not node.modeled:
         done = _Completion(None)
-        (<Cpu> node.cpu).submit(LEVEL_PROC, path, done)
+        on.submit(LEVEL_PROC, path, done)
         engine.run()
         await _checkpoint()
     else:
         done = _Completion(engine)
-        (<Cpu> node.cpu).submit(LEVEL_PROC, path, done)
+        on.submit(LEVEL_PROC, path, done)
         if not done.done and _drive_inline(engine, done):
             # Only this call's own completion stopped the engine: no other task can
             # have become runnable, so the schedule point has nothing to do.

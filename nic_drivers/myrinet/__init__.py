@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 
 from kernelsim import Module, Param
+from kernelsim._pcibus import PciBus
 from nic_drivers.myrinet._model import LanaiNI
 from nic_drivers.myrinet.driver import MyrinetNetDevice
 from nic_drivers.myrinet.fabric import MyrinetFabric
@@ -41,6 +42,8 @@ def make_device(node):
     """Put a LANai board on `node`'s PCI bus (the machine, not the driver)."""
     _check_profile(node.profile)
     dev = LanaiNI(node.engine, node.mem, node.nid, node.profile)
+    if "chipset.pwq_lines" in node.profile:
+        dev.bus = PciBus(node.profile)      # the machine models its PCI bus and host bridge
     node.pci_devices.append(dev)
     return dev
 

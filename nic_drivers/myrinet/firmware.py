@@ -9,6 +9,8 @@ generator that yields the NI cycles its work takes:
     start(ni)             the host set CTRL_RUN: read the configuration, arm the receiver
     on_host_send(off)     the host rang the send doorbell (an SRAM word the program watches)
     on_packet((off, n))   the receive DMA engine put a packet of n bytes at SRAM[off]
+    on_crc_error(n)       optional: the hardware CRC check rejected a packet of n bytes
+                          (it was dropped and counted; the armed buffer stays armed)
     detach(ni)            the program is being replaced or the board released
 
 plus whatever doorbell words it asks the board to ``watch`` and the completions of the
