@@ -3,6 +3,9 @@ from kernelsim._physmem cimport PhysMem
 
 cdef class Nart:
     cdef dict _map
+    cdef dict _hosts
+    cdef object _devs
+    cdef object _resolve(self, object nid)
     cpdef add(self, int nid, object dev, object hwaddr)
     cpdef remove(self, int nid)
     cpdef tuple lookup(self, object nid)

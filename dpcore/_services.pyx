@@ -35,28 +35,53 @@ MAX_ENDPOINT = 0xFFFF
 
 
 cdef class Nart:
-    """Network Address Resolution Table: NID -> (network device, hardware address)."""
+    """Network Address Resolution Table: NID -> (network device, hardware address).
+
+    Filled from the cluster description as NIDs are first looked up: ``learn(hosts,
+    devs)`` names the description (NID -> {link kind: address}) and the devices DP
+    runs on, in order of preference; an entry is made the first time its NID is
+    resolved, so a node of a 1024-node cluster holds entries only for the peers it
+    talks to. ``add`` and ``remove`` set or drop one entry by hand.
+    """
 
     def __cinit__(self):
         self._map = {}
+        self._hosts = {}
+        self._devs = ()
+
+    def learn(self, hosts: dict, devs) -> None:
+        self._hosts = hosts
+        self._devs = devs
 
     cpdef add(self, int nid, object dev, object hwaddr):
         self._map[nid] = (dev, hwaddr)
 
     cpdef remove(self, int nid):
-        self._map.pop(nid, None)
+        self._map[nid] = ()             # gone: not learned again from the description
+
+    cdef object _resolve(self, object nid):
+        entry = self._map.get(nid)
+        if entry is None:
+            addrs = self._hosts.get(nid) if isinstance(nid, int) else None
+            if addrs:
+                for dev in self._devs:
+                    if dev.kind in addrs:
+                        entry = self._map[nid] = (dev, addrs[dev.kind])
+                        break
+        return entry or None
 
     cpdef tuple lookup(self, object nid):
-        entry = self._map.get(nid)
+        entry = self._resolve(nid)
         if entry is None:
             raise OSError(errno.EHOSTUNREACH, f"node {nid} is not in the NART")
         return <tuple> entry
 
     def __contains__(self, nid) -> bool:
-        return nid in self._map
+        return self._resolve(nid) is not None
 
     def entries(self) -> dict:
-        return {nid: (dev.name, hw) for nid, (dev, hw) in sorted(self._map.items())}
+        """The entries made so far."""
+        return {nid: (e[0].name, e[1]) for nid, e in sorted(self._map.items()) if e}
 
 
 class Token:
