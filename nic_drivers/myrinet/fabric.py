@@ -52,24 +52,16 @@ topology's routing function for a route the first time its NI needs one and keep
 (``RouteTable``), so 1024 nodes cost O(N) at build and O(destinations used) after.
 Drivers read routes from their NI and put them into the packets they send.
 
-Timing of one packet of ``n`` bytes (route, type, payload, plus the CRC trailer): its
-head reaches a switch one propagation delay after leaving the previous element, leaves
-it ``switch.hop_s`` later if the output link is free, and reaches the receiving NI; if
-the NI accepts at time ``a``, the tail arrives at ``a + n / rate`` and each link is
-released as the tail passes its far end. Each packet goes through the fault injector
-when its tail arrives (loss, a corrupted byte that fails the NI's CRC check,
-duplication, a hold-back that lets later packets pass).
-
-A packet's whole path is not reserved at once: each output port is granted in the order
-heads ask for it, as the switch's arbiter does.
+Packets move in ``_fabric.Wire`` (Cython): cut-through timing, arbitration at each
+output port in the order heads ask, back-pressure from the receiving NI, faults.
 """
 from __future__ import annotations
 
 import errno
-from collections import deque
 from collections.abc import MutableMapping
 
 from kernelsim.media.faults import FaultInjector
+from nic_drivers.myrinet._fabric import Channel, Wire
 
 __all__ = ["MyrinetFabric", "RouteTable", "Chain", "Grid", "Clos", "make_topology", "chain_placement",
            "MAX_ROUTE_BYTES", "TOPOLOGIES"]
@@ -81,34 +73,6 @@ TOPOLOGIES = ("chain", "grid", "clos")
 
 def _einval(msg):
     return OSError(errno.EINVAL, f"myrinet: {msg}")
-
-
-class _Channel:
-    """One direction of one link, with the output port that drives it."""
-
-    __slots__ = ("name", "to_ni", "target", "busy", "waiters", "packets", "bytes", "busy_s", "t_acq",
-                 "waits", "wait_s")
-
-    def __init__(self, name, to_ni, target):
-        self.name = name
-        self.to_ni = to_ni          # True: the far end is an NI; else a switch index
-        self.target = target
-        self.busy = False
-        self.waiters = deque()
-        self.packets = 0
-        self.bytes = 0
-        self.busy_s = 0.0
-        self.t_acq = 0.0
-        self.waits = 0
-        self.wait_s = 0.0
-
-    def stats(self):
-        return {"packets": self.packets, "bytes": self.bytes, "busy_us": self.busy_s * 1e6,
-                "waits": self.waits, "wait_us": self.wait_s * 1e6}
-
-
-class _Packet:
-    __slots__ = ("data", "pos", "src", "token", "chans", "want", "dur", "t_ask", "nbytes")
 
 
 def chain_placement(nnodes: int, nswitches: int, ports: int) -> list[int]:
@@ -449,29 +413,18 @@ class RouteTable(MutableMapping):
         return {nid: r for nid, r in self._cache.items() if r is not None}
 
 
-class MyrinetFabric:
-    """Switches and links between the LANai boards of a cluster."""
+class MyrinetFabric(Wire):
+    """Switches and links between the LANai boards of a cluster (packets move in ``_fabric.Wire``)."""
 
     def __init__(self, engine, profile, rng=None):
-        self.engine = engine
+        super().__init__(engine, 8.0 / profile["link.rate_bps"], profile["link.propagation_s"],
+                         profile["switch.hop_s"], int(profile["link.crc_bytes"]), FaultInjector(profile, rng))
         self.profile = profile
-        self.faults = FaultInjector(profile, rng)
-        self.byte_s = 8.0 / profile["link.rate_bps"]
-        self.prop_s = profile["link.propagation_s"]
-        self.crc_bytes = int(profile["link.crc_bytes"])
-        self.hop_s = profile["switch.hop_s"]
         self.ports = int(profile["switch.ports"])
         self.topology = None
         self.nswitches = 0
-        self.switch_out: list[list] = []        # switch -> port -> output _Channel (or None)
         self.nis: dict = {}                     # nid -> LanaiNI
-        self.inject_ch: dict = {}               # nid -> _Channel NI -> switch
         self.where: dict = {}                   # nid -> (switch, port)
-        self.packets = 0
-        self.delivered = 0
-        self.misrouted = 0
-        self.lost = 0
-        self.ni_wait_s = 0.0
 
     # -- building the network and mapping it ----------------------------------------------
 
@@ -482,8 +435,8 @@ class MyrinetFabric:
         self.nswitches = topo.nswitches
         self.switch_out = [[None] * topo.ports for _ in range(topo.nswitches)]
         for s, p, t, q in topo.cables():
-            self.switch_out[s][p] = _Channel(f"sw{s}->sw{t}", False, t)
-            self.switch_out[t][q] = _Channel(f"sw{t}->sw{s}", False, s)
+            self.switch_out[s][p] = Channel(f"sw{s}->sw{t}", False, t)
+            self.switch_out[t][q] = Channel(f"sw{t}->sw{s}", False, s)
         for dev, (s, port) in zip(devices, topo.host_slots()):
             self.attach(dev, s, port)
         self.map_routes()
@@ -496,8 +449,8 @@ class MyrinetFabric:
             raise OSError(errno.EBUSY, f"myrinet: port {port} of switch {switch} is already cabled")
         self.nis[nid] = ni
         self.where[nid] = (switch, port)
-        self.inject_ch[nid] = _Channel(f"n{nid}->sw{switch}", False, switch)
-        self.switch_out[switch][port] = _Channel(f"sw{switch}->n{nid}", True, ni)
+        self.inject_ch[nid] = Channel(f"n{nid}->sw{switch}", False, switch)
+        self.switch_out[switch][port] = Channel(f"sw{switch}->n{nid}", True, ni)
         ni.port = self
 
     def route(self, src: int, dst: int):
@@ -575,153 +528,10 @@ class MyrinetFabric:
                     stack.append((nxt, iter(succ.get(nxt, {}))))
         return None
 
-    # -- a packet's way through ------------------------------------------------------------
-
-    def inject(self, ni, data: bytes, token) -> None:
-        """The send DMA engine of `ni` starts streaming `data` (route first) now."""
-        p = _Packet()
-        p.data = data
-        p.pos = 0
-        p.src = ni
-        p.token = token
-        p.nbytes = len(data) + self.crc_bytes
-        p.dur = p.nbytes * self.byte_s
-        p.chans = []
-        ch = self.inject_ch.get(ni.nid)
-        self.packets += 1
-        if ch is None:                       # not cabled: the bits go nowhere
-            self.engine.after(p.dur, self._sender_done, p)
-            self.lost += 1
-            return
-        p.want = ch
-        self._take(ch, p)
-        self.engine.after(self.prop_s, self._at_switch, p)
-
-    def _take(self, ch, p) -> None:
-        ch.busy = True
-        ch.t_acq = self.engine.now
-        ch.packets += 1
-        ch.bytes += p.nbytes
-        p.chans.append(ch)
-
-    def _at_switch(self, p) -> None:
-        s = p.want.target
-        data = p.data
-        if p.pos >= len(data) or not data[p.pos] & ROUTE_BIT:
-            self._misroute(p)
-            return
-        port = data[p.pos] & 0x7F
-        outs = self.switch_out[s]
-        if port >= len(outs) or outs[port] is None:
-            self._misroute(p)
-            return
-        p.pos += 1
-        p.want = outs[port]
-        self.engine.after(self.hop_s, self._ask, p)
-
-    def _ask(self, p) -> None:
-        ch = p.want
-        if ch.busy:
-            ch.waits += 1
-            p.t_ask = self.engine.now
-            ch.waiters.append(p)
-            return
-        self._take(ch, p)
-        self._forward(p)
-
-    def _forward(self, p) -> None:
-        if p.want.to_ni:
-            self.engine.after(self.prop_s, self._at_ni, p)
-        else:
-            self.engine.after(self.prop_s, self._at_switch, p)
-
-    def _release(self, ch) -> None:
-        ch.busy = False
-        ch.busy_s += self.engine.now - ch.t_acq
-        if ch.waiters:
-            p = ch.waiters.popleft()
-            ch.wait_s += self.engine.now - p.t_ask
-            self._take(ch, p)
-            self._forward(p)
-
-    def _at_ni(self, p) -> None:
-        ni = p.want.target
-        if ni.net_head():
-            self._stream(p)
-        else:
-            p.t_ask = self.engine.now
-            ni.rx_wait(self._granted, p)
-
-    def _granted(self, p) -> None:
-        self.ni_wait_s += self.engine.now - p.t_ask
-        self._stream(p)
-
-    def _stream(self, p) -> None:
-        """The receiving NI takes the packet: the tail follows at link rate."""
-        now = self.engine.now
-        tail = now + p.dur
-        k = len(p.chans)
-        per_hop = self.hop_s + self.prop_s
-        eng = self.engine
-        for i, ch in enumerate(p.chans):
-            if i == 0:
-                continue
-            t = tail - (k - 1 - i) * per_hop
-            eng.at(t if t > now else now, self._release, ch)
-        t0 = tail - (k - 1) * per_hop - self.prop_s
-        eng.at(t0 if t0 > now else now, self._sender_done, p)
-        eng.at(tail, self._tail, p)
-
-    def _sender_done(self, p) -> None:
-        if p.chans and p.chans[0] is self.inject_ch.get(p.src.nid):
-            self._release(p.chans[0])
-        p.src.net_sent(p.token)
-
-    def _tail(self, p) -> None:
-        ni = p.want.target
-        data = p.data[p.pos:]
-        copies = self.faults.apply(data) if self.faults.active else ((data, 0.0, True),)
-        now_done = False
-        for d, delay, ok in copies:
-            if not now_done and delay == 0.0:
-                now_done = True
-                self.delivered += 1
-                ni.net_tail(d, ok)
-            else:
-                self.engine.after(delay, self._direct, (ni, d, ok))
-        if not now_done:
-            if not copies:
-                self.lost += 1
-            ni.net_abort()                 # nothing stored: the armed buffer stays armed
-
-    def _direct(self, item) -> None:
-        """A fault's extra or held-back copy presents itself at the NI again."""
-        ni, d, ok = item
-        if ni.net_head():
-            self.engine.after((len(d) + self.crc_bytes) * self.byte_s, self._direct_tail, item)
-        else:
-            ni.rx_wait(self._direct_granted, item)
-
-    def _direct_granted(self, item) -> None:
-        ni, d, ok = item
-        self.engine.after((len(d) + self.crc_bytes) * self.byte_s, self._direct_tail, item)
-
-    def _direct_tail(self, item) -> None:
-        ni, d, ok = item
-        self.delivered += 1
-        ni.net_tail(d, ok)
-
-    def _misroute(self, p) -> None:
-        """A bad route byte: the switch discards the packet as it streams in."""
-        self.misrouted += 1
-        now = self.engine.now
-        for ch in p.chans[1:]:
-            self.engine.at(now + p.dur, self._release, ch)
-        self.engine.at(now + p.dur, self._sender_done, p)
-
     # -- statistics ---------------------------------------------------------------------
 
     def stats(self) -> dict:
+        self.settle_channels()
         chans = {}
         for nid, ch in self.inject_ch.items():
             chans[ch.name] = ch.stats()
