@@ -25,6 +25,7 @@ __all__ = ["main", "build_parser", "common_parsers", "run_captured", "FAMILIES"]
 FAMILIES = (
     "libdp._dp_cli",        # pingpong, bandwidth, bibw
     "libdp._am_cli",        # am-pingpong, am-bandwidth
+    "libdp._lci_cli",       # lci-logp, lci-pingpong, lci-bandwidth
     "libdp._info_cli",      # profile, modules, modinfo
     "libdp._tools_cli",     # reproduce, plot
 )

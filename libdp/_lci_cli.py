@@ -1,0 +1,208 @@
+"""``dp lci-logp``, ``dp lci-pingpong``, ``dp lci-bandwidth``: the LCI paper's measurements, modeled.
+
+    dp lci-logp      [--variant V|all] [--platform P|all] [--param KEY=VALUE ...] [--seed N] [--stats] [--json]
+    dp lci-pingpong  [--variant V] [--sizes 0,16,...,65536] [--iters N] [...]
+    dp lci-bandwidth [--variant V] [--sizes ...] [--total BYTES] [--copy] [...]
+
+``--variant`` takes the paper's names (I-sdma, I-pio, I-rcpy, I-nirx, I-hrx, I-1k, I-4k)
+and composites (I-pio-1k); ``all`` runs the paper's seven. ``--load lci:key=value,...``
+gives the lci module further parameters (``window=``, ``reliability=``, ...);
+``--param lci.KEY=VALUE`` overrides LCI's profile costs like any other profile value.
+``lci-logp`` runs both platforms of the paper unless ``--platform`` names one, and
+prints I-sdma's published values (FACTS 1B) beside the model's.
+"""
+from __future__ import annotations
+
+import errno
+
+from libdp._argtypes import int_list, positive_int
+from libdp._report import emit, overrides_note
+
+__all__ = ["add_commands"]
+
+PLATFORMS = ("ppro200_lanai4", "p3_1000_lanai9")
+
+
+def add_commands(sub, common) -> None:
+    parents = [common["model"]]
+    p = sub.add_parser("lci-logp", help="LCI LogP parameters (os, or, L, g, end-to-end) of 16-byte messages",
+                       parents=parents,
+                       description="LogP microbenchmarks of LCI on Myrinet (000 section 5.1.3): os and or as host "
+                                   "time in the send call and the receive path, g as the steady-state time per "
+                                   "message of a stream, end-to-end as half a round trip, L = end-to-end - os - "
+                                   "or. Both platforms of the paper unless --platform names one (or 'all').")
+    _variant_arg(p, allow_all=True)
+    p.set_defaults(func=_logp)
+    p = sub.add_parser("lci-pingpong", help="LCI ping-pong latency vs message size", parents=parents,
+                       description="LCI ping-pong between two modeled nodes; messages beyond an MTU go as "
+                                   "MTU-sized packets. One-way = half the round trip.")
+    _variant_arg(p)
+    p.add_argument("--sizes", type=lambda t: int_list(t, "sizes", 0, 1 << 20), default=None,
+                   help="message sizes in bytes (default: 0,16,64,256,1024,...,65536)")
+    p.add_argument("--iters", type=positive_int, default=None, help="round trips per size (default 100)")
+    p.set_defaults(func=_pingpong)
+    p = sub.add_parser("lci-bandwidth", help="LCI one-way streaming bandwidth vs message size", parents=parents,
+                       description="LCI one-way streaming throughput, MB = 10^6 bytes; --copy: the receiver "
+                                   "copies every packet into a user buffer the size of the message (LCI-C26).")
+    _variant_arg(p)
+    p.add_argument("--sizes", type=lambda t: int_list(t, "sizes", 1, 1 << 22), default=None,
+                   help="message sizes in bytes (default: 16,64,...,1048576)")
+    p.add_argument("--total", type=positive_int, default=None,
+                   help="bytes streamed per size (default 1048576; at least 4 and at most 2000 messages)")
+    p.add_argument("--copy", action="store_true", help="the receiver copies each packet into a user buffer")
+    p.set_defaults(func=_bandwidth)
+
+
+def _variant_arg(p, allow_all=False) -> None:
+    more = "; 'all': the paper's seven" if allow_all else ""
+    p.add_argument("--variant", default=None,
+                   help=f"LCI variant: I-sdma (default), I-pio, I-rcpy, I-nirx, I-hrx, I-1k, I-4k, I-pio-1k, ...{more}")
+
+
+def _split(args):
+    """Profile overrides, lci module parameters from --load, other modules to load."""
+    from kernelsim import parse_param
+    from libdp._cluster import parse_load
+    profile = [parse_param(item) for item in args.param]
+    lci_params, load = {}, []
+    for spec in args.load:
+        name, mparams = parse_load(spec)
+        if name == "lci":
+            lci_params.update(mparams)
+        else:
+            load.append((name, mparams))
+    return profile, lci_params, load
+
+
+def _variants(args, allow_all=False) -> list[str]:
+    from protocols.lci import PAPER_VARIANTS, parse_variant
+    if args.variant is None:
+        return [None]
+    if args.variant == "all":
+        if not allow_all:
+            raise OSError(errno.EINVAL, "--variant all is for lci-logp; name one variant here")
+        return list(PAPER_VARIANTS)
+    parse_variant(args.variant)                    # EINVAL naming what is wrong
+    return [args.variant]
+
+
+def _cluster(args, platform, variant):
+    from libdp._cluster import Cluster
+    profile, lci_params, load = _split(args)
+    params = dict(lci_params)
+    if variant is not None:
+        params["variant"] = variant
+    load = load + [("lci", params)]
+    c = Cluster(nodes=2, platform=platform, nic="myrinet", params=profile, seed=args.seed, load=load)
+    svc = c.nodes[0].services["lci"]
+    return c, svc
+
+
+def _header(kind, args, cluster, svc):
+    prof = cluster.profile
+    return {"benchmark": kind, "time": "modeled", "platform": prof.name, "nic": "myrinet", "seed": args.seed,
+            "variant": svc.variant.name, "window": svc.window, "lci_params": _lci_lsmod(cluster),
+            "overrides": dict(prof.overrides)}
+
+
+def _lci_lsmod(cluster) -> dict:
+    for m in cluster.nodes[0].modules.lsmod():
+        if m["name"] == "lci":
+            return m["params"]
+    return {}
+
+
+def _logp(args) -> int:
+    from libdp._lci_bench import LOGP_KEYS, LOGP_SIZE, PAPER_LOGP, combine_logp, logp_program
+    if args.platform in (None, "all"):
+        platforms = list(PLATFORMS)
+    else:
+        platforms = [args.platform]
+    variants = _variants(args, allow_all=True)
+    rows, stats, paper = [], {}, []
+    for platform in platforms:
+        for v in variants:
+            cluster, svc = _cluster(args, platform, v)
+            res = cluster.run_spmd(logp_program)
+            row = {"variant": svc.variant.name, "platform": cluster.profile.name, "size": LOGP_SIZE,
+                   "window": svc.window, **combine_logp(res)}
+            rows.append(row)
+            if args.stats:
+                stats[f"{row['platform']}/{row['variant']}"] = cluster.stats()
+        if platform in PAPER_LOGP:
+            pub = PAPER_LOGP[platform]
+            model = next((r for r in rows if r["platform"] == platform and r["variant"] == "I-sdma"), None)
+            entry = {"variant": "I-sdma", "platform": platform, "size": LOGP_SIZE, **pub,
+                     "source": "FACTS.md 1B (000 Table III)"}
+            if model is not None:
+                entry["model_error_pct"] = {k: (model[k] - pub[k]) / pub[k] * 100 for k in LOGP_KEYS}
+            paper.append(entry)
+    over = {k: v for k, v in _split(args)[0]}
+    doc = {"benchmark": "lci-logp", "time": "modeled", "nic": "myrinet", "seed": args.seed, "size": LOGP_SIZE,
+           "platforms": platforms, "variants": sorted({r["variant"] for r in rows}, key=[r["variant"] for r in
+                                                                                        rows].index),
+           "overrides": over, "lci_params": _split(args)[1], "results": rows, "paper": paper}
+
+    def table():
+        names = {"os_us": "os", "or_us": "or", "L_us": "L", "g_us": "g", "end_to_end_us": "end-to-end"}
+        for platform in platforms:
+            prow = [r for r in rows if r["platform"] == platform]
+            pub = next((e for e in paper if e["platform"] == platform), None)
+            print(f"# LCI LogP, {LOGP_SIZE}-byte messages: {platform} + myrinet, modeled time (us)"
+                  f"{overrides_note(over)}")
+            head = "".join(f"{r['variant']:>10}" for r in prow)
+            extra = f"{'paper I-sdma':>14}{'error':>9}" if pub else ""
+            print(f"# {'':<12}{head}{extra}")
+            for k in LOGP_KEYS:
+                vals = "".join(f"{r[k]:>10.2f}" for r in prow)
+                e = ""
+                if pub:
+                    err = pub.get("model_error_pct", {}).get(k)
+                    e = f"{pub[k]:>14.1f}" + (f"{err:>+8.1f}%" if err is not None else f"{'':>9}")
+                print(f"{names[k]:<14}{vals}{e}")
+            print(f"{'# window W':<14}" + "".join(f"{r['window']:>10}" for r in prow))
+
+    return emit(args, doc, stats, table)
+
+
+def _pingpong(args) -> int:
+    from libdp._lci_bench import DEFAULT_PP_SIZES, pingpong_program
+    variant = _variants(args)[0]
+    cluster, svc = _cluster(args, args.platform, variant)
+    sizes = args.sizes or list(DEFAULT_PP_SIZES)
+    iters = args.iters or 100
+    res = cluster.run_spmd(pingpong_program, tuple(sizes), iters)
+    rows = res[0]["rows"]
+    doc = _header("lci-pingpong", args, cluster, svc)
+    doc.update(iters=iters, results=rows)
+
+    def table():
+        print(f"# LCI ping-pong ({doc['variant']}, polling): {doc['platform']} + myrinet, modeled time, {iters} "
+              f"round trips per size{overrides_note(doc['overrides'])}")
+        print(f"# {'Size':<10}{'One-way (us)':>14}{'RTT (us)':>12}")
+        for r in rows:
+            print(f"{r['size']:<12}{r['one_way_us']:>14.2f}{r['rtt_us']:>12.2f}")
+
+    return emit(args, doc, cluster.stats, table)
+
+
+def _bandwidth(args) -> int:
+    from libdp._lci_bench import DEFAULT_BW_SIZES, bandwidth_program
+    variant = _variants(args)[0]
+    cluster, svc = _cluster(args, args.platform, variant)
+    sizes = args.sizes or list(DEFAULT_BW_SIZES)
+    total = args.total or (1 << 20)
+    res = cluster.run_spmd(bandwidth_program, tuple(sizes), total, 2000, args.copy)
+    rows = res[0]["rows"]
+    doc = _header("lci-bandwidth", args, cluster, svc)
+    doc.update(copy=args.copy, total_bytes=total, results=rows)
+
+    def table():
+        how = "receiver copies into a user buffer" if args.copy else "no receiver copy"
+        print(f"# LCI bandwidth ({doc['variant']}, one-way stream, {how}): {doc['platform']} + myrinet, modeled "
+              f"time, MB = 10^6 bytes{overrides_note(doc['overrides'])}")
+        print(f"# {'Size':<10}{'Bandwidth (MB/s)':>18}{'Messages':>10}")
+        for r in rows:
+            print(f"{r['size']:<12}{r['mbytes_per_s']:>18.2f}{r['messages']:>10}")
+
+    return emit(args, doc, cluster.stats, table)

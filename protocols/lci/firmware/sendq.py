@@ -1,0 +1,67 @@
+"""Send Queue Mgt (LCI-C04, C05): what waits for the flow control, and send completions.
+
+A packet whose data is in its NI send buffer goes out at once if the flow control
+lets it (a credit, or room in the window) and nothing to the same destination waits
+before it; otherwise it joins that destination's queue, in order. Queued packets go
+out during acknowledgement processing, as credits or acknowledgements come back.
+
+A send completion tells the host that a descriptor is done -- for the base protocol
+also that its send buffer is free again, "as soon as it has been transmitted" (no
+retransmission, LCI-C05); with the NI's retransmission only once acknowledged. Sends
+to different destinations complete out of order, so completions are a queue: a ring
+of records in host memory, each DMA'd from its own staging word in SRAM.
+"""
+from __future__ import annotations
+
+from protocols.lci.firmware import layout as L
+
+__all__ = ["SendQueue"]
+
+
+class SendQueue:
+    def __init__(self, fw):
+        self.fw = fw
+        self.cpl_prod = 0
+
+    def start(self) -> None:
+        self.cpl_prod = 0
+
+    def ready(self, peer, pkt):
+        fw = self.fw
+        if peer.blocked or not fw.flow.may_send(peer):
+            fw.counters["blocked"] += 1
+            peer.blocked.append(pkt)
+            return
+        yield from fw.unicast.xmit(peer, pkt)
+
+    def unblock(self, peer):
+        """Acknowledgement processing: send what the flow control now admits."""
+        fw = self.fw
+        while peer.blocked and fw.flow.may_send(peer):
+            yield from fw.unicast.xmit(peer, peer.blocked.popleft())
+
+    def resend(self, peer, pkt):
+        """Send a packet still held in its send buffer again (I-hrx's RETX, I-nirx's go-back)."""
+        fw = self.fw
+        fw.counters["retransmitted"] += 1
+        yield from fw.unicast.xmit(peer, pkt, again=True)
+
+    def on_sent(self, pkt):
+        """The send DMA engine has put the packet on the wire."""
+        fw = self.fw
+        yield fw.c.ni_txdone
+        fw.counters["sent"] += 1
+        if pkt.pending:
+            pkt.pending = False
+            if not fw.flow.keeps(pkt):
+                self.complete(pkt.desc)
+
+    def complete(self, desc: int) -> None:
+        """Queue a send completion for descriptor `desc` (DMA'd into the host's ring)."""
+        fw = self.fw
+        ni = fw.ni
+        slot = self.cpl_prod % fw.cpl_slots
+        self.cpl_prod += 1
+        stage = fw.lay["cpl_stage"] + 4 * (slot % fw.nsd)
+        ni.wr32(stage, L.CPL_VALID | desc)
+        ni.host_dma(True, fw.cpl_ring + 4 * slot, stage, 4)

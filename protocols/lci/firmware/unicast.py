@@ -1,0 +1,71 @@
+"""Unicast (LCI-C04): a packet from its NI send buffer onto the link.
+
+The send buffer has room for the longest route (one byte per switch, from the route
+table the mapper loaded, HARDWARE.md) right-aligned before LCI's Myrinet type and
+header; the NI writes route and header -- with whatever the flow control piggybacks:
+returned credits, sequence number, acknowledgement -- and programs the send DMA
+engine from the first route byte. Control packets the NI makes itself (credits,
+acknowledgements, retransmission requests) go out of a few small buffers of their own.
+"""
+from __future__ import annotations
+
+from protocols.lci import _wire as W
+from protocols.lci.firmware import layout as L
+
+__all__ = ["Unicast"]
+
+
+class Unicast:
+    payload_off = L.ROUTE_MAX + W.TYPE_BYTES + W.HDR_BYTES      # in a send buffer
+
+    def __init__(self, fw):
+        self.fw = fw
+        self.ctl_free = []
+
+    def start(self) -> None:
+        lay = self.fw.lay
+        self.ctl_free = [lay["ctl_base"] + i * lay["ctl_bytes"] for i in range(L.CTL_BUFFERS)]
+        self.ctl_waiting = []
+
+    def _put(self, at: int, route: bytes, kind, flags, length, credits, seq, ack, aux) -> int:
+        """Route and header before the payload at `at` + ROUTE_MAX; returns the packet start."""
+        fw = self.fw
+        ni = fw.ni
+        start = at + L.ROUTE_MAX - len(route)
+        ni.write(start, route)
+        W.write_header(ni.sram_view, at + L.ROUTE_MAX, kind, flags, ni.nid, length, credits, seq, ack, aux)
+        return start
+
+    def xmit(self, peer, pkt, again: bool = False):
+        fw = self.fw
+        c = fw.c
+        credits, seq, ack, flags, extra = fw.flow.on_xmit(peer, pkt, again)
+        yield c.ni_xmit + extra
+        kind = W.K_RCPY if pkt.kind == L.SD_RCPY else W.K_DATA
+        start = self._put(pkt.buf, peer.route, kind, flags | (pkt.flags & L.SDF_NOTIFY and W.F_NOTIFY),
+                          pkt.length, credits, seq, ack, pkt.aux)
+        pkt.pending = not again or fw.reliability == "host"
+        fw.ni.net_send(start, pkt.buf + self.payload_off + pkt.length - start, fw.sendq.on_sent, pkt)
+
+    def send_ctl(self, peer, kind: int, credits: int = 0, seq: int = 0, ack: int = 0):
+        """An NI-made control packet to `peer` (no payload)."""
+        fw = self.fw
+        yield fw.c.ni_ack_send
+        if not self.ctl_free:
+            # All control buffers are on the wire: this one waits for the first to leave.
+            self.ctl_waiting.append((peer, kind, credits, seq, ack))
+            return
+        at = self.ctl_free.pop()
+        flags = W.F_HAS_ACK if kind == W.K_ACK and fw.reliability != "none" else 0
+        start = self._put(at, peer.route, kind, flags, 0, credits, seq, ack, 0)
+        if kind == W.K_NACK:
+            fw.counters["nacks_sent"] += 1
+        else:
+            fw.counters["acks_sent"] += 1
+        fw.ni.net_send(start, at + L.ROUTE_MAX + W.TYPE_BYTES + W.HDR_BYTES - start, self.on_ctl_sent, at)
+
+    def on_ctl_sent(self, at):
+        self.ctl_free.append(at)
+        if self.ctl_waiting:
+            peer, kind, credits, seq, ack = self.ctl_waiting.pop(0)
+            yield from self.send_ctl(peer, kind, credits, seq, ack)
