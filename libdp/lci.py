@@ -33,6 +33,14 @@ The calls (each async; ``lci.sync`` has the blocking twins):
   interrupts on, ``wait`` sleeps until the NI's polling watchdog (LCI-C09: 70 µs on
   the PPro, 30 µs on the P3) interrupts, then polls (the signal handler's poll).
 * ``alloc(nbytes)`` -- a buffer in the process's virtual memory (`UserBuffer`).
+* ``bcast(data)`` -- one packet to every other member of this node's multicast group
+  (one group of all nodes unless the module's ``groups=`` says otherwise), down a
+  spanning tree rooted here (``tree=`` binary, binomial or k=F), forwarded by the NIs
+  or, with I-sdma-hmc and I-hrx, by the hosts as they poll (LCI-C10, C12, C20). The
+  receivers' upcalls see ``pkt.src`` = this node; FIFO per sender.
+* ``fetch_add(node, inc=1)`` -- atomically add `inc` to the variable of `node`'s NI and
+  return the value before (LCI-C11; the host answers with I-hrx, and must poll).
+* ``group`` -- ``{"members", "tree", "parent", "children"}`` of this node's group, or None.
 * ``rcpy(dest, buf, offset, remote_vaddr, nbytes)`` -- remote memory copy (I-rcpy):
   non-blocking, 4-byte aligned (LCI-A44), no notification at the receiver, which must
   still poll so that TLB misses are handled (LCI-C19); ``rcpy_done(h)`` and
@@ -115,6 +123,14 @@ class LCI:
     def stats(self) -> dict:
         return self.lib.stats()
 
+    @property
+    def group(self):
+        g = self.lib.mc.group
+        if g is None:
+            return None
+        me = self.nid
+        return {"members": list(g.members), "tree": g.tree.name, "children": g.children(me, me)}
+
     def rcpy_done(self, h: RcpyHandle) -> bool:
         """Has every page transfer of `h` left the sending NI? (No modeled time: it reads
         what the last poll, send or wait reclaimed.)"""
@@ -131,6 +147,18 @@ class LCI:
     def poll(self):
         self._check_open()
         return run_path(self.dp.node, self.lib.poll_path())
+
+    def bcast(self, data):
+        """One packet (at most an MTU) to the rest of the group; returns when `data` may be reused."""
+        data = self._message(None, data)
+        op = self.lib.mc.bcast_start(data)
+        return self._run(lambda since: self.lib.mc.bcast_path(op, since))
+
+    def fetch_add(self, node: int, inc: int = 1):
+        """The value of `node`'s fetch-and-add variable, which grows by `inc` (LCI-C11)."""
+        self._check_open()
+        op = self.lib.mc.fa_start(node, inc)
+        return self._run(lambda since: self.lib.mc.fa_path(op, since))
 
     async def poll_until(self, pred) -> None:
         """Poll until ``pred()`` is true (checked first)."""
@@ -202,7 +230,8 @@ class LCI:
     def _message(self, dest, data):
         self._check_open()
         lib = self.lib
-        lib.check_dest(dest)
+        if dest is not None:
+            lib.check_dest(dest)
         if isinstance(data, tuple):
             if len(data) != 3 or not isinstance(data[0], UserBuffer) or data[0].vm is not lib.vm:
                 raise OSError(errno.EFAULT, "a message in user memory is (buffer, offset, nbytes) of this process")
@@ -294,6 +323,20 @@ class SyncLCI:
     def poll(self) -> int:
         self._lci._check_open()
         return self._lci.dp.node.run_now(self.lib.poll_path())
+
+    def bcast(self, data):
+        data = self._lci._message(None, data)
+        op = self.lib.mc.bcast_start(data)
+        return self._run(lambda since: self.lib.mc.bcast_path(op, since))
+
+    def fetch_add(self, node: int, inc: int = 1) -> int:
+        self._lci._check_open()
+        op = self.lib.mc.fa_start(node, inc)
+        return self._run(lambda since: self.lib.mc.fa_path(op, since))
+
+    @property
+    def group(self):
+        return self._lci.group
 
     def poll_until(self, pred) -> None:
         self._lci._check_open()

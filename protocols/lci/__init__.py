@@ -52,14 +52,19 @@ import errno
 
 from kernelsim import Module, Param
 
+from protocols.lci.hostmcast import install_group, my_group
 from protocols.lci.service import LciEndpoint, LciService
-from protocols.lci.variants import MTUS, PAPER_VARIANTS, RELIABILITY, TRANSFER, Variant, parse_variant, resolve
+from protocols.lci.trees import parse_tree
+from protocols.lci.variants import (MTUS, MULTICAST, PAPER_VARIANTS, RELIABILITY, TRANSFER, Variant, parse_variant,
+                                    resolve)
 
 __all__ = ["MODULE", "LciService", "LciEndpoint", "Variant", "PAPER_VARIANTS", "parse_variant", "resolve"]
 
 
 def _init(kernel, **params):
-    variant = resolve(params["variant"], params["reliability"], params["transfer"], params["mtu"])
+    variant = resolve(params["variant"], params["reliability"], params["transfer"], params["mtu"],
+                      params["multicast"])
+    tree = parse_tree(params["tree"])                         # EINVAL before anything is touched
     if variant.transfer == "rcpy" and variant.reliability == "host":
         raise OSError(errno.EINVAL, "lci: RCPY packets go straight to user memory, where the host's "
                                     "retransmission protocol never sees them: use reliability=none or ni with "
@@ -68,6 +73,7 @@ def _init(kernel, **params):
     if not devs:
         raise OSError(errno.ENODEV, f"lci: node {kernel.nid} has no Myrinet board driven by the myrinet module")
     nd = devs[0]
+    group = my_group(kernel.nid, params["groups"], set(nd.dev.route_table) | {kernel.nid}, tree)
     mods = kernel.modules
     if mods.loaded("dp"):
         if not params["displace_dp"]:
@@ -80,6 +86,7 @@ def _init(kernel, **params):
     mods.on_unload(nd.open)              # ... and back at rmmod
     mods.on_unload(svc.stop)
     svc.start()
+    install_group(svc, group)            # the forwarding table in the NI, at initialisation (LCI-C10)
     kernel.register_syscall("lci_open", svc.sys_open)
     kernel.register_service("lci", svc)
     return svc
@@ -101,11 +108,12 @@ def _exit(kernel, svc) -> None:
 MODULE = Module(
     name="lci",
     description="LCI on Myrinet: reliable packets with NI credits or go-back-N on NI or host, SDMA/PIO/RCPY, "
-                "1-4 KB MTU, polling watchdog",
+                "1-4 KB MTU, polling watchdog, multicast forwarded on NI or host, fetch-and-add",
     sources=("LCI-A24", "LCI-A25", "LCI-A34", "LCI-A35", "LCI-A36", "LCI-A37", "LCI-A38", "LCI-A39", "LCI-A40",
-             "LCI-A41", "LCI-A42", "LCI-A43", "LCI-A44", "LCI-A45", "LCI-A46", "LCI-A47", "LCI-A48", "LCI-A54",
+             "LCI-A41", "LCI-A42", "LCI-A43", "LCI-A44", "LCI-A45", "LCI-A46", "LCI-A47", "LCI-A48", "LCI-A50",
+             "LCI-A51", "LCI-A52", "LCI-A53", "LCI-A54",
              "LCI-C01", "LCI-C02", "LCI-C03", "LCI-C04", "LCI-C05", "LCI-C06", "LCI-C07", "LCI-C08", "LCI-C09",
-             "LCI-C12", "LCI-C13", "LCI-C15", "LCI-C16", "LCI-C17", "LCI-C18", "LCI-C19", "LCI-C25", "LCI-C26",
+             "LCI-C10", "LCI-C11", "LCI-C12", "LCI-C13", "LCI-C20", "LCI-C15", "LCI-C16", "LCI-C17", "LCI-C18", "LCI-C19", "LCI-C25", "LCI-C26",
              "LCI-C28"),
     depends=("myrinet",),
     params={
@@ -117,6 +125,11 @@ MODULE = Module(
         "transfer": Param(str, "", "sdma, pio or rcpy; empty: the variant's", choices=("",) + TRANSFER),
         "mtu": Param(int, 0, "NI packet buffer size in bytes: 1024, 2048 or 4096; 0: the variant's",
                      choices=(0,) + MTUS),
+        "multicast": Param(str, "", "where multicast packets are forwarded: ni (LCI-C10) or host (I-sdma-hmc, "
+                                    "C20); empty: the variant's (host with I-hrx)", choices=("",) + MULTICAST),
+        "tree": Param(str, "binary", "multicast spanning tree: binary (LCI-A50), binomial (A51) or k=F (fan-out F)"),
+        "groups": Param(str, "", "multicast groups, disjoint (LCI-A50): members N or A-B joined by '+', groups "
+                                 "separated by '/' (e.g. 0-31/32-63); empty: one group of all nodes (A52)"),
         "window": Param(int, 0, "W: credits per sender (reliability=none) or the go-back-N window; 0: derived "
                                 "from NI memory (lci.rx_pool_bytes, lci.senders) or lci.retx_window",
                         min=0, max=4096),

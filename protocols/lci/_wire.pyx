@@ -5,14 +5,17 @@ On the wire an LCI packet is the Myrinet route (consumed by the switches), LCI's
 Myrinet packet type (two bytes, most significant bit clear: HARDWARE.md), then this
 16-byte header, then at most one MTU of payload:
 
-    0  kind      u8    DATA, ACK, NACK, RCPY (the receive dispatch is open to more)
+    0  kind      u8    DATA, ACK, NACK, RCPY, MCAST, FA_REQ, FA_REPLY (the receive
+                       dispatch is open to more)
     1  flags     u8
     2  src       u16   the sending node
     4  length    u16   payload bytes
     6  credits   u16   NI receive buffers released for the packet's destination (LCI-C07)
     8  seq       u16   sequence number (I-nirx, I-hrx: LCI-C12/C13)
     10 ack       u16   cumulative acknowledgement for the reverse direction
-    12 aux       u32   RCPY: the destination's virtual address (LCI-C16)
+    12 aux       u32   RCPY: the destination's virtual address (LCI-C16); MCAST: the
+                       root (the sender of the multicast); FA_REQ: the increment;
+                       FA_REPLY: the value fetched (LCI-C10, C11)
 
 Big-endian, as Myrinet's type field. `Header.parse` checks everything a packet off the
 wire can get wrong and returns a reason code (never raises): the NI and the host drop
@@ -27,6 +30,9 @@ K_DATA = 1
 K_ACK = 2
 K_NACK = 3
 K_RCPY = 4
+K_MCAST = 5                   # a multicast packet, forwarded down the root's tree (LCI-C10)
+K_FA_REQ = 6                  # fetch-and-add request and its reply (LCI-C11)
+K_FA_REPLY = 7
 
 F_MISS = 1 << 0               # RCPY: the receiving NI had no translation (anonymous page)
 F_HAS_ACK = 1 << 1            # the ack field carries an acknowledgement

@@ -27,7 +27,7 @@ __all__ = ["LciCosts", "derive_window", "HOST_CYCLE_KEYS", "NI_CYCLE_KEYS"]
 
 HOST_CYCLE_KEYS = ("send", "poll", "recv", "release", "reclaim", "seq_send", "seq_recv", "ack", "htlb")
 NI_CYCLE_KEYS = ("poll", "desc", "fetch", "xmit", "txdone", "recv", "rxdone", "ack_send", "ack_recv",
-                 "seq_send", "seq_recv", "ntlb", "timer")
+                 "seq_send", "seq_recv", "ntlb", "timer", "mcast", "fa")
 
 
 def derive_window(profile, mtu: int) -> int:

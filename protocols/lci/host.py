@@ -41,6 +41,7 @@ from nic_drivers.myrinet import _model as hw
 from protocols.lci import _wire as W
 from protocols.lci._window import BEHIND, EXPECTED, RxWindow, TxWindow
 from protocols.lci.firmware import layout as L
+from protocols.lci.hostmcast import HostMulticast
 from protocols.lci.memory import PAGE, Htlb, UserBuffer, UserMemory
 
 __all__ = ["HostLib", "Packet", "RcpyHandle", "STAT_KEYS"]
@@ -50,6 +51,7 @@ DESC_WRITE = 24                # bytes of a send descriptor the host writes (one
 _DESC = struct.Struct("<6I")
 _CMD = struct.Struct("<3I")
 
+MC_KINDS = (W.K_MCAST, W.K_FA_REQ, W.K_FA_REPLY)
 STAT_KEYS = ("sent", "sent_bytes", "received", "received_bytes", "upcalls", "kept", "released", "polls",
              "empty_polls", "completions", "send_waits", "acks_sent", "acks_received", "retransmitted",
              "timeouts", "delayed_acks", "duplicates", "out_of_order", "dropped_after_close", "htlb_hits",
@@ -178,6 +180,7 @@ class HostLib:
         self.scratch = None
         self.pio_desc = self.dev.pio_time(DESC_WRITE)
         self.pio_word = self.dev.pio_time(4)
+        self.mc = HostMulticast(self)   # multicast and fetch-and-add (hostmcast.py)
 
     def setup(self, rx_bufs, slot, cpl_ring, nsd, status, sendq, anon) -> None:
         """The memory the service allocated; give the NI every receive buffer and anonymous page."""
@@ -258,7 +261,7 @@ class HostLib:
             if entry is None:
                 continue
             kind, buf, token = entry
-            if kind in (L.SD_SEND, L.SD_RCPY) and (self.reliability != "host" or kind == L.SD_RCPY):
+            if kind in (L.SD_SEND, L.SD_RCPY, L.SD_MCAST) and (self.reliability != "host" or kind == L.SD_RCPY):
                 self.send_free.append(buf)
             if token is not None:
                 token.outstanding -= 1
@@ -294,8 +297,9 @@ class HostLib:
 
     # -- send ------------------------------------------------------------------------------------
 
-    def send_path(self, dest: int, data, since=None):
-        """One packet of at most an MTU to `dest` (the API checked its arguments)."""
+    def send_path(self, dest: int, data, since=None, wire: int = 0, aux: int = 0):
+        """One packet of at most an MTU to `dest` (the API checked its arguments); `wire`
+        and `aux`: a packet kind other than DATA and its header word (hostmcast.py)."""
         c = self.c
         self.check_abort()
         yield (0.5 * c.h_send if since is not None else c.h_send) + self._take_owed()
@@ -318,12 +322,12 @@ class HostLib:
         self.stalled_since = None
         buf = self.send_free.popleft()
         n = len(data) if not isinstance(data, tuple) else data[2]
-        flags = 0
+        flags = wire << L.SDF_WIRE_SHIFT
         addr = mapping = 0
         if self.transfer == "pio":
             yield self.dev.pio_time(n)
             self.dev.pio_write(self.fw.tx[buf].buf + self.fw.unicast.payload_off, self._bytes(data))
-            flags = L.SDF_PIO
+            flags |= L.SDF_PIO
         elif self.transfer == "sdma":
             q = self.sendq + buf * self.mtu
             # The queue's slots are reused in turn: what stays cached is the lines touched.
@@ -332,7 +336,8 @@ class HostLib:
             addr = q
         else:
             vaddr = self._user_vaddr(data, buf)
-            flags, mapping = yield from self._rcpy_source(buf, vaddr, n)
+            rflags, mapping = yield from self._rcpy_source(buf, vaddr, n)
+            flags |= rflags
             addr = vaddr
         seq_ack = 0
         if hrx:
@@ -342,7 +347,7 @@ class HostLib:
             seq_ack = (seq << 16) | self._ack_going(p)
             self._arm_retx(p)
         yield self.pio_desc
-        self._post(L.SD_SEND, flags, n, dest, buf, addr, 0, seq_ack, mapping)
+        self._post(L.SD_SEND, flags, n, dest, buf, addr, aux, seq_ack, mapping)
         self.st["sent"] += 1
         self.st["sent_bytes"] += n
         return n
@@ -515,13 +520,19 @@ class HostLib:
                 yield from self._rcpy_miss(hdr)
                 yield from self._release_path(addr)
                 continue
+            src = hdr.src
             if kind != W.K_DATA:
-                self.malformed["unknown_kind"] += 1
-                yield from self._release_path(addr)
-                continue
+                src = -1
+                if kind in MC_KINDS:
+                    src = yield from self.mc.on_packet(hdr, off + W.HDR_BYTES)    # multicast, F&A
+                else:
+                    self.malformed["unknown_kind"] += 1
+                if src < 0:
+                    yield from self._release_path(addr)
+                    continue
             self.st["received"] += 1
             self.st["received_bytes"] += hdr.length
-            pkt = Packet(self, addr, off + W.HDR_BYTES, hdr.src, hdr.length)
+            pkt = Packet(self, addr, off + W.HDR_BYTES, src, hdr.length)
             keep = False
             if self.upcall is not None:
                 self.st["upcalls"] += 1
@@ -542,6 +553,8 @@ class HostLib:
             self.dev.pio_write32(L.CB_POLLED, self.polled & MASK32)
         if self.reliability == "host":
             yield from self._hrx_service()
+        if self.mc.queue:
+            yield from self.mc.service_path()           # host-forwarded multicast (C12, C20)
         return n
 
     def _release_path(self, addr: int):
@@ -712,12 +725,13 @@ class HostLib:
 
     def outstanding(self) -> int:
         """Descriptors the NI has not completed, plus I-hrx packets unacknowledged."""
-        busy = sum(1 for d in self.desc if d is not None)
+        busy = sum(1 for d in self.desc if d is not None) + len(self.mc.queue)
         return busy + sum(p.tx.outstanding() for p in self.peers.values())
 
     def stats(self) -> dict:
         out = dict(self.st)
         out["malformed"] = dict(self.malformed)
+        out["multicast"] = dict(self.mc.st, forward_queue=len(self.mc.queue))
         out.update(variant=self.variant.name, free_send_buffers=len(self.send_free),
                    receive_queue=len(self.given), outstanding=self.outstanding())
         return out

@@ -27,6 +27,9 @@ part                   what it does
                        delayed-acknowledgement timers (I-nirx)
 ``ntlb``               the NI half of RCPY's shared TLB and the RCPY receive path
                        (LCI-C16..C19)
+``multicast``          Multicast: the forwarding table (the group and its tree shape),
+                       fan-out of a packet out of its buffer to each child (LCI-C10)
+``fetchadd``           Fetch&Add: the NI's one variable (LCI-C11)
 =====================  =================================================================
 
 State per peer is created when the peer is first sent to or heard from (`peer`), so
@@ -42,8 +45,10 @@ from nic_drivers.myrinet._model import ISR_ERR
 from nic_drivers.myrinet.firmware import Firmware
 from protocols.lci import _wire as W
 from protocols.lci.firmware import layout as L
+from protocols.lci.firmware.fetchadd import FetchAdd
 from protocols.lci.firmware.flow import make_flow
 from protocols.lci.firmware.hostq import HostSendQueue
+from protocols.lci.firmware.multicast import Multicast
 from protocols.lci.firmware.ntlb import Ntlb
 from protocols.lci.firmware.recvq import RecvQueue
 from protocols.lci.firmware.sendq import SendQueue
@@ -80,7 +85,7 @@ class NiPeer:
 class TxPacket:
     """An NI send buffer and the packet in it (one per buffer, reused)."""
 
-    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "pending")
+    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "pending", "slot")
 
     def __init__(self, index, buf):
         self.index = index
@@ -89,6 +94,7 @@ class TxPacket:
         self.seq = self.ack = -1
         self.aux = 0
         self.pending = False
+        self.slot = None                 # multicast, F&A: the buffer this packet shares (multicast.Slot)
 
 
 class LciFirmware(Firmware):
@@ -112,7 +118,8 @@ class LciFirmware(Firmware):
              "delivered", "held_for_host_buffer", "acks_sent", "acks_received", "credits_returned", "nacks_sent",
              "nacks_received", "retransmitted", "retx_timeouts", "delayed_acks", "duplicates", "out_of_order",
              "dropped_no_buffer", "crc_errors", "watchdog_interrupts", "rcpy_hits", "rcpy_misses",
-             "ntlb_updates"), 0)
+             "ntlb_updates", "mcast_sent", "mcast_received", "forwards", "forwards_waiting_buffer",
+             "fa_requests", "fa_replies"), 0)
         self.malformed = dict.fromkeys(W.REASONS[1:] + ("bad_source", "bad_kind_for_variant"), 0)
         self.aborted = None
 
@@ -136,6 +143,8 @@ class LciFirmware(Firmware):
         self.tohost = ToHost(self)
         self.timers = Timers(self)
         self.ntlb = Ntlb(self)
+        self.multicast = Multicast(self)
+        self.fetchadd = FetchAdd(self)
 
     def detach(self, ni) -> None:
         self.ni = None
@@ -149,7 +158,7 @@ class LciFirmware(Firmware):
         self.peers: dict = {}
         self.aborted = None
         for part in (self.hostq, self.sendq, self.flow, self.unicast, self.recvq, self.tohost, self.timers,
-                     self.ntlb):
+                     self.ntlb, self.multicast, self.fetchadd):
             part.start()
 
     def on_packet(self, pkt):
@@ -194,5 +203,7 @@ class LciFirmware(Firmware):
             out.update(variant=self.variant.name, window=self.window, rx_pool=self.pool,
                        free_rx_buffers=len(self.recvq.free), peers=len(getattr(self, "peers", {})),
                        blocked_now=sum(len(p.blocked) for p in getattr(self, "peers", {}).values()),
-                       held_now=len(self.tohost.pending), aborted=self.aborted)
+                       held_now=len(self.tohost.pending), aborted=self.aborted,
+                       rx_held_for_forwards=len(self.multicast.holds), rx_pool_in_use=self.pool - len(self.recvq.free),
+                       group=self.multicast.describe(), fa_value=self.fetchadd.value)
         return out

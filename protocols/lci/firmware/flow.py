@@ -215,7 +215,7 @@ class NiGoBackN(_Flow):
         if not freed:
             return
         for pkt in freed:
-            fw.sendq.complete(pkt.desc)             # the send buffer is the host's again
+            yield from fw.sendq.done(pkt)           # the send buffer is the host's again
         fw.timers.retx(peer, restart=True)
         yield from fw.sendq.unblock(peer)
 

@@ -63,6 +63,9 @@ class HostSendQueue:
         length = w0 & 0xFFFF
         w1 = ni.rd32(d + 4)
         dest, buf = w1 >> 16, w1 & 0xFFFF
+        if kind == L.SD_MCAST:
+            yield from fw.multicast.on_descriptor(index, flags, length, buf, d)
+            return
         peer = fw.peer(dest)
         if kind not in L.SD_KINDS or peer is None or length > fw.mtu \
                 or (kind != L.SD_ACK and buf >= fw.nsend) or fw.flow.refuses(kind):

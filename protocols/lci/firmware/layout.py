@@ -48,10 +48,13 @@ SD_SEND = 1                # a data packet (message passing)
 SD_ACK = 2                 # I-hrx: an explicit acknowledgement the host asks for
 SD_RETX = 3                # I-hrx: send the packet still in an NI send buffer again
 SD_RCPY = 4                # one packet of an RCPY page transfer
-SD_KINDS = (SD_SEND, SD_ACK, SD_RETX, SD_RCPY)
+SD_MCAST = 5               # multicast the buffer to the children of root (+12) in the NI's table
+SD_KINDS = (SD_SEND, SD_ACK, SD_RETX, SD_RCPY, SD_MCAST)
 SDF_PIO = 1 << 0           # the host wrote the data into the send buffer itself
 SDF_MISS = 1 << 1          # RCPY: HTLB miss, data written by PIO, +20 holds the new mapping
 SDF_NOTIFY = 1 << 2        # RCPY: the receiver wants a notification
+SDF_WIRE_SHIFT = 4         # bits 4-6: the packet kind on the wire, if not DATA (host-level
+SDF_WIRE_MASK = 0x70       # multicast forwards and fetch-and-add of I-hrx; F&A requests)
 
 CPL_VALID = 1 << 31        # a send-completion record: VALID | descriptor index
 RX_FULL = 1 << 31          # a host receive buffer's last word: FULL | packet bytes
@@ -67,6 +70,7 @@ NTLB_CMD_BYTES = 12
 PAGE = 4096                # LCI-A43: page transfers of at most one 4 Kbyte page
 
 ROUTE_MAX = 16             # route bytes a packet buffer has room for (as DP's firmware)
+RX_HEADROOM = ROUTE_MAX    # before each receive buffer: a route, to forward the packet in place (C10)
 CTL_BUFFERS = 8            # NI-made control packets (acks, retransmission requests) in flight
 
 
@@ -86,7 +90,7 @@ def layout(sram_bytes: int, firmware_bytes: int, nsend: int, nfree: int, nanon: 
     if area_end > firmware_bytes:
         raise ValueError(f"the control area needs {area_end} bytes, lanai.firmware_bytes is {firmware_bytes}")
     send_bytes = (ROUTE_MAX + 2 + 16 + mtu + 63) // 64 * 64
-    rx_bytes = (2 + 16 + mtu + 4 + 63) // 64 * 64
+    rx_bytes = (RX_HEADROOM + 2 + 16 + mtu + 4 + 63) // 64 * 64
     send_base = firmware_bytes
     rx_base = send_base + nsend * send_bytes
     end = rx_base + (pool + 1) * rx_bytes          # the pool plus one buffer packets are dropped into

@@ -14,6 +14,7 @@ C11) are one `register` each.
 from __future__ import annotations
 
 from protocols.lci import _wire as W
+from protocols.lci.firmware import layout as L
 
 __all__ = ["RecvQueue"]
 
@@ -28,9 +29,10 @@ class RecvQueue:
         fw = self.fw
         lay = fw.lay
         step = lay["rx_bytes"]
-        self.buffers = [lay["rx_base"] + i * step for i in range(fw.pool)]
-        self.drop_buf = lay["rx_base"] + fw.pool * step
-        self.cap = step - 4                          # room for the length word DMA'd after a packet
+        base = lay["rx_base"] + L.RX_HEADROOM       # a route fits before each (forwarding in place)
+        self.buffers = [base + i * step for i in range(fw.pool)]
+        self.drop_buf = base + fw.pool * step
+        self.cap = step - 4 - L.RX_HEADROOM         # room for the length word DMA'd after a packet
         self.free = list(reversed(self.buffers))
         self.armed_drop = False
         self.dispatch = {W.K_DATA: self.on_data, W.K_ACK: self.on_ack, W.K_NACK: self.on_nack,

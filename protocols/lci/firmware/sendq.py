@@ -28,16 +28,23 @@ class SendQueue:
 
     def ready(self, peer, pkt):
         fw = self.fw
-        if peer.blocked or not fw.flow.may_send(peer):
+        if peer.blocked or not fw.flow.may_send(peer) or (pkt.slot is not None and pkt.slot.busy):
             fw.counters["blocked"] += 1
             peer.blocked.append(pkt)
+            if pkt.slot is not None and pkt.slot.busy and len(peer.blocked) == 1:
+                pkt.slot.waiting.append((peer, None))
             return
         yield from fw.unicast.xmit(peer, pkt)
 
     def unblock(self, peer):
-        """Acknowledgement processing: send what the flow control now admits."""
+        """Acknowledgement processing: send what the flow control now admits (a multicast
+        packet whose shared buffer is going out to another child waits for it, LCI-C10)."""
         fw = self.fw
         while peer.blocked and fw.flow.may_send(peer):
+            slot = peer.blocked[0].slot
+            if slot is not None and slot.busy:
+                slot.waiting.append((peer, None))
+                return
             yield from fw.unicast.xmit(peer, peer.blocked.popleft())
 
     def resend(self, peer, pkt):
@@ -51,10 +58,19 @@ class SendQueue:
         fw = self.fw
         yield fw.c.ni_txdone
         fw.counters["sent"] += 1
+        if pkt.slot is not None:
+            yield from fw.multicast.slot_free(pkt.slot)
         if pkt.pending:
             pkt.pending = False
             if not fw.flow.keeps(pkt):
-                self.complete(pkt.desc)
+                yield from self.done(pkt)
+
+    def done(self, pkt):
+        """A packet's send is over for good (sent; with I-nirx, acknowledged)."""
+        if pkt.slot is None:
+            self.complete(pkt.desc)
+        else:
+            yield from self.fw.multicast.unref(pkt.slot)
 
     def complete(self, desc: int) -> None:
         """Queue a send completion for descriptor `desc` (DMA'd into the host's ring)."""

@@ -81,6 +81,10 @@ class ToHost:
         yield fw.c.ni_rxdone
         self.delivered += 1
         fw.counters["delivered"] += 1
-        yield from fw.recvq.release(buf)
-        yield from fw.flow.released(peer)
+        slot = fw.multicast.holds.get(buf)
+        if slot is not None:
+            yield from fw.multicast.unref(slot)     # the buffer waits for its forwards too (LCI-C10)
+        else:
+            yield from fw.recvq.release(buf)
+            yield from fw.flow.released(peer)
         fw.timers.delivered()

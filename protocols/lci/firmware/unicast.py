@@ -39,9 +39,22 @@ class Unicast:
     def xmit(self, peer, pkt, again: bool = False):
         fw = self.fw
         c = fw.c
+        slot = pkt.slot
+        if slot is not None:
+            if slot.busy:
+                # The buffer's header area is on its way out to another child (multicast):
+                # this send goes when that one has left (the callers checked, but a
+                # retransmission may not have).
+                slot.waiting.append((peer, pkt))
+                return
+            slot.busy = True
         credits, seq, ack, flags, extra = fw.flow.on_xmit(peer, pkt, again)
         yield c.ni_xmit + extra
-        kind = W.K_RCPY if pkt.kind == L.SD_RCPY else W.K_DATA
+        wire = pkt.flags & L.SDF_WIRE_MASK
+        if wire:
+            kind = wire >> L.SDF_WIRE_SHIFT
+        else:
+            kind = W.K_RCPY if pkt.kind == L.SD_RCPY else W.K_MCAST if pkt.kind == L.SD_MCAST else W.K_DATA
         start = self._put(pkt.buf, peer.route, kind, flags | (pkt.flags & L.SDF_NOTIFY and W.F_NOTIFY),
                           pkt.length, credits, seq, ack, pkt.aux)
         pkt.pending = not again or fw.reliability == "host"

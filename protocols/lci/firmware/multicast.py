@@ -1,0 +1,221 @@
+"""Multicast (LCI-C04, C10): packets forwarded down a spanning tree, out of the buffer they are in.
+
+The host writes the forwarding table into SRAM at initialisation: the members of this
+node's group and the tree's shape (``protocols/lci/trees.py``; one group, of all nodes
+by default, LCI-A52). A multicast packet carries its root -- the node that sent it --
+and every NI computes its children in the root's tree from the table.
+
+**NI forwarding** (LCI-C10; I-sdma, I-pio, I-nirx). When a multicast packet arrives, the
+flow control checks it as any packet from that sender; then the packet is copied to the
+host as for unicast, and one send -- one `Forward` -- is made for each child, out of
+the receive buffer itself (a route fits in the headroom before it). The forwards go
+through the same NI-to-NI flow control as unicast packets: credits, or the go-back-N
+window, per child. The receive buffer is freed -- and its credit returned to the
+parent -- only after the host copy *and* all forwards are done (with I-nirx: all
+acknowledged), so a slow child holds buffers up the tree, which is how a multicast
+stream is paced.
+
+**A multicast from this host** (any variant but I-hrx) is one send descriptor of kind
+``SD_MCAST``: the NI gets the data into the send buffer the usual way (SDMA fetch or
+the host's PIO) and sends that buffer to each of the root's children; the send
+completion goes to the host once every child has it. The host-forwarding variant
+I-sdma-hmc (LCI-C20) uses the same descriptor to forward a packet it received: one
+host-to-NI transfer per hop, the same NI buffer sent to each child.
+
+Several sends out of one buffer take turns: each writes its own route and header
+(credits, sequence number, acknowledgement for *its* child) in front of the shared
+payload, so a send waits while another send of the same buffer has not left the NI
+(`Slot.busy`).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from protocols.lci import _wire as W
+from protocols.lci.firmware import layout as L
+
+__all__ = ["Multicast", "Slot", "Forward"]
+
+RX, TX = 0, 1
+
+
+class Forward:
+    """One child's send out of a shared buffer (a TxPacket's fields, and the slot)."""
+
+    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "pending", "slot")
+
+    def __init__(self, slot):
+        self.slot = slot
+        self.index = -1
+        self.buf = self.dest = self.length = self.kind = self.flags = self.aux = 0
+        self.desc = -1
+        self.seq = self.ack = -1
+        self.pending = False
+
+
+class Slot:
+    """A buffer several sends go out of: who waits for its header area, what it holds."""
+
+    __slots__ = ("kind", "buf", "busy", "waiting", "refs", "peer", "desc", "forwards")
+
+    def __init__(self, kind: int, buf: int):
+        self.kind = kind
+        self.buf = buf                  # RX: the receive buffer; TX: the send buffer's index
+        self.busy = False
+        self.waiting = deque()          # (peer, None): unblock peer; (peer, pkt): send pkt again
+        self.refs = 0                   # the host copy and the sends still to finish
+        self.peer = None                # RX: the sender, whose credit the buffer holds
+        self.desc = -1                  # TX: the descriptor to complete
+        self.forwards = []              # reused, one per child
+
+    def forward(self, i: int) -> Forward:
+        fs = self.forwards
+        while len(fs) <= i:
+            fs.append(Forward(self))
+        return fs[i]
+
+
+class Multicast:
+    def __init__(self, fw):
+        self.fw = fw
+        self.group = None
+        self.holds = {}
+
+    # -- the forwarding table ---------------------------------------------------------------
+
+    def set_table(self, group) -> None:
+        """The host's initialisation: this node's group and its tree (None: no group)."""
+        self.group = group
+
+    def describe(self):
+        g = self.group
+        if g is None:
+            return None
+        return {"members": len(g), "tree": g.tree.name, "children_as_root": len(g.children(self.fw.ni.nid,
+                                                                                          self.fw.ni.nid))}
+
+    def start(self) -> None:
+        fw = self.fw
+        self.holds = {}
+        self.rx_slots = {}
+        self.tx_slots = [Slot(TX, i) for i in range(fw.nsend)]
+        for p in fw.tx:
+            p.slot = None
+        recvq = fw.recvq
+        if fw.variant.multicast == "ni":
+            recvq.register(W.K_MCAST, self.on_mcast)
+        else:
+            recvq.register(W.K_MCAST, recvq.on_data)      # up to the host, which forwards (C12, C20)
+
+    # -- shared buffers ---------------------------------------------------------------------
+
+    def hold_rx(self, buf: int, peer, refs: int) -> Slot:
+        """Receive buffer `buf` (from `peer`) stays until `refs` uses of it are over."""
+        slot = self.rx_slots.get(buf)
+        if slot is None:
+            slot = self.rx_slots[buf] = Slot(RX, buf)
+        slot.refs = refs
+        slot.peer = peer
+        self.holds[buf] = slot
+        return slot
+
+    def unref(self, slot: Slot):
+        slot.refs -= 1
+        if slot.refs > 0:
+            return
+        fw = self.fw
+        if slot.kind == RX:
+            del self.holds[slot.buf]
+            peer, slot.peer = slot.peer, None
+            yield from fw.recvq.release(slot.buf)
+            yield from fw.flow.released(peer)
+        else:
+            fw.sendq.complete(slot.desc)
+
+    def slot_free(self, slot: Slot):
+        """A send out of `slot` has left the NI: the next child's may write its header."""
+        slot.busy = False
+        fw = self.fw
+        while slot.waiting and not slot.busy:
+            peer, pkt = slot.waiting.popleft()
+            if pkt is None:
+                yield from fw.sendq.unblock(peer)
+            else:
+                yield from fw.unicast.xmit(peer, pkt, again=True)
+
+    def fan_out(self, slot: Slot, buf: int, length: int, root: int, kids):
+        """One forward per child out of the packet area at `buf` (route in front of it)."""
+        fw = self.fw
+        c = fw.c
+        for i, child in enumerate(kids):
+            yield c.ni_mcast                                # a send descriptor for the child
+            peer = fw.peer(child)
+            if peer is None:
+                fw.malformed["bad_source"] += 1             # the table names a node without a route
+                yield from self.unref(slot)
+                continue
+            f = slot.forward(i)
+            f.buf = buf
+            f.dest = child
+            f.length = length
+            f.kind = L.SD_MCAST
+            f.flags = 0
+            f.aux = root
+            f.seq = f.ack = -1
+            f.pending = False
+            fw.counters["forwards"] += 1
+            yield from fw.sendq.ready(peer, f)
+
+    # -- a multicast packet arrives (NI forwarding) -------------------------------------------
+
+    def on_mcast(self, peer, buf, n):
+        fw = self.fw
+        hdr = fw.hdr
+        root, length = hdr.aux, hdr.length
+        ok = yield from fw.flow.on_data(peer, hdr)
+        if not ok:
+            yield from fw.recvq.release(buf)
+            return
+        fw.counters["mcast_received"] += 1
+        yield fw.c.ni_mcast                                 # the forwarding table
+        g = self.group
+        kids = g.children(fw.ni.nid, root) if g is not None else ()
+        slot = self.hold_rx(buf, peer, 1 + len(kids))
+        fw.tohost.deliver(peer, buf, n)
+        # The packet area begins ROUTE_MAX before the Myrinet type, as in a send buffer.
+        yield from self.fan_out(slot, buf + W.TYPE_BYTES + W.HDR_BYTES - fw.unicast.payload_off, length, root,
+                                kids)
+
+    # -- a multicast descriptor from the host ------------------------------------------------
+
+    def on_descriptor(self, index, flags, length, buf, d):
+        """SD_MCAST: send buffer `buf` to the children of root (+12) in the forwarding table."""
+        fw = self.fw
+        ni = fw.ni
+        root = ni.rd32(d + 12)
+        g = self.group
+        kids = g.children(ni.nid, root) if g is not None else []
+        if buf >= fw.nsend or length > fw.mtu or not kids:
+            fw.counters["bad_descriptors"] += 1
+            fw.sendq.complete(index)
+            return
+        fw.counters["mcast_sent"] += 1
+        slot = self.tx_slots[buf]
+        slot.desc = index
+        slot.refs = len(kids)
+        pkt = fw.tx[buf]
+        if flags & L.SDF_PIO:
+            fw.counters["sent_pio"] += 1
+            yield from self.fan_out(slot, pkt.buf, length, root, kids)
+            return
+        fw.counters["sent_sdma"] += 1
+        yield fw.c.ni_fetch
+        ni.host_dma(False, ni.rd32(d + 8), pkt.buf + fw.unicast.payload_off, length, self.on_fetched,
+                    (slot, length, root, kids))
+
+    def on_fetched(self, item):
+        slot, length, root, kids = item
+        fw = self.fw
+        if fw.aborted is not None:
+            return
+        yield from self.fan_out(slot, fw.tx[slot.buf].buf, length, root, kids)
