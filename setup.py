@@ -34,9 +34,13 @@ setup(
                   "dpcore": ["*.pxd"], "nic_drivers": ["*/*.pxd"], "protocols": ["*/*.pxd"]},
     ext_modules=cythonize(extensions, language_level=3, compiler_directives={"embedsignature": True}),
     python_requires=">=3.11",
-    install_requires=["trio>=0.22,<0.40", "outcome", "pyroute2>=0.7"],
-    extras_require={"test": ["pytest>=7", "pytest-trio>=0.8", "hypothesis>=6"],
-                    "bench": ["simpy>=4"]},      # benchmarks/bench_sim_speed.py compares against SimPy
+    install_requires=["trio>=0.22,<0.40", "outcome", "pyroute2>=0.7", "rich>=13"],
+    extras_require={
+        "test": ["pytest>=7", "pytest-trio>=0.8", "hypothesis>=6"],
+        "plot": ["matplotlib>=3.5"],                      # --plot, dp plot
+        "cluster": ["dask[distributed]>=2023.1"],         # --sweep ... --scheduler ADDRESS
+        "bench": ["simpy>=4"],                            # benchmarks/bench_sim_speed.py compares against SimPy
+    },
     entry_points={
         "console_scripts": ["dp = libdp._cli:main"],
         "dp.modules": [

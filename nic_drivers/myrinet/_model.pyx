@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The Myrinet network interface (a LANai 4.x / 9.x board): the hardware side.
 
-A Myrinet NI is a small computer on a PCI card (HARDWARE.md, Myrinet; FACTS LCI-A22..A26,
+A Myrinet NI is a small computer on a PCI card (HW-MYRI; LCI-A22..A26,
 EP-A05). Its SRAM (1 MB on the LANai 4.1, 2 MB on the LANai 9.2) holds the control
 program and every packet in transit: nothing reaches the wire except from SRAM, and
 nothing reaches the host except through SRAM (LCI-C25, FM-C01). Three DMA engines work

@@ -51,9 +51,9 @@ __all__ = ["Firmware", "DPFirmware", "MYRI_TYPE_DP", "BULK_PROTO", "ROUTE_MAX",
            "CB_WATCHDOG_NS", "CB_TX_DONE", "DESC_BASE", "DESC_BYTES", "DESC_PIO", "RX_MODES", "TRAILER_FULL"]
 
 # A locally assigned Myrinet packet type: first byte with the most significant bit clear
-# (HARDWARE.md); Myricom's registry values are not in our sources.
+# (HW-MYRI); Myricom's registry values are not in our sources.
 MYRI_TYPE_DP = 0x0DB5
-BULK_PROTO = 0x88B6            # HARDWARE.md: the second IEEE 802 local experimental EtherType
+BULK_PROTO = 0x88B6            # HW-ETH: the second IEEE 802 local experimental EtherType
 ROUTE_MAX = 16                 # route bytes a frame has room for (LCI-A30: at most 10 hops on PPro)
 
 # Control block in SRAM: words the host writes (doorbells are watched) and reads.

@@ -160,12 +160,12 @@ MODULE = Module(
                                min=1, max=64),
         "ack_div": Param(int, 4, "explicit ack once 1/ack_div of the sender's window is unacknowledged (SP-A29)",
                          min=1, max=127),
-        "keepalive_polls": Param(int, 500, "unsuccessful polls before a keep-alive forces NACKs (SP-A33, FACTS N7: "
+        "keepalive_polls": Param(int, 500, "unsuccessful polls before a keep-alive forces NACKs (SP-A33, N7: "
                                  "unvalued; modeling choice: about 0.65 ms of spinning, some 13 round trips)",
                                  min=1, max=10**9),
         "max_keepalives": Param(int, 200, "keep-alives unanswered before a call fails with ETIMEDOUT (SP AM does "
                                 "not recover from crashes, SP-C01; modeling choice)", min=1, max=10**9),
-        "pop_every": Param(int, DEFAULT_POP_EVERY, "receive entries consumed per lazy pop (SP-C04; FACTS N7: "
+        "pop_every": Param(int, DEFAULT_POP_EVERY, "receive entries consumed per lazy pop (SP-C04; N7: "
                            "unvalued, the tb2 module's default)", min=1, max=64),
         "displace_dp": Param(bool, True, "unload an idle DP from the node at insmod and load it back at rmmod "
                              "(0: refuse with EBUSY while DP is loaded)"),

@@ -8,7 +8,7 @@ with what it expects and NACKs what it lacks, or, with no gap, just acknowledges
 
 Timeouts are emulated by counting unsuccessful polls (SP-A33, footnote 2): a peer is
 due once ``keepalive_polls`` polls have passed since its oldest unacknowledged message
-last made progress (its `mark`). FACTS N7 leaves the number unvalued; the module's
+last made progress (its `mark`). N7 leaves the number unvalued; the module's
 default is a modeling choice. After ``max_keepalives`` in a row unanswered the call
 fails with ETIMEDOUT: SP AM does not recover from crashes or partitions (SP-C01).
 
