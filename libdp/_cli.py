@@ -26,6 +26,7 @@ FAMILIES = (
     "libdp._dp_cli",        # pingpong, bandwidth, bibw
     "libdp._am_cli",        # am-pingpong, am-bandwidth
     "libdp._lci_cli",       # lci-logp, lci-pingpong, lci-bandwidth
+    "libdp._lci_mcast_cli", # lci-bcast, lci-fa
     "libdp._info_cli",      # profile, modules, modinfo
     "libdp._tools_cli",     # reproduce, plot
 )

@@ -313,11 +313,14 @@ class HostLib:
                     self.st["send_waits"] += 1
                     raise WouldBlock(self.events, "LCI send window closed")
         ok = yield from self._need()
+        if not ok and hrx:
+            # I-hrx frees send buffers on acknowledgements, which come in through the
+            # receive queue: take them, and look again (else no event would wake us).
+            yield from self.poll_path()
+            ok = yield from self._need()
         if not ok:
             self.st["send_waits"] += 1
             self._stall_check()
-            if hrx:
-                yield from self.poll_path()
             raise WouldBlock(self.events, "LCI: no free NI send buffer")
         self.stalled_since = None
         buf = self.send_free.popleft()
@@ -402,10 +405,11 @@ class HostLib:
         if self.stalled_since is None:
             self.stalled_since = now
         elif now - self.stalled_since >= self.c.stall_s:
-            raise OSError(errno.EIO, f"LCI {self.variant.name}: no send completed for "
-                                     f"{(now - self.stalled_since) * 1e3:.1f} ms: a packet (or its credit) was "
-                                     "lost; LCI without retransmission assumes a reliable network (LCI-C03); "
-                                     "load lci with reliability=ni or host")
+            # Sticky, as an NI abort: every later call (and close's drain) stops too.
+            self.aborted = (f"no send completed for {(now - self.stalled_since) * 1e3:.1f} ms: a packet (or its "
+                            "credit) was lost; LCI without retransmission assumes a reliable network (LCI-C03); "
+                            "load lci with reliability=ni or host")
+            raise OSError(errno.EIO, f"LCI {self.variant.name}: {self.aborted}")
 
     # -- RCPY ----------------------------------------------------------------------------------
 
@@ -700,6 +704,9 @@ class HostLib:
         a call waits for one)?"""
         if self.head_full() or self.mem.rd32(self.status):
             return True
+        due = self.next_deadline() if self.timed else None
+        if due is not None and due <= self.engine.now:
+            return True                 # a host timer is already due: look now, do not sleep
         if not self.want_completion:
             return False
         a = self.cpl_ring + 4 * (self.cpl_cons % self.nsd)

@@ -163,7 +163,8 @@ class Multicast:
             f.aux = root
             f.seq = f.ack = -1
             f.pending = False
-            fw.counters["forwards"] += 1
+            if slot.kind == RX:
+                fw.counters["forwards"] += 1                # (a host's multicast: mcast_sent)
             yield from fw.sendq.ready(peer, f)
 
     # -- a multicast packet arrives (NI forwarding) -------------------------------------------

@@ -53,22 +53,24 @@ class SendQueue:
         fw.counters["retransmitted"] += 1
         yield from fw.unicast.xmit(peer, pkt, again=True)
 
-    def on_sent(self, pkt):
+    def on_sent(self, item):
         """The send DMA engine has put the packet on the wire."""
+        pkt, desc, pending = item
         fw = self.fw
         yield fw.c.ni_txdone
         fw.counters["sent"] += 1
         if pkt.slot is not None:
             yield from fw.multicast.slot_free(pkt.slot)
-        if pkt.pending:
-            pkt.pending = False
+        if pending:
+            if pkt.desc == desc:
+                pkt.pending = False
             if not fw.flow.keeps(pkt):
-                yield from self.done(pkt)
+                yield from self.done(pkt, desc)
 
-    def done(self, pkt):
+    def done(self, pkt, desc=None):
         """A packet's send is over for good (sent; with I-nirx, acknowledged)."""
         if pkt.slot is None:
-            self.complete(pkt.desc)
+            self.complete(pkt.desc if desc is None else desc)
         else:
             yield from self.fw.multicast.unref(pkt.slot)
 

@@ -57,8 +57,11 @@ class Unicast:
             kind = W.K_RCPY if pkt.kind == L.SD_RCPY else W.K_MCAST if pkt.kind == L.SD_MCAST else W.K_DATA
         start = self._put(pkt.buf, peer.route, kind, flags | (pkt.flags & L.SDF_NOTIFY and W.F_NOTIFY),
                           pkt.length, credits, seq, ack, pkt.aux)
-        pkt.pending = not again or fw.reliability == "host"
-        fw.ni.net_send(start, pkt.buf + self.payload_off + pkt.length - start, fw.sendq.on_sent, pkt)
+        pending = pkt.pending = not again or fw.reliability == "host"
+        # The descriptor and whether it completes go with the packet: with I-hrx the host
+        # may reuse the buffer (acknowledged) before this send's completion is processed.
+        fw.ni.net_send(start, pkt.buf + self.payload_off + pkt.length - start, fw.sendq.on_sent,
+                       (pkt, pkt.desc, pending))
 
     def send_ctl(self, peer, kind: int, credits: int = 0, seq: int = 0, ack: int = 0):
         """An NI-made control packet to `peer` (no payload)."""

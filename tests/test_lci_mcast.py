@@ -1,0 +1,196 @@
+"""LCI multicast, fetch-and-add and totally ordered broadcast (issue 14; FACTS LCI-C10..C13, C20..C23)."""
+import errno
+import importlib.util
+import pathlib
+
+import pytest
+
+from libdp import Cluster
+from libdp.lci import LCI
+from libdp.lci_mcast import Inbox, mpich_bcast
+from protocols.lci.trees import Group, parse_groups, parse_tree
+
+
+def _cluster(n, variant="I-sdma", tree="binary", params=(), **lci):
+    return Cluster(nodes=n, nic="myrinet", platform="p3_1000_lanai9", params=params,
+                   load=[("lci", {"variant": variant, "tree": tree, **lci})])
+
+
+# -- trees and groups --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec,n", [("binary", 64), ("binomial", 64), ("k=3", 20), ("k=1", 5), ("binomial", 13)])
+def test_every_tree_spans_the_group_once(spec, n):
+    g = Group(range(100, 100 + n), parse_tree(spec))
+    for root in (100, 100 + n // 2, 100 + n - 1):
+        seen = [root]
+        frontier = [root]
+        while frontier:
+            node = frontier.pop()
+            for c in g.children(node, root):
+                assert g.parent(c, root) == node
+                seen.append(c)
+                frontier.append(c)
+        assert sorted(seen) == list(range(100, 100 + n))         # each member exactly once
+
+
+def test_tree_shapes_match_the_paper():
+    assert len(Group(range(64), parse_tree("binomial")).children(0, 0)) == 6     # LCI-A51: 2 -> 6 at 64 nodes
+    assert Group(range(64), parse_tree("binary")).children(5, 5) == [6, 7]       # relative ranks 1, 2
+    assert parse_tree("binary").depth(64) == 6 and parse_tree("binary").depth(63) == 5 and parse_tree("binomial").depth(64) == 6
+
+
+@pytest.mark.parametrize("bad", ["ternary", "k=0", "k=x", "", 3])
+def test_bad_tree_is_einval(bad):
+    with pytest.raises(OSError) as e:
+        parse_tree(bad)
+    assert e.value.errno == errno.EINVAL
+
+
+def test_overlapping_groups_are_refused():
+    assert parse_groups("0-2/3+5", range(6)) == [[0, 1, 2], [3, 5]]
+    for spec, why in (("0-3/3-5", "two multicast groups"), ("0-1+1", "twice"), ("0-9", "not on the Myrinet")):
+        with pytest.raises(OSError) as e:
+            parse_groups(spec, range(6))
+        assert e.value.errno == errno.EINVAL and why in str(e.value)
+
+
+def test_insmod_refuses_bad_tree_and_overlap_and_leaves_node_unchanged():
+    for params in ({"tree": "k=0"}, {"groups": "0-2/2-3"}):
+        with pytest.raises(OSError) as e:
+            _cluster(4, **params)
+        assert e.value.errno == errno.EINVAL
+
+
+# -- broadcast ----------------------------------------------------------------------------------
+
+
+async def _bcast_program(dp, rank, size, count, root, sizes):
+    lci = await LCI.open(dp)
+    got = []
+    lci.set_upcall(lambda pkt: got.append((pkt.src, pkt.data)) and False)
+    try:
+        if rank == root:
+            for i in range(count):
+                await lci.bcast(bytes([i]) * sizes[i % len(sizes)])
+            await lci.poll_until(lambda: len(got) >= size - 1)
+        else:
+            await lci.poll_until(lambda: len(got) >= count)
+            await lci.send(root, b"done")
+        stats = lci.stats()
+    finally:
+        await lci.close()
+    return got, stats, dp.node.services["lci"].fw.stats()
+
+
+@pytest.mark.parametrize("variant,tree", [("I-sdma", "binary"), ("I-pio", "binomial"), ("I-nirx", "k=3"),
+                                          ("I-sdma-hmc", "binary"), ("I-hrx", "binomial")])
+def test_broadcast_reaches_every_node_once_in_order(variant, tree):
+    n, count, root = 7, 12, 2
+    sizes = (16, 2048, 0, 700)
+    cluster = _cluster(n, variant, tree)
+    res = cluster.run_spmd(_bcast_program, count, root, sizes)
+    want = [(root, bytes([i]) * sizes[i % len(sizes)]) for i in range(count)]
+    for rank, (got, host, ni) in enumerate(res):
+        if rank != root:
+            assert got == want
+    interior = [r for r in range(n) if r != root and Group(range(n), parse_tree(tree)).children(r, root)]
+    assert interior
+    for r in interior:
+        host, ni = res[r][1], cluster.nodes[r].services["lci"].fw.stats()    # the NI's, after the run
+        if variant in ("I-sdma-hmc", "I-hrx"):           # forwarded by the host (C12, C20) ...
+            assert host["multicast"]["forwarded"] > 0 and ni["forwards"] == 0
+        else:                                           # ... or by the NI out of its receive buffer (C10)
+            assert ni["forwards"] > 0 and host["multicast"]["forwarded"] == 0
+        assert ni["rx_held_for_forwards"] == 0
+
+
+def test_broadcast_group_is_a_subset_and_outsiders_refuse():
+    async def program(dp, rank, size):
+        lci = await LCI.open(dp)
+        got = []
+        lci.set_upcall(lambda pkt: got.append(pkt.src) and False)
+        try:
+            if rank == 3:
+                await lci.bcast(b"to 3..5")
+            elif rank in (4, 5):
+                await lci.poll_until(lambda: got)
+            if rank == 0:
+                with pytest.raises(OSError) as e:
+                    await lci.bcast(b"x")
+                assert e.value.errno == errno.EINVAL
+        finally:
+            await lci.close()
+        return got, lci.group
+    res = _cluster(6, groups="1-2/3-5").run_spmd(program)
+    assert [r[0] for r in res] == [[], [], [], [], [3], [3]]
+    assert res[0][1] is None and res[4][1]["members"] == [3, 4, 5]
+
+
+def test_mpich_broadcast_forwards_whole_messages():
+    payload = bytes(range(256)) * 20                     # 5120 B: three packets
+
+    async def program(dp, rank, size):
+        inbox = Inbox()
+        lci = await LCI.open(dp, upcall=inbox)
+        try:
+            data = await mpich_bcast(lci, inbox, root=1, data=payload if rank == 1 else None, nbytes=len(payload))
+        finally:
+            await lci.close()
+        return data
+    assert _cluster(6).run_spmd(program) == [payload] * 6
+
+
+def test_broadcast_under_loss_nirx_and_hrx_recover_sdma_stops():
+    n, count = 5, 30
+    for variant in ("I-nirx", "I-hrx"):
+        c = _cluster(n, variant, params=[("fault.loss", 0.01)])
+        res = c.run_spmd(_bcast_program, count, 0, (1024,))
+        for got, _, _ in res[1:]:
+            assert got == [(0, bytes([i]) * 1024) for i in range(count)]
+    c = _cluster(n, "I-sdma", params=[("fault.loss", 0.05)])
+    with pytest.raises(OSError) as e:
+        c.run_spmd(_bcast_program, 200, 0, (1024,))
+    assert e.value.errno == errno.EIO
+
+
+# -- fetch-and-add and total order --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["I-sdma", "I-nirx", "I-hrx"])
+def test_fetch_and_add_gives_each_value_once(variant):
+    async def program(dp, rank, size):
+        lci = await LCI.open(dp)
+        got = []
+        lci.set_upcall(lambda pkt: got.append(pkt.src) and False)
+        vals = []
+        try:
+            if rank == 0:
+                await lci.poll_until(lambda: len(got) >= size - 1)
+            else:
+                for _ in range(3):
+                    vals.append(await lci.fetch_add(0, 2))
+                await lci.send(0, b"done")
+                with pytest.raises(OSError) as e:
+                    await lci.fetch_add(rank, 1)             # no loopback
+                assert e.value.errno == errno.EINVAL
+        finally:
+            await lci.close()
+        return vals, lci.stats()["upcalls"]
+    res = _cluster(4, variant).run_spmd(program)
+    values = sorted(v for vals, _ in res for v in vals)
+    assert values == list(range(0, 18, 2))
+    assert res[0][1] == 3                                # the replies never reach an upcall
+
+
+def test_total_order_example_delivers_the_same_order_everywhere():
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "lci_total_order.py"
+    spec = importlib.util.spec_from_file_location("lci_total_order", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for variant in ("I-sdma", "I-hrx"):
+        orders = mod.run(nodes=5, messages=3, variant=variant, tree="binomial")
+        assert all(o == orders[0] for o in orders)
+        assert [s for s, _, _ in orders[0]] == list(range(12))
+        assert sorted((src, p) for _, src, p in orders[0]) == sorted(
+            (r, f"node {r} message {i}".encode()) for r in range(1, 5) for i in range(3))
