@@ -61,7 +61,7 @@ class NiPeer:
     """What this NI keeps about one other node (made on first contact)."""
 
     __slots__ = ("nid", "route", "credits", "in_use", "released", "blocked", "tx", "rx", "retx_timer",
-                 "ack_timer", "nack_owed")
+                 "ack_timer", "nack_owed", "staging")
 
     def __init__(self, nid, route, window):
         self.nid = nid
@@ -75,12 +75,14 @@ class NiPeer:
         self.retx_timer = None
         self.ack_timer = None
         self.nack_owed = False
+        self.staging = deque()           # taken from the host, data not all in NI buffers yet
 
 
 class TxPacket:
     """An NI send buffer and the packet in it (one per buffer, reused)."""
 
-    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "pending")
+    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "pending",
+                 "staged")
 
     def __init__(self, index, buf):
         self.index = index
@@ -89,6 +91,7 @@ class TxPacket:
         self.seq = self.ack = -1
         self.aux = 0
         self.pending = False
+        self.staged = False              # its data is in the send buffer (see HostSendQueue)
 
 
 class LciFirmware(Firmware):
