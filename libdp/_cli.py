@@ -23,6 +23,7 @@ FAMILIES = (
     "libdp._dp_cli",        # pingpong, bandwidth
     "libdp._am_cli",        # am-pingpong, am-bandwidth
     "libdp._info_cli",      # profile, modules, modinfo
+    "libdp._node_cli",      # node, cluster, insmod, rmmod, lsmod, run: real nodes
 )
 
 

@@ -37,6 +37,8 @@ def _bench_parser(sub, common, name, help_text, program):
                    help="with --real: shared-memory rings between processes, UDP on loopback, or raw Ethernet "
                         "frames (AF_PACKET) on a veth pair between network namespaces (root, --nic dec21140) "
                         "(default: shm)")
+    p.add_argument("--cluster", default=None, metavar="FILE",
+                   help="with --real: run on this running cluster's nodes instead of bringing one up for the run")
     p.set_defaults(func=lambda args: _run_bench(args, program, name))
     return p
 
@@ -84,7 +86,7 @@ def _run_bench(args, program, kind):
         from libdp._realrun import run_real_spmd
         results, stats = run_real_spmd(program, *prog_args, platform=args.platform, nic=args.nic,
                                        params=params, load=args.load, transport=args.transport,
-                                       seed=args.seed)
+                                       seed=args.seed, cluster=args.cluster)
     else:
         cluster = Cluster(nodes=2, platform=args.platform, nic=args.nic, params=params, seed=args.seed,
                           load=args.load)

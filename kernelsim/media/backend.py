@@ -31,6 +31,7 @@ class DevicePort:
         self.rx_frames = 0
         self.settle = None      # the node's engine run: each frame is handled before the next
         self.faults = None
+        self.faults_elsewhere = None   # faults the transport itself applies (netem), for the statistics
         self._held: list = []   # (due wall time, sequence, frame, crc_ok): frames held back
         self._held_seq = 0
         if faults is not None:
@@ -109,6 +110,9 @@ class DevicePort:
             return False
         return self.transport.prepare_to_sleep()
 
+    def cancel_sleep(self) -> None:
+        self.transport.cancel_sleep()
+
     def drain(self) -> None:
         self.transport.drain()
 
@@ -117,4 +121,6 @@ class DevicePort:
                "transport": self.transport.stats()}
         if self.faults is not None:
             out["faults"] = {"applied_by": "injector", **self.faults.stats(), "held": len(self._held)}
+        elif self.faults_elsewhere is not None:
+            out["faults"] = dict(self.faults_elsewhere)
         return out
