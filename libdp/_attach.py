@@ -243,14 +243,16 @@ class _Endpoint(_File):
         self.ep = info["ep"]
         self.slot_bytes = info["slot_bytes"]
         self.max_message = info["max_message"]
-        tbp_fd, dlv_fd = fds[3], fds[4]
+        self.tbp_fd, dlv_fd = fds[3], fds[4]   # the pool's descriptor was opened read-only by the node
         try:
-            size = os.fstat(tbp_fd).st_size
-            self.tbp_mm = mmap.mmap(tbp_fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+            size = os.fstat(self.tbp_fd).st_size
+            self.tbp_mm = mmap.mmap(self.tbp_fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
             self.tbp = memoryview(self.tbp_mm)          # read-only: the kernel's pages
             self.deliveries = EventRing(dlv_fd, fds[0])
+        except BaseException:
+            os.close(self.tbp_fd)
+            raise
         finally:
-            os.close(tbp_fd)
             os.close(dlv_fd)
         self.target = None
         self.tokens = weakref.WeakSet()
@@ -284,6 +286,7 @@ class _Endpoint(_File):
         self.deliveries.close()
         self.tbp.release()
         self.tbp_mm.close()
+        os.close(self.tbp_fd)
         super().unmap()
 
 

@@ -93,7 +93,8 @@ def build_node(cluster: ClusterFile, nid: int, *, seed: int = 0):
         port = DevicePort(transport)
         node = Cluster.real_node(nid, hosts, port, platform=platform, nic=nic, params=cluster.params,
                                  load=cluster.load)
-        node.shared_allocator = MemfdRegion
+        node.engine.run()               # the boot's device work (the 21140's setup frame loads its address
+        node.shared_allocator = MemfdRegion     # filter) is done before the first frame is taken
         by = cluster.extra.get("faults_by", "injector")
         if _faulty(prof) and by == "injector":
             port.inject(FaultInjector(node.profile, random.Random(seed * 1_000_003 + nid)))
@@ -138,11 +139,19 @@ def _log(msg: str) -> None:
 
 
 def _proc_start(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot), or None if it is not running (a zombie is not)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
+            fields = f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+    if fields[0] == "Z":
+        try:
+            os.waitpid(pid, os.WNOHANG)         # ours (started here): reap it
+        except ChildProcessError:
+            pass
+        return None
+    return fields[19]
 
 
 def _write_pid(path: str) -> None:
@@ -193,6 +202,11 @@ def start_node(cluster: ClusterFile, nid: int, *, timeout: float = READY_TIMEOUT
         os.close(r)
     if got.startswith(b"ok"):
         return proc.pid
+    if ready:                                   # the pipe closed: the node is exiting
+        try:
+            proc.wait(5.0)
+        except subprocess.TimeoutExpired:
+            pass
     if proc.poll() is None:
         proc.kill()
         proc.wait()
@@ -248,9 +262,15 @@ def _wait_gone(pid: int, timeout: float) -> bool:
         return True
     try:
         import select
-        return bool(select.select([pfd], [], [], timeout)[0])
+        gone = bool(select.select([pfd], [], [], timeout)[0])
     finally:
         os.close(pfd)
+    if gone:
+        try:
+            os.waitpid(pid, os.WNOHANG)     # reap it if it is our child (a node this process started)
+        except ChildProcessError:
+            pass
+    return gone
 
 
 def node_status(cluster: ClusterFile, nid: int) -> dict:
