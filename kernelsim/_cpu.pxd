@@ -1,13 +1,13 @@
-from kernelsim._engine cimport Engine
+from cpython.ref cimport PyObject
+from kernelsim._engine cimport Engine, EventTarget
 
 cdef class _Job:
     cdef object gen
     cdef object on_done
     cdef double remaining
     cdef int level
-    cdef bint queued_first
 
-cdef class Cpu:
+cdef class Cpu(EventTarget):
     cdef Engine engine
     cdef readonly bint modeled
     cdef list _queues          # [irq jobs, process jobs], FIFO each
@@ -16,14 +16,16 @@ cdef class Cpu:
     cdef double _seg_start
     cdef long long _ev
     cdef bint _in_real_run
+    cdef bint _ahead           # the running path owns this instant: it may advance time
     cdef readonly double busy_irq_s
     cdef readonly double busy_proc_s
     cdef readonly long long jobs_irq
     cdef readonly long long jobs_proc
     cdef readonly long long preemptions
-    cdef object _segment_done_cb      # the bound method, made once: no object per event
+    cdef readonly long long segments_advanced
 
-    cpdef submit(self, int level, object gen, object on_done)
+    cpdef submit(self, int level, object gen, object on_done, bint last=*)
+    cdef int on_event(self, int what, object arg) except -1
     cdef _dispatch(self)
     cdef _advance(self, _Job job)
     cdef _start_segment(self, _Job job, double cost)

@@ -15,12 +15,35 @@ The CPU runs one path at a time at two levels. Interrupt paths (level 0) preempt
 process paths (level 1): a process path's remaining time is pushed back by the time
 the interrupt paths take, as on a uniprocessor. Paths of one level run FIFO.
 
+A segment is normally one engine event. When the path's next segment can end before
+anything else in the model happens -- no event is due first, no one outside the engine
+is about to look -- the CPU moves time itself (`Engine.advance`) and runs on: the same
+effects at the same modeled instants, without an event and a heap round trip. Only
+the code that owns the instant may do that: the CPU's own segment event, or a caller
+that says it does nothing more before the engine runs (``submit(..., last=True)``).
+A path's completion hands the instant back (its `on_done` may do anything).
+
 In real time the same paths run straight through (their yields are ignored: the host
 spends the time itself). A path started while another runs -- an interrupt raised by
 a device inside a system call -- waits until the running one returns, as if the
 kernel held interrupts off for the length of a path.
 """
-from kernelsim._engine cimport Engine
+from cpython.ref cimport PyObject, Py_XDECREF
+from kernelsim._engine cimport Engine, EventTarget
+
+
+cdef extern from "Python.h":
+    ctypedef enum PySendResult:
+        PYGEN_RETURN
+        PYGEN_ERROR
+        PYGEN_NEXT
+    PySendResult PyIter_Send(object iter, object arg, PyObject** presult)
+
+
+cdef inline int _send(object gen, PyObject** result) except -1:
+    """Resume `gen`: 1 and what it yielded, 0 and what it returned; or its exception."""
+    return <int> PyIter_Send(gen, None, result)
+
 
 cdef int IRQ_LEVEL = 0
 cdef int PROC_LEVEL = 1
@@ -32,7 +55,7 @@ cdef class _Job:
     pass
 
 
-cdef class Cpu:
+cdef class Cpu(EventTarget):
     def __cinit__(self, Engine engine, bint modeled):
         self.engine = engine
         self.modeled = modeled
@@ -40,10 +63,14 @@ cdef class Cpu:
         self._running = None
         self._ev = -1
         self._in_real_run = False
-        self._segment_done_cb = self._segment_done
+        self._ahead = False
 
-    cpdef submit(self, int level, object gen, object on_done):
-        """Run path `gen` at `level`; call `on_done(value, exc)` when it returns or raises."""
+    cpdef submit(self, int level, object gen, object on_done, bint last=False):
+        """Run path `gen` at `level`; call `on_done(value, exc)` when it returns or raises.
+
+        ``last=True``: the caller does nothing more at this instant before it runs the
+        engine (inside a window it opened), so the path may advance time itself.
+        """
         cdef _Job job = _Job.__new__(_Job)
         cdef _Job cur
         job.gen = gen
@@ -68,7 +95,14 @@ cdef class Cpu:
             self.busy_proc_s += self.engine.now - self._seg_start
             self._running = None
             self.preemptions += 1
-        self._dispatch()
+        if last and self._running is None:
+            self._ahead = True
+            try:
+                self._dispatch()
+            finally:
+                self._ahead = False
+        else:
+            self._dispatch()
 
     cdef _run_real(self):
         cdef list q
@@ -104,21 +138,34 @@ cdef class Cpu:
 
     cdef _advance(self, _Job job):
         """Run the path's Python code up to its next yield (or its end)."""
-        cdef object cost
+        cdef PyObject* res = NULL
+        cdef object out
+        cdef int r
         cdef double c
         while True:
             try:
-                cost = job.gen.send(None)
-            except StopIteration as stop:
-                self._finish(job, stop.value, None)
-                return
+                r = _send(job.gen, &res)
             except Exception as exc:
                 self._finish(job, None, exc)
                 return
+            out = <object> res
+            Py_XDECREF(res)
+            if r == 0:
+                self._finish(job, out, None)
+                return
             if not self.modeled:
                 continue
-            c = <double> cost
+            c = <double> out
             if c > 0.0:
+                if self._ahead and not (job.level == PROC_LEVEL and (<list> self._queues[IRQ_LEVEL])) \
+                        and self.engine.advance(self.engine.now + c):
+                    # Nothing can happen before this segment ends: it is over already.
+                    if job.level == IRQ_LEVEL:
+                        self.busy_irq_s += c
+                    else:
+                        self.busy_proc_s += c
+                    self.segments_advanced += 1
+                    continue
                 self._start_segment(job, c)
                 return
 
@@ -132,16 +179,23 @@ cdef class Cpu:
         job.remaining = cost
         self._seg_start = self.engine.now
         self._seg_end = self.engine.now + cost
-        self._ev = self.engine.at(self._seg_end, self._segment_done_cb, job)
+        self._ev = self.engine.post(self._seg_end, self, 0, job)
 
-    def _segment_done(self, _Job job):
+    cdef int on_event(self, int what, object arg) except -1:
+        """The running segment has ended: the path goes on, owning this instant."""
+        cdef _Job job = <_Job> arg
         self._ev = -1
         if job.level == IRQ_LEVEL:
             self.busy_irq_s += self.engine.now - self._seg_start
         else:
             self.busy_proc_s += self.engine.now - self._seg_start
         job.remaining = 0.0
-        self._advance(job)
+        self._ahead = True
+        try:
+            self._advance(job)
+        finally:
+            self._ahead = False
+        return 0
 
     cdef _finish(self, _Job job, object value, object exc):
         cdef list q = <list> self._queues[job.level]
@@ -152,6 +206,7 @@ cdef class Cpu:
         if self._running is job:
             self._running = None
         job.gen = None
+        self._ahead = False             # whoever waits for this path may look at this instant
         job.on_done(value, exc)
         if self.modeled:
             self._dispatch()
@@ -163,4 +218,5 @@ cdef class Cpu:
             "paths_irq": self.jobs_irq,
             "paths_proc": self.jobs_proc,
             "preemptions": self.preemptions,
+            "segments_advanced": self.segments_advanced,
         }

@@ -7,6 +7,12 @@ cdef struct _Key:
     long long seq
     int slot
 
+
+cdef class EventTarget:
+    """What a Cython model schedules on: `on_event(what, arg)` is a C call, not a Python one."""
+    cdef int on_event(self, int what, object arg) except -1
+
+
 cdef class Engine:
     cdef public double now
     cdef _Key* _heap
@@ -14,6 +20,7 @@ cdef class Engine:
     cdef Py_ssize_t _cap
     cdef list _fns
     cdef list _args
+    cdef int* _whats            # per slot: >= 0 for an EventTarget, -1 for a Python callable
     cdef int* _gen
     cdef int* _free
     cdef Py_ssize_t _nfree
@@ -23,14 +30,26 @@ cdef class Engine:
     cdef public long long stops
     cdef public bint realtime
     cdef public long long events_run
+    # Look-ahead (see `advance`): the bound of the running loop, and whether the code
+    # running now may move time itself.
+    cdef double _until
+    cdef bint _look
+    cdef readonly long long advances
 
     cpdef long long at(self, double time, object fn, object arg=*, int prio=*) except -1
     cpdef long long after(self, double delay, object fn, object arg=*, int prio=*) except -1
+    cdef long long post(self, double time, EventTarget target, int what, object arg) except -1
+    cdef long long _push(self, double time, object fn, int what, object arg, int prio) except -1
     cpdef bint cancel(self, long long handle)
     cpdef double peek(self)
     cpdef bint step(self) except -1
+    cdef bint _step(self) except -1
     cpdef long long run(self, double until=*) except -1
     cpdef long long run_until_stop(self, double until) except -1
+    cpdef bint advance(self, double t) except -1
+    cpdef open_window(self, double until)
+    cpdef close_window(self)
+    cpdef request_stop(self)
     cdef int _grow_slots(self) except -1
     cdef void _pop_dead(self)
     cdef void _release(self, int slot)

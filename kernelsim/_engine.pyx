@@ -12,10 +12,31 @@ host), and `now` follows the host's monotonic clock.
 
 Handles returned by `at`/`after` encode (slot, generation) so a stale handle can never
 cancel a later event that happens to reuse the slot.
+
+Two things keep the per-event cost near a bare heap operation:
+
+* **Typed targets.** A Cython model subclasses `EventTarget` and schedules with `post`
+  (a C call); `on_event(what, arg)` runs it, with `what` saying which of its handlers.
+  Python callables still work through `at`/`after`.
+* **Look-ahead.** An event that only marks the end of some CPU time need not be an
+  event at all when nothing else can happen before it: `advance(t)` moves `now` to `t`
+  at once -- and returns True -- if no pending event comes at or before `t`, `t` is
+  within the bound of the loop that runs the engine (trio's next deadline), and no one
+  has asked the loop to stop (a stop means something outside the engine is about to
+  look at this instant). What ran in between is then exactly what would have run, in
+  the same order, at the same modeled times. Only the code that owns the current event
+  may call it, as the last thing it does there (`Cpu` does, for a path's next
+  segment); `open_window` grants the same to a caller that is about to run the engine
+  itself from outside (a lone trio task, `_drive_inline`).
 """
 from libc.stdlib cimport malloc, realloc, free
 from libc.math cimport INFINITY
 from time import perf_counter as _wall
+
+cdef class EventTarget:
+    cdef int on_event(self, int what, object arg) except -1:
+        raise NotImplementedError
+
 
 cdef inline bint _less(_Key* a, _Key* b):
     if a.time != b.time:
@@ -33,6 +54,7 @@ cdef class Engine:
         self._heap = <_Key*> malloc(self._cap * sizeof(_Key))
         self._nslots = 0
         self._gen = NULL
+        self._whats = NULL
         self._free = NULL
         self._nfree = 0
         self._fns = []
@@ -49,10 +71,14 @@ cdef class Engine:
         self.stop_requested = False
         self.stops = 0
         self.events_run = 0
+        self._until = -INFINITY
+        self._look = False
+        self.advances = 0
 
     def __dealloc__(self):
         free(self._heap)
         free(self._gen)
+        free(self._whats)
         free(self._free)
 
     cdef int _grow_slots(self) except -1:
@@ -61,6 +87,10 @@ cdef class Engine:
         if g == NULL:
             raise MemoryError()
         self._gen = g
+        cdef int* w = <int*> realloc(self._whats, new * sizeof(int))
+        if w == NULL:
+            raise MemoryError()
+        self._whats = w
         cdef int* f = <int*> realloc(self._free, new * sizeof(int))
         if f == NULL:
             raise MemoryError()
@@ -78,6 +108,16 @@ cdef class Engine:
 
     cpdef long long at(self, double time, object fn, object arg=None, int prio=0) except -1:
         """Run `fn(arg)` at absolute modeled `time` (never earlier than now)."""
+        return self._push(time, fn, -1, arg, prio)
+
+    cpdef long long after(self, double delay, object fn, object arg=None, int prio=0) except -1:
+        return self._push(self.now + delay, fn, -1, arg, prio)
+
+    cdef long long post(self, double time, EventTarget target, int what, object arg) except -1:
+        """Run ``target.on_event(what, arg)`` at `time` (priority 0): the typed `at`."""
+        return self._push(time, target, what, arg, 0)
+
+    cdef long long _push(self, double time, object fn, int what, object arg, int prio) except -1:
         cdef int slot
         cdef _Key* grown
         if self.realtime:
@@ -90,6 +130,7 @@ cdef class Engine:
         slot = self._free[self._nfree]
         self._fns[slot] = fn
         self._args[slot] = arg
+        self._whats[slot] = what
         if self._size == self._cap:
             grown = <_Key*> realloc(self._heap, self._cap * 2 * sizeof(_Key))
             if grown == NULL:
@@ -104,9 +145,6 @@ cdef class Engine:
         self._size += 1
         self._sift_up(self._size - 1)
         return (<long long> self._gen[slot] << 32) | slot
-
-    cpdef long long after(self, double delay, object fn, object arg=None, int prio=0) except -1:
-        return self.at(self.now + delay, fn, arg, prio)
 
     cpdef bint cancel(self, long long handle):
         """Cancel a pending event; False if it already ran, was cancelled or never was."""
@@ -146,7 +184,15 @@ cdef class Engine:
 
     cpdef bint step(self) except -1:
         """Run the next live event. False when there is none."""
-        cdef int slot
+        cdef double saved = self._until
+        self._until = INFINITY
+        try:
+            return self._step()
+        finally:
+            self._until = saved
+
+    cdef bint _step(self) except -1:
+        cdef int slot, what
         cdef object fn, arg
         while self._size:
             slot = self._heap[0].slot
@@ -156,24 +202,36 @@ cdef class Engine:
                 continue
             self.now = _wall() if self.realtime else self._heap[0].time
             arg = self._args[slot]
+            what = self._whats[slot]
             self._fns[slot] = None
             self._args[slot] = None
             self._pop_dead()
             self.events_run += 1
-            fn(arg)
+            self._look = not self.realtime and not self.stop_requested
+            try:
+                if what >= 0:
+                    (<EventTarget> fn).on_event(what, arg)
+                else:
+                    fn(arg)
+            finally:
+                self._look = False
             return True
         return False
 
     cpdef long long run(self, double until=INFINITY) except -1:
         """Run every event up to and including time `until`; return how many ran."""
         cdef long long n = 0
-        cdef double t
-        while True:
-            t = self.peek()
-            if t == INFINITY or t > until:
-                break
-            self.step()
-            n += 1
+        cdef double t, saved = self._until
+        self._until = until
+        try:
+            while True:
+                t = self.peek()
+                if t == INFINITY or t > until:
+                    break
+                self._step()
+                n += 1
+        finally:
+            self._until = saved
         if until != INFINITY and until > self.now:
             self.now = until
         return n
@@ -181,20 +239,46 @@ cdef class Engine:
     cpdef long long run_until_stop(self, double until) except -1:
         """Run events with time <= `until` until one of them calls `request_stop()`."""
         cdef long long n = 0
-        cdef double t
+        cdef double t, saved = self._until
         self.stop_requested = False
-        while not self.stop_requested:
-            t = self.peek()
-            if t == INFINITY or t > until:
-                break
-            self.step()
-            n += 1
+        self._until = until
+        try:
+            while not self.stop_requested:
+                t = self.peek()
+                if t == INFINITY or t > until:
+                    break
+                self._step()
+                n += 1
+        finally:
+            self._until = saved
         return n
 
-    def request_stop(self):
+    cpdef bint advance(self, double t) except -1:
+        """Move `now` to `t` if nothing can happen before it (see the module's essay)."""
+        if not self._look or self.stop_requested or t > self._until or t < self.now:
+            return False
+        if self.peek() <= t:
+            return False
+        self.now = t
+        self.advances += 1
+        return True
+
+    cpdef open_window(self, double until):
+        """The caller is about to run the engine up to `until` from outside: it may advance."""
+        if not self.realtime:
+            self.stop_requested = False
+            self._until = until
+            self._look = True
+
+    cpdef close_window(self):
+        self._until = -INFINITY
+        self._look = False
+
+    cpdef request_stop(self):
         """Ask the running `run_until_stop` to return after this event (something woke)."""
         self.stop_requested = True
         self.stops += 1
+        self._look = False
 
     def __len__(self):
         cdef Py_ssize_t i, live = 0
@@ -204,7 +288,8 @@ cdef class Engine:
         return live
 
     def stats(self):
-        return {"now_s": self.now, "events_run": self.events_run, "pending": len(self)}
+        return {"now_s": self.now, "events_run": self.events_run, "pending": len(self),
+                "advances": self.advances}
 
     cdef void _sift_up(self, Py_ssize_t i):
         cdef _Key item = self._heap[i]

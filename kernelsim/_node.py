@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections import deque
 
 from kernelsim._cpu import Cpu, LEVEL_PROC
 from kernelsim._irq import IrqController
@@ -159,10 +160,11 @@ class FdTable:
 
 
 class Process:
-    def __init__(self, node: "Node", pid: int, name: str):
+    def __init__(self, node: "Node", pid: int, name: str, cpu: Cpu | None = None):
         self.node = node
         self.pid = pid
         self.name = name
+        self.cpu = cpu if cpu is not None else node.cpu     # the processor it runs on
         self.fds = FdTable()
         self.alive = True
 
@@ -186,6 +188,9 @@ class Node:
         self.modeled = modeled
         self.costs = Costs(profile)
         self.cpu = Cpu(engine, modeled)
+        # A multiprocessor (profile key cpu.count) has more CPUs: interrupts and the
+        # kernel's own paths run on the first; each process is placed on one of them.
+        self.cpus = [self.cpu] + [Cpu(engine, modeled) for _ in range(int(profile.get("cpu.count", 1)) - 1)]
         self.mem = PhysMem(int(profile.get("mem.bytes", 8 << 20)))
         self.shared_allocator = shared_allocator or PrivateRegion
         self._shared: list = []         # regions handed out (released ones pruned lazily)
@@ -200,6 +205,18 @@ class Node:
         self.pci_devices: list = []     # the machine's devices, bound by driver modules
         self.hosts: dict = {}           # cluster description: nid -> {link kind: address}
         self._next_pid = 1
+        self._kmsg: deque = deque(maxlen=1024)  # the kernel's message ring: log() / dmesg()
+        self._boot = engine.now
+
+    # -- the kernel log ------------------------------------------------------------------
+
+    def log(self, message: str) -> None:
+        """printk: one line in the kernel's message ring, stamped with the node's time."""
+        self._kmsg.append((self.engine.now - self._boot, message))
+
+    def dmesg(self) -> list[str]:
+        """The kernel's message ring, oldest first, as ``dmesg`` prints it."""
+        return [f"[{t:12.6f}] {m}" for t, m in self._kmsg]
 
     # -- memory ------------------------------------------------------------------------
 
@@ -228,8 +245,14 @@ class Node:
 
     # -- processes ---------------------------------------------------------------------
 
-    def spawn(self, name: str = "proc") -> Process:
-        p = Process(self, self._next_pid, name)
+    def spawn(self, name: str = "proc", cpu: int | None = None) -> Process:
+        """A new process, on CPU `cpu` -- by default the next one in turn (on a
+        uniprocessor, the only one)."""
+        if cpu is None:
+            cpu = (self._next_pid - 1) % len(self.cpus)
+        if not isinstance(cpu, int) or not 0 <= cpu < len(self.cpus):
+            raise OSError(errno.EINVAL, f"node {self.nid} has no CPU {cpu!r} ({len(self.cpus)} CPUs)")
+        p = Process(self, self._next_pid, name, self.cpus[cpu])
         self._next_pid += 1
         self.processes.append(p)
         return p
@@ -317,14 +340,15 @@ class Node:
 
     # -- running paths outside trio ----------------------------------------------------
 
-    def run_now(self, path):
+    def run_now(self, path, cpu: Cpu | None = None):
         """Run a process path to completion, driving the engine (a blocking call).
 
         In modeled time the engine runs until the path returns; EDEADLK if it never
-        can (no event left). In real time the path runs straight through.
+        can (no event left). In real time the path runs straight through. `cpu`: the
+        processor it runs on (the process's own; default the first).
         """
         box = []
-        self.cpu.submit(LEVEL_PROC, path, lambda v, e: box.append((v, e)))
+        (cpu or self.cpu).submit(LEVEL_PROC, path, lambda v, e: box.append((v, e)))
         while not box:
             if not self.engine.step():
                 raise OSError(errno.EDEADLK, "no pending event can complete this call")
@@ -347,6 +371,8 @@ class Node:
     def stats(self) -> dict:
         out = {"cpu": self.cpu.stats(), "irq": self.irq.stats(), "mem_in_use_bytes": self.mem.in_use(),
                "shared_in_use_bytes": self.shared_in_use()}
+        for i, cpu in enumerate(self.cpus[1:], 1):
+            out[f"cpu{i}"] = cpu.stats()
         for name, dev in self.netdevs.items():
             out[name] = dev.stats()
         for i, port in enumerate(self.real_ports):

@@ -1,7 +1,7 @@
 """Platform profiles: the numbers a modeled machine is built from.
 
 A profile is a TOML file shipped in ``kernelsim/profiles``. Every value carries its
-source -- a FACTS.md / HARDWARE.md id, or "modeling choice" with the reason -- so a
+source -- a source id (docs/sources.md), or "modeling choice" with the reason -- so a
 reader can check each input of a modeled figure. Any value can be overridden per run
 (``--param link.rate_bps=10e6``); unknown keys and values of the wrong type are
 refused with EINVAL rather than silently ignored.
@@ -145,7 +145,10 @@ def available_profiles() -> list[str]:
     return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
 
 
-def load_profile(name: str) -> Profile:
+def load_profile(name: str, _seen: tuple = ()) -> Profile:
+    """Load profile `name`. A profile whose ``[profile]`` table names a ``base`` starts
+    from that profile's values and replaces or adds its own (the same machine under an
+    assumption of its own, or a variant of it)."""
     root = resources.files("kernelsim") / "profiles"
     path = root / f"{name}.toml"
     if not path.is_file():
@@ -153,9 +156,17 @@ def load_profile(name: str) -> Profile:
     doc = tomllib.loads(path.read_text())
     meta = doc.get("profile", {})
     values = {}
+    nic = meta.get("nic", "")
+    base = meta.get("base")
+    if base is not None:
+        if base == name or base in _seen:
+            raise ValueError(f"profile {name}: its base {base!r} leads back to itself")
+        parent = load_profile(base, _seen + (name,))
+        values = dict(parent._values)
+        nic = meta.get("nic", parent.nic)
     for key, item in doc.get("params", {}).items():
         if not isinstance(item, dict) or "value" not in item or "source" not in item:
             raise ValueError(f"profile {name}: {key} needs a value and a source")
         values[key] = ProfileValue(item["value"], item.get("unit", ""), item["source"],
                                    item.get("min"), item.get("max"))
-    return Profile(meta.get("name", name), meta.get("description", ""), meta.get("nic", ""), values)
+    return Profile(meta.get("name", name), meta.get("description", ""), nic, values)

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The Myrinet network interface (a LANai 4.x / 9.x board): the hardware side.
 
-A Myrinet NI is a small computer on a PCI card (HARDWARE.md, Myrinet; FACTS LCI-A22..A26,
+A Myrinet NI is a small computer on a PCI card (HW-MYRI; LCI-A22..A26,
 EP-A05). Its SRAM (1 MB on the LANai 4.1, 2 MB on the LANai 9.2) holds the control
 program and every packet in transit: nothing reaches the wire except from SRAM, and
 nothing reaches the host except through SRAM (LCI-C25, FM-C01). Three DMA engines work
@@ -25,7 +25,9 @@ What is modeled, and why each piece is there:
   does not drop: the link's flow control holds the packet in the network, which is how
   Myrinet's back-pressure reaches the sender (LCI-C25). The CRC is checked in hardware
   as the packet's tail comes in; a bad packet is dropped and counted and the buffer
-  stays armed.
+  stays armed. A control program that must know (LCI's base variant aborts on a bad
+  CRC, LCI-C03) defines ``on_crc_error``: the board posts it, with the packet's length,
+  as it posts ``on_packet`` for a good one.
 * **The NI processor** runs the control program's event handlers one at a time. A
   handler is a generator that yields the NI cycles its work takes (at the LANai clock);
   its effects -- programming a DMA, raising a host interrupt -- take place when those
@@ -40,6 +42,12 @@ What is modeled, and why each piece is there:
 
 Memory-based notification (FM-C06/C07) needs no register: a DMA into host memory is
 reported to ``host_write_sink`` so that a modeled host poll can notice it at once.
+
+**The PCI bus.** On a machine whose profile models its bus and host bridge
+(``kernelsim._pcibus``, the ``chipset.*`` keys), the board's host DMA engine is a bus
+master on it: each transfer waits for the bus and is cut when a CPU read or a posted
+write burst has waited out its latency timer, so its completion can move (``bus``;
+None elsewhere, where a transfer takes ``dma_time`` on a bus of its own).
 """
 import errno
 from collections import deque
@@ -47,6 +55,7 @@ from collections import deque
 from libc.string cimport memcpy
 
 from kernelsim._engine cimport Engine
+from kernelsim._pcibus cimport PciBus
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 
 # Host-visible registers (byte offsets in the register window)
@@ -76,6 +85,7 @@ cdef class LanaiNI:
     cdef public object irq_sink          # callable(bool): the PCI interrupt line
     cdef public object host_write_sink   # callable(addr, n): a DMA wrote host memory
     cdef public object route_table       # nid -> route bytes, written by the mapper
+    cdef public PciBus bus               # the node's modeled PCI bus, or None (see the essay)
     cdef readonly object firmware
     cdef Engine engine
     cdef PhysMem host
@@ -128,6 +138,7 @@ cdef class LanaiNI:
         self.irq_sink = None
         self.host_write_sink = None
         self.route_table = {}
+        self.bus = None
         self.firmware = None
         self.sram_bytes = int(profile["lanai.sram_bytes"])
         self.buffer_bytes = int(profile["lanai.buffer_bytes"])
@@ -168,6 +179,8 @@ cdef class LanaiNI:
         self._q_lo.clear()
         self._cur = None
         self._hq.clear()
+        if self._h_cur is not None and self.bus is not None:
+            self.bus.dma_finish()
         self._h_cur = None
         self._sq.clear()
         self._s_cur = None
@@ -349,6 +362,10 @@ cdef class LanaiNI:
                 self.post(self._watch_run, entry)
             w += 4
 
+    cpdef double rtc(self):
+        """Firmware: the board's real-time clock (seconds), for time stamps."""
+        return self.engine.now
+
     def timer(self, double delay, fn, arg=None):
         """Firmware: post `fn(arg)` after `delay` seconds (the LANai's interval timer)."""
         self._next_timer += 1
@@ -448,7 +465,10 @@ cdef class LanaiNI:
             return
         req = self._hq.popleft()
         self._h_cur = req
-        t = self.dma_time(<Py_ssize_t> req[3])
+        if self.bus is not None:
+            t = self.bus.dma_start(self.engine.now, <Py_ssize_t> req[3]) - self.engine.now
+        else:
+            t = self.dma_time(<Py_ssize_t> req[3])
         self.h_busy_s += t
         self.h_transfers += 1
         self.h_bytes += <Py_ssize_t> req[3]
@@ -459,6 +479,11 @@ cdef class LanaiNI:
         cdef Py_ssize_t host_addr, off, n
         if req is not self._h_cur:
             return
+        if self.bus is not None:
+            if self.bus.dma_end > self.engine.now:      # cut by other bus transactions meanwhile
+                self.engine.at(self.bus.dma_end, self._h_done, req)
+                return
+            self.bus.dma_finish()
         self._h_cur = None
         to_host, host_addr, off, n, then, arg = req
         if not span_ok(off, n, self.sram_bytes) or host_addr <= 0 or not span_ok(host_addr, n, self.host.size):
@@ -598,6 +623,9 @@ cdef class LanaiNI:
             return
         if not crc_ok:
             self.rx_crc_errors += 1          # hardware CRC check: dropped, buffer stays armed
+            hook = getattr(self.firmware, "on_crc_error", None)
+            if hook is not None:
+                self.post(hook, n, True)
             return
         if n == 0 or data[0] & ROUTE_BIT:
             self.rx_misrouted += 1           # route bytes left over: not for this NI
@@ -629,4 +657,5 @@ cdef class LanaiNI:
                          "no_buffer": self.rx_no_buffer, "halted_drops": self.rx_halted,
                          "blocked_heads": self.rx_blocked, "armed": self.rx_armed},
             "pio": {"writes": self.pio_writes, "bytes": self.pio_bytes, "reads": self.pio_reads},
+            **({"pci_bus": self.bus.stats()} if self.bus is not None else {}),
         }

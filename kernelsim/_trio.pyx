@@ -1,3 +1,4 @@
+# cython: language_level=3
 """Running kernel paths on behalf of a trio task -- the binding every user half uses.
 
 A process's call into the kernel (or its user-level library work) is a *path* run on
@@ -10,9 +11,12 @@ Modeled time: the task parks until the path returns (the engine clock moves time
 unless it is the only task trio would run now, in which case it runs the engine itself
 (see `_drive_inline`). Real time: the path runs straight through; a wait polls the
 node's devices for a bounded time, then blocks on their file descriptors (the LCI
-paper's polling watchdog, FACTS LCI-C09).
+paper's polling watchdog, LCI-C09).
+
+Every DP call of a modeled ping-pong passes through here, so it is Cython: one small
+completion object per call instead of closures, the clock's runnable count read
+directly, and the engine driven in a C loop.
 """
-from __future__ import annotations
 
 import errno
 import math
@@ -24,8 +28,49 @@ import trio
 from trio._core import _run as _trio_run
 
 from kernelsim._clock import EngineClock
-from kernelsim._cpu import LEVEL_PROC
+from kernelsim._cpu cimport Cpu
+from kernelsim._engine cimport Engine
 from kernelsim._node import WouldBlock
+
+cdef int LEVEL_PROC = 1
+_reschedule = trio.lowlevel.reschedule
+_current_task = trio.lowlevel.current_task
+_current_clock = trio.lowlevel.current_clock
+_wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
+_checkpoint = trio.lowlevel.checkpoint
+_checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
+_ABORT_FAILED = trio.lowlevel.Abort.FAILED
+_ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
+
+
+cdef class _Completion:
+    """A path's `on_done` (and a wait queue's waiter): records, stops the engine, wakes.
+
+    `task` is set only once the calling task has parked; until then the call is still
+    running on its own stack and looks at `done` itself.
+    """
+    cdef Engine engine
+    cdef readonly bint done
+    cdef object value, exc, task
+
+    def __cinit__(self, Engine engine):
+        self.engine = engine
+
+    def __call__(self, value=None, exc=None):
+        self.done = True
+        self.value = value
+        self.exc = exc
+        if self.engine is not None:
+            self.engine.request_stop()
+        if self.task is not None:
+            task, self.task = self.task, None
+            _reschedule(task)
+
+
+def _refuse_abort(_):
+    # A kernel path cannot be abandoned half-way: cancellation is delivered at the
+    # next checkpoint, once the path has returned.
+    return _ABORT_FAILED
 
 __all__ = ["run_path", "wait_on", "run_blocking", "run_path_sync", "wait_on_sync", "run_blocking_sync",
            "after", "DEFAULT_SPIN_S"]
@@ -39,77 +84,65 @@ def after(cost: float, path):
     return (yield from path)
 
 
-async def run_path(node, path):
-    """Run `path` at process level on `node`'s CPU; return its value or raise its error."""
-    box = []
+async def run_path(node, path, cpu=None):
+    """Run `path` at process level on `node`'s CPU (or on `cpu`, another processor of
+    the node: the calling process's); return its value or raise its error."""
+    cdef Engine engine = node.engine
+    cdef _Completion done
+    cdef Cpu on = <Cpu> (node.cpu if cpu is None else cpu)
     if not node.modeled:
-        node.cpu.submit(LEVEL_PROC, path, lambda v, e: box.append((v, e)))
-        node.engine.run()
-        await trio.lowlevel.checkpoint()
+        done = _Completion(None)
+        on.submit(LEVEL_PROC, path, done)
+        engine.run()
+        await _checkpoint()
     else:
-        task = trio.lowlevel.current_task()
-        parked = []
-
-        def done(v, e):
-            box.append((v, e))
-            node.engine.request_stop()
-            if parked:
-                trio.lowlevel.reschedule(task)
-
-        node.cpu.submit(LEVEL_PROC, path, done)
-        if not box and _drive_inline(node.engine, box):
+        done = _Completion(engine)
+        on.submit(LEVEL_PROC, path, done)
+        if not done.done and _drive_inline(engine, done):
             # Only this call's own completion stopped the engine: no other task can
             # have become runnable, so the schedule point has nothing to do.
-            await trio.lowlevel.checkpoint_if_cancelled()
-        elif box:
-            await trio.lowlevel.checkpoint()
+            await _checkpoint_if_cancelled()
+        elif done.done:
+            await _checkpoint()
         else:
-            parked.append(True)
-            # A kernel path cannot be abandoned half-way: cancellation is delivered at
-            # the next checkpoint, once the path has returned.
-            await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-    value, exc = box[0]
-    if exc is not None:
-        raise exc
-    return value
+            done.task = _current_task()
+            await _wait_task_rescheduled(_refuse_abort)
+    if done.exc is not None:
+        raise done.exc
+    return done.value
 
 
 async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     """Block the calling task until `queue` is woken."""
-    woken = []
+    cdef _Completion woken
     if node.modeled:
-        task = trio.lowlevel.current_task()
-        parked = []
-
-        def waiter():
-            woken.append(True)
-            if parked:
-                trio.lowlevel.reschedule(task)
-
-        queue.add(waiter)
+        woken = _Completion(None)          # the queue's wake stops the engine itself
+        queue.add(woken)
         if _drive_inline(node.engine, woken):
-            await trio.lowlevel.checkpoint_if_cancelled()
+            await _checkpoint_if_cancelled()
             return
-        if woken:
-            await trio.lowlevel.checkpoint()
+        if woken.done:
+            await _checkpoint()
             return
-        parked.append(True)
+        woken.task = _current_task()
 
         def abort(_):
-            queue.discard(waiter)
-            return trio.lowlevel.Abort.SUCCEEDED
+            woken.task = None
+            queue.discard(woken)
+            return _ABORT_SUCCEEDED
 
-        await trio.lowlevel.wait_task_rescheduled(abort)
+        await _wait_task_rescheduled(abort)
         return
-    waiter = lambda: woken.append(True)  # noqa: E731
+    woken_list = []
+    waiter = lambda: woken_list.append(True)  # noqa: E731
     queue.add(waiter)
     try:
-        while not woken:
-            _spin(node, woken, spin_s)
-            if woken:
+        while not woken_list:
+            _spin(node, woken_list, spin_s)
+            if woken_list:
                 break
             ports = node.real_ports
-            if all(p.prepare_to_sleep() for p in ports) and not woken:
+            if all(p.prepare_to_sleep() for p in ports) and not woken_list:
                 await _wait_any_readable([p.fileno() for p in ports])
                 for p in ports:
                     p.drain()
@@ -175,7 +208,7 @@ def run_blocking_sync(node, make_path, *, nonblocking=lambda: False, wake_cost: 
             path = after(wake_cost, make_path(False)) if wake_cost else make_path(False)
 
 
-def _drive_inline(engine, done: list) -> bool:
+cdef bint _drive_inline(Engine engine, _Completion done) except -1:
     """Move modeled time from inside the calling task while it is the only one that can run.
 
     This is what `EngineClock.drive` would do once trio found every task blocked, less
@@ -184,13 +217,16 @@ def _drive_inline(engine, done: list) -> bool:
     trio deadline comes: from there trio schedules as usual. True when `done` was
     filled and nothing else was woken on the way.
     """
-    clock = trio.lowlevel.current_clock()
-    if not isinstance(clock, EngineClock) or not clock.only_runnable_task():
+    clock = _current_clock()
+    if type(clock) is not EngineClock and not isinstance(clock, EngineClock):
         return False
-    until = _next_trio_deadline()
-    stops = engine.stops
+    counter = clock.counter
+    if not counter.live or counter.runnable != 0:
+        return False
+    cdef double until = _next_trio_deadline()
+    cdef long long stops = engine.stops
     engine.run_until_stop(until)
-    return bool(done) and engine.stops == stops + 1 and clock.only_runnable_task()
+    return done.done and engine.stops == stops + 1 and counter.live and counter.runnable == 0
 
 
 def _spin(node, woken: list, spin_s: float) -> None:
@@ -206,7 +242,7 @@ def _spin(node, woken: list, spin_s: float) -> None:
             os.sched_yield()
 
 
-def _next_trio_deadline() -> float:
+cdef double _next_trio_deadline() except? -1.0:
     """When trio's next deadline falls (the clock is the engine's, so it is modeled time).
 
     ``current_statistics()`` answers this but also gathers I/O statistics, which made it

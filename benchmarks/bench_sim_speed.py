@@ -1,0 +1,170 @@
+"""How fast the model runs: simulated 1-byte round trips per wall second, against SimPy.
+
+For DP on the 21140, DP on Myrinet and AM on the TB2, a modeled ping-pong is timed at two
+iteration counts and the rate taken from the difference (set-up and hand-shake cancel
+out). Beside each, in the same process, a SimPy model of the same pipeline: two
+processes handing one message back and forth, each direction a chain of timeouts ending
+in an event that wakes the peer -- as many SimPy events per round trip as the dp model
+has modeled instants per round trip (engine events plus the segment ends the CPU
+advanced through without one, `Engine.advances`), at the same modeled delays. The
+ratio dp/SimPy is the figure of merit; it does not depend on how loaded the machine is
+as much as either rate alone.
+
+Last, wall microseconds per engine event: dp's engine stepping a self-rescheduling
+Python callback, next to a bare heapq loop doing the same, and what one event of the
+ping-pong costs all in (wall time / engine events).
+
+    python -m pip install -e '.[bench]'          # SimPy
+    python benchmarks/bench_sim_speed.py [--iters 20000] [--repeat 3] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import time
+
+from kernelsim import Engine
+from libdp import Cluster, pingpong
+
+SYSTEMS = {
+    "DP/21140": ("dec21140", None),
+    "DP/Myrinet": ("myrinet", None),
+    "AM/TB2": ("tb2", "am"),
+}
+
+
+def _dp_run(nic: str, proto: str | None, iters: int) -> tuple[float, int, int, float]:
+    """(wall s, modeled instants, engine events, modeled RTT s) of a modeled ping-pong."""
+    if proto == "am":
+        from libdp._am_bench import am_pingpong_program
+        c = Cluster(nodes=2, nic=nic, load=[("am", {})])
+        t = time.perf_counter()
+        rows = c.run_spmd(am_pingpong_program, (1,), iters)[0]
+    else:
+        c = Cluster(nodes=2, nic=nic)
+        t = time.perf_counter()
+        rows = c.run_spmd(pingpong, [1], iters, 0)[0]
+    wall = time.perf_counter() - t
+    return wall, c.engine.events_run + getattr(c.engine, "advances", 0), c.engine.events_run, rows[0]["rtt_us"] * 1e-6
+
+
+def dp_rate(nic: str, proto: str | None, iters: int, repeat: int) -> dict:
+    lo = max(iters // 10, 200)
+    best = None
+    for _ in range(repeat):
+        w_lo, i_lo, e_lo, _rtt = _dp_run(nic, proto, lo)
+        w_hi, i_hi, e_hi, rtt = _dp_run(nic, proto, iters + lo)
+        rate = iters / (w_hi - w_lo)
+        if best is None or rate > best["round_trips_per_s"]:
+            best = {"round_trips_per_s": rate, "instants_per_rt": (i_hi - i_lo) / iters,
+                    "events_per_rt": (e_hi - e_lo) / iters, "modeled_rtt_us": rtt * 1e6,
+                    "wall_us_per_event": (w_hi - w_lo) / (e_hi - e_lo) * 1e6}
+    return best
+
+
+def simpy_rate(events_per_rt: float, rtt_s: float, iters: int, repeat: int) -> float:
+    """Round trips per wall second of the SimPy model with `events_per_rt` events each."""
+    import simpy
+
+    per_dir = max(1, round(events_per_rt / 2))
+    delay = rtt_s / (2 * per_dir)
+
+    def run(n):
+        env = simpy.Environment()
+        inbox = [env.event(), env.event()]
+
+        def side(rank):
+            for i in range(n):
+                if rank == 1 or i > 0:
+                    yield inbox[rank]
+                    inbox[rank] = env.event()
+                for _stage in range(per_dir - 1):      # the pipeline's stages, one event each
+                    yield env.timeout(delay)
+                inbox[1 - rank].succeed()                # the last: wake the peer
+            if rank == 0:
+                yield inbox[0]
+
+        env.process(side(0))
+        env.process(side(1))
+        t = time.perf_counter()
+        env.run()
+        return time.perf_counter() - t
+
+    lo = max(iters // 10, 200)
+    return max(iters / (run(iters + lo) - run(lo)) for _ in range(repeat))
+
+
+def engine_us_per_event(n: int = 200000) -> float:
+    eng = Engine()
+    left = [n]
+
+    def tick(_):
+        left[0] -= 1
+        if left[0]:
+            eng.after(1e-6, tick, None)
+
+    eng.after(0.0, tick, None)
+    t = time.perf_counter()
+    eng.run()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def heapq_us_per_event(n: int = 200000) -> float:
+    """The same self-rescheduling callback on a bare heapq loop (time, seq, fn, arg)."""
+    heap = []
+    now = [0.0]
+    seq = [0]
+    left = [n]
+
+    def tick(_):
+        left[0] -= 1
+        if left[0]:
+            seq[0] += 1
+            heapq.heappush(heap, (now[0] + 1e-6, seq[0], tick, None))
+
+    heapq.heappush(heap, (0.0, 0, tick, None))
+    t = time.perf_counter()
+    while heap:
+        now[0], _s, fn, arg = heapq.heappop(heap)
+        fn(arg)
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--iters", type=int, default=20000, help="round trips timed (beyond the short run)")
+    ap.add_argument("--repeat", type=int, default=3, help="best of this many")
+    ap.add_argument("--only", choices=sorted(SYSTEMS), action="append", help="just these systems")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    out = {"iters": args.iters, "systems": {}}
+    for name in args.only or SYSTEMS:
+        nic, proto = SYSTEMS[name]
+        r = dp_rate(nic, proto, args.iters, args.repeat)
+        try:
+            r["simpy_round_trips_per_s"] = simpy_rate(r["instants_per_rt"], r["modeled_rtt_us"] * 1e-6,
+                                                      args.iters, args.repeat)
+            r["ratio_to_simpy"] = r["round_trips_per_s"] / r["simpy_round_trips_per_s"]
+        except ImportError:
+            r["simpy_round_trips_per_s"] = r["ratio_to_simpy"] = None
+        out["systems"][name] = r
+    out["engine_us_per_event"] = min(engine_us_per_event() for _ in range(args.repeat))
+    out["heapq_us_per_event"] = min(heapq_us_per_event() for _ in range(args.repeat))
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"# modeled 1-byte ping-pong, {args.iters} round trips timed, best of {args.repeat}")
+    print(f"# {'system':<12}{'RT/s':>10}{'SimPy RT/s':>12}{'ratio':>8}{'events/RT':>11}{'instants/RT':>13}"
+          f"{'us/event':>10}")
+    for name, r in out["systems"].items():
+        simpy_s = f"{r['simpy_round_trips_per_s']:12.0f}" if r["ratio_to_simpy"] else f"{'(no simpy)':>12}"
+        ratio = f"{r['ratio_to_simpy']:8.2f}" if r["ratio_to_simpy"] else f"{'-':>8}"
+        print(f"  {name:<12}{r['round_trips_per_s']:10.0f}{simpy_s}{ratio}{r['events_per_rt']:11.1f}"
+              f"{r['instants_per_rt']:13.1f}{r['wall_us_per_event']:10.2f}")
+    print(f"# bare event: dp engine {out['engine_us_per_event']:.3f} us, heapq loop {out['heapq_us_per_event']:.3f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
