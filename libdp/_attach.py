@@ -290,6 +290,47 @@ class _Endpoint(_File):
         super().unmap()
 
 
+class _Card(_File):
+    """A card the node handed to this process (a protocol that drives the adapter itself):
+    its frame rings, as the port of this process's own copy of the card."""
+
+    def __init__(self, owner, info: dict, fds: list):
+        super().__init__(owner, info, fds)
+        from kernelsim.media.real import ShmEnd
+        rx_mem, rx_bell, tx_mem, tx_bell = fds[3:7]
+        try:
+            rx = ShmRing.over_fd(rx_mem, rx_bell, False)
+            tx = ShmRing.over_fd(tx_mem, tx_bell, False)
+        finally:
+            for fd in (rx_mem, rx_bell, tx_mem, tx_bell):
+                os.close(fd)
+        self.end = ShmEnd(tx, rx, 1, ("", ""), owns=True)
+        self.kernel = None
+
+    def unmap(self) -> None:
+        self.end.close()
+        super().unmap()
+
+
+def _user_level_kernel(dp: "AttachedDP", card: _Card, proto: str):
+    """This process's own kernel for a protocol that drives the card itself: the node's NIC
+    model, its driver, DP and `proto` with the node's parameters, the card's frames its medium."""
+    from kernelsim.media.backend import DevicePort
+    from libdp._api import DP
+    from libdp._cluster import Cluster
+    from nic_drivers import nic as nic_package
+    h = dp.link.hello
+    pkg = nic_package(h["nic"])
+    hosts = {n: {pkg.LINK_KIND: pkg.hwaddr_for(n)} for n in h["nids"]}
+    mods = {m["name"]: m for m in dp.link.admin("lsmod")}
+    params = {k: str(v) for k, v in (mods.get(proto) or {}).get("params", {}).items()}
+    node = Cluster.real_node(dp.nid, hosts, DevicePort(card.end), platform=h["platform"], nic=h["nic"],
+                             params=h.get("params", ()), load=[(proto, params)])
+    node.engine.run()
+    card.kernel = node
+    return DP(node.spawn(f"pid{os.getpid()}"), spin_s=dp.spin_s)
+
+
 class RemoteToken:
     """A message read in place: ``data`` is a read-only view of its slot in the mapped pool."""
 
@@ -384,7 +425,7 @@ class AttachedDP:
             for info in files:
                 mine = fds[at:at + info["nfds"]]
                 at += info["nfds"]
-                cls = _Endpoint if info["kind"] == "DP endpoint" else _File
+                cls = _Endpoint if info["kind"] == "DP endpoint" else _Card if "passthrough" in info else _File
                 f = cls(self, info, mine)
                 self._files[f.fd] = f
                 if header.get("ret") == info["node_fd"]:
@@ -537,6 +578,13 @@ class AttachedDP:
                 await trio.lowlevel.checkpoint()
                 return got
 
+    async def user_level(self, proto: str):
+        """A protocol that drives the card itself (SP AM): ``{proto}_open`` on the node hands
+        this process the card; the process gets a kernel of its own around it and a DP for it.
+        EBUSY if another process has the card, ENOSYS without the module on the node."""
+        fd = await self.syscall(f"{proto}_open")
+        return _user_level_kernel(self, self._files[fd], proto)
+
     async def endpoint(self, ep: int, target: tuple | None = None):
         from libdp._api import Endpoint
         fd = await self.dp_open(ep)
@@ -582,6 +630,10 @@ class SyncAttachedDP:
 
     def dp_open(self, ep):
         return self.syscall("dp_open", ep)
+
+    def user_level(self, proto):
+        fd = self.syscall(f"{proto}_open")
+        return _user_level_kernel(self._dp, self._dp._files[fd], proto)
 
     def dp_target(self, fd, nid, ep):
         e = self._dp._endpoint(fd)

@@ -41,6 +41,7 @@ def add_commands(sub, common) -> None:
     q.add_argument("--cluster", required=True, metavar="FILE")
     q.add_argument("--detach", action="store_true", help="run in the background (pid and log in the run directory)")
     q.add_argument("--ready-fd", type=int, default=None, help=argparse_hidden())
+    q.add_argument("--tied-to", type=int, default=None, help=argparse_hidden())
     q.set_defaults(func=_node_start)
     q = nsub.add_parser("stop", help="stop a node (SIGTERM; SIGKILL if it does not end)")
     q.add_argument("nid", type=int)
@@ -136,7 +137,7 @@ def _node_start(args) -> int:
         def ready():
             os.write(fd, b"ok\n")
             os.close(fd)
-    serve_node(cluster, args.id, ready=ready)
+    serve_node(cluster, args.id, ready=ready, tied_to=args.tied_to)
     return 0
 
 
@@ -249,7 +250,7 @@ def _run(args) -> int:
             cluster = find_cluster(None)
         except OSError:
             cluster = cluster_up(args.nodes, name=f"run{os.getpid()}", transport=args.transport, nic=args.nic,
-                                 load=args.load)
+                                 load=args.load, tied=True)
             temporary = True
     try:
         if args.nodes > len(cluster.nodes):

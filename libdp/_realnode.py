@@ -111,16 +111,21 @@ def _faulty(prof) -> bool:
     return any(prof.get(k, 0.0) for k in ("fault.loss", "fault.corrupt", "fault.duplicate", "fault.reorder"))
 
 
-def serve_node(cluster: ClusterFile, nid: int, *, ready=None, spin_s: float | None = None) -> None:
-    """Become node `nid` and serve until SIGTERM/SIGINT; `ready()` is called once it answers."""
+def serve_node(cluster: ClusterFile, nid: int, *, ready=None, spin_s: float | None = None,
+               tied_to: int | None = None) -> None:
+    """Become node `nid` and serve until SIGTERM/SIGINT (or until process `tied_to` exits);
+    `ready()` is called once it answers."""
     make_run_dir(cluster.run_dir)
     node, transport = build_node(cluster, nid, seed=int(cluster.extra.get("seed", 0)))
     pid_path = cluster.pid_path(nid)
     server = NodeServer(node, cluster.socket_path(nid), log=_log,
                         describe=lambda: {"cluster": cluster.name, "transport": cluster.transport,
-                                          "nic": cluster.nic},
+                                          "nic": _nic(cluster), "nids": cluster.nids(),
+                                          "params": list(cluster.params)},
                         **({} if spin_s is None else {"spin_s": spin_s}))
     try:
+        if tied_to is not None:
+            server.tie_to(tied_to)
         server.bind()
         _write_pid(pid_path)
         _log(f"node {nid} of cluster {cluster.name!r} serving on {cluster.socket_path(nid)} "
@@ -132,6 +137,10 @@ def serve_node(cluster: ClusterFile, nid: int, *, ready=None, spin_s: float | No
         transport.close()
         _remove(pid_path)
         _log(f"node {nid} stopped")
+
+
+def _nic(cluster: ClusterFile) -> str:
+    return resolve_platform(cluster.platform, cluster.nic)[1]
 
 
 def _log(msg: str) -> None:
@@ -178,8 +187,10 @@ def _remove(path: str) -> None:
         pass
 
 
-def start_node(cluster: ClusterFile, nid: int, *, timeout: float = READY_TIMEOUT_S) -> int:
-    """Start node `nid` as a detached process; its pid once it answers. The error it died of, else."""
+def start_node(cluster: ClusterFile, nid: int, *, timeout: float = READY_TIMEOUT_S, tied: bool = False) -> int:
+    """Start node `nid` as a detached process; its pid once it answers. The error it died of, else.
+
+    `tied`: the node stops when this process exits (temporary clusters: nothing outlives a crash)."""
     cluster.node(nid)
     if cluster.path is None:
         raise OSError(errno.EINVAL, "a detached node needs its cluster file saved (cluster.path)")
@@ -191,7 +202,8 @@ def start_node(cluster: ClusterFile, nid: int, *, timeout: float = READY_TIMEOUT
     with open(log_path, "ab") as log:
         os.chmod(log_path, 0o600)
         proc = subprocess.Popen([sys.executable, "-m", "libdp._cli", "node", "start", "--id", str(nid),
-                                 "--cluster", cluster.path, "--ready-fd", str(w)],
+                                 "--cluster", cluster.path, "--ready-fd", str(w),
+                                 *(["--tied-to", str(os.getpid())] if tied else [])],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(w,),
                                 start_new_session=True, close_fds=True)
     os.close(w)
@@ -292,10 +304,11 @@ def node_status(cluster: ClusterFile, nid: int) -> dict:
 
 def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic: str | None = None,
                platform: str | None = None, params=(), load=(), run_dir: str | None = None, seed: int = 0,
-               base_port: int | None = None) -> ClusterFile:
+               base_port: int | None = None, tied: bool = False) -> ClusterFile:
     """N nodes on this host, each a process; the cluster file is ``<run_dir>/cluster.toml``.
 
     Everything made is removed again if a step fails. EEXIST if the cluster is up already.
+    `tied`: the nodes stop when this process exits (``cluster_down`` still removes the rest).
     """
     from libdp._clusterfile import TRANSPORTS, default_run_dir
     from libdp._realrun import link_shape
@@ -351,7 +364,7 @@ def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic
         cluster = ClusterFile(name, nic, transport, specs, platform=platform, params=params, load=load,
                               run_dir=run_dir, extra=extra)
         cluster.save(os.path.join(run_dir, "cluster.toml"))
-        _start_all(cluster)
+        _start_all(cluster, tied)
     except BaseException:
         if cluster is not None and cluster.path is not None:
             cluster_down(cluster)
@@ -363,11 +376,11 @@ def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic
     return cluster
 
 
-def _start_all(cluster: ClusterFile) -> None:
+def _start_all(cluster: ClusterFile, tied: bool = False) -> None:
     """Start every node; they come up in parallel (each start waits only for its own node)."""
     import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(cluster.nodes))) as ex:
-        futures = [ex.submit(start_node, cluster, n.nid) for n in cluster.nodes]
+        futures = [ex.submit(start_node, cluster, n.nid, tied=tied) for n in cluster.nodes]
         errors = [f.exception() for f in futures if f.exception() is not None]
     if errors:
         raise errors[0]

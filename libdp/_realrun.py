@@ -160,7 +160,7 @@ def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, n
             raise OSError(errno.EINVAL, f"cluster {c.name!r} has {len(c.nodes)} nodes, not {nodes}")
     else:
         c = made = cluster_up(nodes, name=f"run-{os.getpid()}-{secrets.token_hex(3)}", transport=transport,
-                              nic=nic, platform=platform, params=params, load=load, seed=seed)
+                              nic=nic, platform=platform, params=params, load=load, seed=seed, tied=True)
     ctx = multiprocessing.get_context("fork")
     procs, pipes = [], []
     finished = False

@@ -60,7 +60,7 @@ def run_base(tmp_path_factory):
 @pytest.fixture(scope="module")
 def two(run_base):
     """A 2-node shm cluster for the whole module; down at the end, leaving nothing behind."""
-    c = cluster_up(2, name=f"t{os.getpid()}")
+    c = cluster_up(2, name=f"t{os.getpid()}", tied=True)
     pids = [node_status(c, n)["pid"] for n in c.nids()]
     old = os.environ.get("DP_RUN_DIR")
     os.environ["DP_RUN_DIR"] = c.run_dir
@@ -283,7 +283,7 @@ def test_trio_calls_and_wait_readable(two):
 
 
 def test_a_dead_node_wakes_its_blocked_scripts_with_enetdown(run_base):
-    c = cluster_up(2, name=f"dead{os.getpid()}")
+    c = cluster_up(2, name=f"dead{os.getpid()}", tied=True)
     try:
         b = attach(node=1, run_dir=c.run_dir)
         fb = b.sync.dp_open(3)
@@ -374,7 +374,7 @@ def _attach_as_nobody(run_dir, conn):
 
 
 def test_node_start_stop_and_status_from_the_command_line(run_base, capsys):
-    c = cluster_up(1, name=f"one{os.getpid()}")
+    c = cluster_up(1, name=f"one{os.getpid()}", tied=True)
     try:
         assert main(["node", "status", "--cluster", c.path, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["nodes"][0]["state"] == "up"
@@ -393,7 +393,7 @@ def test_node_start_stop_and_status_from_the_command_line(run_base, capsys):
 
 
 def test_cluster_down_after_a_crash_leaves_nothing(run_base):
-    c = cluster_up(3, name=f"crash{os.getpid()}")
+    c = cluster_up(3, name=f"crash{os.getpid()}", tied=True)
     pids = [node_status(c, n)["pid"] for n in c.nids()]
     for pid in pids:
         os.kill(pid, signal.SIGKILL)                            # every node crashes

@@ -11,12 +11,13 @@ processes attached to it, and the rings they talk through.
 It knows nothing of DP: a file that has more to show its owner than readiness says so
 through ``export_to(owner)``.
 """
+from kernelsim.daemon._passthrough import Passthrough
 from kernelsim.daemon._regions import MemfdRegion, map_readonly
 from kernelsim.daemon._rings import EventRing, event_ring_bytes
 from kernelsim.daemon._server import (ERROR_WORD_OFFSET, GATE_CALL, GATE_FILEOP, GATE_SLOT_BYTES, GATE_SLOTS,
                                       NodeServer)
 from kernelsim.daemon._wire import BYTES, pack_args, recv_msg, send_msg, unpack_args
 
-__all__ = ["NodeServer", "MemfdRegion", "map_readonly", "EventRing", "event_ring_bytes", "GATE_CALL", "GATE_FILEOP",
+__all__ = ["NodeServer", "Passthrough", "MemfdRegion", "map_readonly", "EventRing", "event_ring_bytes", "GATE_CALL", "GATE_FILEOP",
            "GATE_SLOTS", "GATE_SLOT_BYTES", "ERROR_WORD_OFFSET", "BYTES", "pack_args", "recv_msg", "send_msg",
            "unpack_args"]

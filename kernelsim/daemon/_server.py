@@ -172,6 +172,8 @@ class NodeServer:
         self._epoll = None
         self._gates: list[Gate] = []
         self._ready: list[Session] = []          # sessions with a parked call woken
+        self._sources: list = []                 # more things to poll: cards handed to processes
+        self._tied: list[int] = []               # pidfds of processes this node must not outlive
         self.started = time.time()
         self.calls = 0
         self.gate_entries = 0
@@ -222,6 +224,8 @@ class NodeServer:
         self._epoll.register(rfd, _EPOLL_IN)
         for port in self.node.real_ports:
             self._epoll.register(port.fileno(), _EPOLL_IN)
+        for fd in self._tied:
+            self._epoll.register(fd, _EPOLL_IN)
         try:
             self._loop()
         finally:
@@ -241,6 +245,8 @@ class NodeServer:
         last_work = perf()
         while not self._stopping:
             work = node.poll_devices()
+            for src in self._sources:
+                work += src.poll()
             if self._gates:
                 work += self._poll_gates()
             if self._ready:
@@ -255,7 +261,7 @@ class NodeServer:
                 os.sched_yield()
                 continue
             # Sleep: tell every producer to ring, check once more, block.
-            sleeping = [g.ring for g in self._gates if g.blocked is None]
+            sleeping = [g.ring for g in self._gates if g.blocked is None] + self._sources
             ok = all(p.prepare_to_sleep() for p in ports)
             ok = all([r.prepare_to_sleep() for r in sleeping]) and ok
             if ok and not self._ready and not self._stopping:
@@ -272,6 +278,28 @@ class NodeServer:
                 self._handle_events(events)
             last_work = perf()
 
+    def tie_to(self, pid: int) -> None:
+        """Stop when process `pid` exits (a temporary cluster's nodes end with their maker)."""
+        fd = os.pidfd_open(pid)
+        self._tied.append(fd)
+        if self._epoll is not None:
+            self._epoll.register(fd, _EPOLL_IN)
+
+    def add_source(self, src) -> None:
+        """Poll `src` too (``poll``, ``fileno``, ``prepare_to_sleep``, ``cancel_sleep``, ``drain``)."""
+        self._sources.append(src)
+        if self._epoll is not None:
+            self._epoll.register(src.fileno(), _EPOLL_IN)
+
+    def remove_source(self, src) -> None:
+        if src in self._sources:
+            self._sources.remove(src)
+            if self._epoll is not None:
+                try:
+                    self._epoll.unregister(src.fileno())
+                except (OSError, ValueError):
+                    pass
+
     def _shutdown(self) -> None:
         for s in list(self.sessions.values()):
             self._close_session(s, "the node is stopping")
@@ -285,6 +313,9 @@ class NodeServer:
         if self._epoll is not None:
             self._epoll.close()
             self._epoll = None
+        for fd in self._tied:
+            os.close(fd)
+        self._tied = []
 
     # ---------------------------------------------------------------- running paths
 
@@ -304,6 +335,10 @@ class NodeServer:
     def _handle_events(self, events) -> int:
         work = 0
         for fd, _mask in events:
+            if fd in self._tied:
+                self.log("the process this node was tied to has exited: stopping")
+                self.stop()
+                continue
             if self._listen is not None and fd == self._listen.fileno():
                 work += self._accept()
                 continue
@@ -513,6 +548,7 @@ class NodeServer:
                 self._epoll.unregister(gate.bell)
             except (OSError, ValueError):
                 pass
+            gate.export.close()
             gate.close()
 
     # ---------------------------------------------------------------- call gates
