@@ -116,6 +116,8 @@ def serve_node(cluster: ClusterFile, nid: int, *, ready=None, spin_s: float | No
     """Become node `nid` and serve until SIGTERM/SIGINT (or until process `tied_to` exits);
     `ready()` is called once it answers."""
     make_run_dir(cluster.run_dir)
+    if spin_s is None and "spin_s" in cluster.extra:
+        spin_s = float(cluster.extra["spin_s"])
     node, transport = build_node(cluster, nid, seed=int(cluster.extra.get("seed", 0)))
     pid_path = cluster.pid_path(nid)
     server = NodeServer(node, cluster.socket_path(nid), log=_log,

@@ -74,6 +74,7 @@ ERROR_WORD_OFFSET = ring_bytes(GATE_SLOTS, GATE_SLOT_BYTES)     # u32 errno afte
 _ERR = struct.Struct("<I")
 DEFAULT_SPIN_S = 1e-3
 _EPOLL_IN = select.EPOLLIN
+_INF = float("inf")
 
 
 class _PlainExport:
@@ -239,12 +240,16 @@ class NodeServer:
 
     def _loop(self) -> None:
         node = self.node
+        engine = node.engine
         ports = node.real_ports
         epoll = self._epoll
         perf = time.perf_counter
         last_work = perf()
         while not self._stopping:
             work = node.poll_devices()
+            if engine.peek() != _INF:
+                engine.run()                # device work a parked call left, timers paths armed
+                work += 1
             for src in self._sources:
                 work += src.poll()
             if self._gates:
@@ -327,7 +332,8 @@ class NodeServer:
         while not box:
             if not node.engine.step():
                 return None, OSError(errno.EDEADLK, "no event can complete this call")
-        node.engine.run()
+        if not isinstance(box[0][1], WouldBlock):
+            node.engine.run()       # else once the caller is parked: no wake-up is lost (see _loop)
         return box[0]
 
     # ---------------------------------------------------------------- sockets
