@@ -32,6 +32,7 @@ __all__ = ["DP_ETHERTYPE", "DirectedPoint", "Endpoint", "Nart", "Token"]
 
 DP_ETHERTYPE = 0x88B5          # HW-ETH: IEEE 802 local experimental EtherType
 MAX_ENDPOINT = 0xFFFF
+MAX_NID = 0xFFFF               # node ids are 16-bit in the Directed Message header
 
 
 cdef class Nart:
@@ -245,10 +246,10 @@ cdef class DirectedPoint:
         """dp_target(fd, nid, ep): the destination of this endpoint's writes."""
         yield self.c_open
         e = self._endpoint(proc, fd)
-        if not isinstance(ep, int) or not 0 <= ep <= MAX_ENDPOINT:
+        if not isinstance(ep, int) or isinstance(ep, bool) or not 0 <= ep <= MAX_ENDPOINT:
             raise OSError(errno.EINVAL, f"endpoint number must be 0..{MAX_ENDPOINT}, not {ep!r}")
-        if not isinstance(nid, int):
-            raise OSError(errno.EINVAL, f"node id must be an int, not {nid!r}")
+        if not isinstance(nid, int) or isinstance(nid, bool) or not 0 <= nid <= MAX_NID:
+            raise OSError(errno.EINVAL, f"node id must be an int 0..{MAX_NID}, not {nid!r}")
         self.nart.lookup(nid)
         e.target = (nid, ep)
         return 0
