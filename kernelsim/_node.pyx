@@ -362,9 +362,9 @@ class Node:
         while not box:
             if not self.engine.step():
                 raise OSError(errno.EDEADLK, "no pending event can complete this call")
-        if not self.modeled:
-            self.engine.run()
         value, exc = box[0]
+        if not self.modeled and not isinstance(exc, WouldBlock):
+            self.engine.run()           # a path that must wait leaves its device work to the wait
         if exc is not None:
             raise exc
         return value

@@ -18,6 +18,7 @@ completion object per call instead of closures, the clock's runnable count read
 directly, and the engine driven in a C loop.
 """
 
+from libc.math cimport INFINITY
 import errno
 import math
 import os
@@ -93,7 +94,10 @@ async def run_path(node, path, cpu=None):
     if not node.modeled:
         done = _Completion(None)
         on.submit(LEVEL_PROC, path, done)
-        engine.run()
+        if not isinstance(done.exc, WouldBlock):
+            # A path that must wait leaves its device work to the wait (`wait_on` runs it once
+            # the waiter is on the queue): a wake-up that work causes is then never lost.
+            engine.run()
         await _checkpoint()
     else:
         done = _Completion(engine)
@@ -237,8 +241,15 @@ def _spin(node, woken: list, spin_s: float) -> None:
     the whole spin; on a core of its own the yield returns immediately.
     """
     deadline = time.perf_counter() + spin_s
+    engine = node.engine
     while not woken and time.perf_counter() < deadline:
+        engine.now = time.perf_counter()    # real time: what a path reads as "now" is the wall clock
         if not node.poll_devices():
+            if engine.peek() != INFINITY:
+                # A timer a path armed (a keep-alive, a retransmission): in real time every
+                # event is due at once, and the waiter it wakes polls again -- the spin of a
+                # protocol that polls, its timeout counted in polls as on the machine.
+                engine.run()
             os.sched_yield()
 
 

@@ -27,6 +27,7 @@ FAMILIES = (
     "libdp._am_cli",        # am-pingpong, am-bandwidth
     "libdp._info_cli",      # profile, modules, modinfo
     "libdp._tools_cli",     # reproduce, plot
+    "libdp._node_cli",      # node, cluster, insmod, rmmod, lsmod, run: real nodes
 )
 
 

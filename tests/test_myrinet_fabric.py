@@ -182,14 +182,19 @@ def one_way_us(c, a, b, size=1, iters=10):
     return c.run(both)
 
 
+def route_pio_us(c, short, long):
+    """The sender writes the route with a 1-byte DP frame by PIO: a longer route may take
+    more PCI data phases."""
+    pio = c.nodes[0].pci_devices[0].pio_time
+    frame = 4 + DM_HEADER_BYTES + 1
+    return (pio(long + frame) - pio(short + frame)) * 1e6
+
+
 def test_each_grid_hop_adds_a_switch_a_cable_and_a_route_byte():
     c = Cluster(nodes=64, nic="myrinet")
     near, far = one_way_us(c, 0, 1), one_way_us(c, 0, 63)
     per_switch = 0.1 + 0.05 + 8 / 1.28e9 * 1e6        # LCI-A29, the cable, one route byte
-    # the sender writes the route with the frame by PIO: nine more bytes, more PCI data phases
-    pio = c.nodes[0].pci_devices[0].pio_time
-    frame = 4 + DM_HEADER_BYTES + 1
-    longer_pio = (pio(10 + frame) - pio(1 + frame)) * 1e6
+    longer_pio = route_pio_us(c, 1, 10)
     assert longer_pio > 0
     assert far - near == pytest.approx(9 * per_switch + longer_pio, rel=1e-6)
 
@@ -198,7 +203,17 @@ def test_p3_clos_latency_is_three_switches_between_line_cards_and_one_within():
     c = Cluster(nodes=32, nic="myrinet", platform="p3_1000_lanai9")
     across, within = one_way_us(c, 0, 1), one_way_us(c, 0, 16)
     per_switch = 0.15 + 0.1 + 8 / 2.0e9 * 1e6
-    assert across - within == pytest.approx(2 * per_switch, rel=1e-6)
+    assert across - within == pytest.approx(2 * per_switch + route_pio_us(c, 1, 3), rel=1e-6)
+
+
+def test_dp_crosses_the_three_level_clos_between_pods():
+    """P3 beyond 128 nodes: leaves 0 and 1 share a pod (3 crossbars), leaves 0 and 8 do not (5)."""
+    c = Cluster(nodes=130, nic="myrinet", platform="p3_1000_lanai9")
+    table = c.nodes[0].pci_devices[0].route_table
+    assert (len(table[1]), len(table[8]), len(table[128])) == (3, 5, 1)
+    pod, across = one_way_us(c, 0, 1), one_way_us(c, 0, 8)
+    per_switch = 0.15 + 0.1 + 8 / 2.0e9 * 1e6          # P3's crossbar, fiber, one route byte
+    assert across - pod == pytest.approx(2 * per_switch + route_pio_us(c, 3, 5), rel=1e-6)
 
 
 def test_two_senders_share_one_output_port():
