@@ -112,6 +112,17 @@ def _never():
     return False
 
 
+cdef bint _cancel_pending() except -1:
+    """Would `checkpoint_if_cancelled` do anything? Asked first, since it almost never
+    would: a call that drove the engine inline then creates no coroutine at all."""
+    task = _current_task()
+    try:
+        runner = task._runner
+        return task._cancel_status.effectively_cancelled or (runner.ki_pending and task is runner.main_task)
+    except AttributeError:              # another trio's internals: let trio decide
+        return True
+
+
 cdef int _start_path(Engine engine, Cpu on, object path, _Completion done) except -1:
     on.submit(LEVEL_PROC, path, done)
     if done.done:
@@ -150,7 +161,8 @@ async def run_path(node, path, cpu=None):
         done = _Completion(engine)
         how = _start_path(engine, on, path, done)
         if how == _INLINE:
-            await _checkpoint_if_cancelled()
+            if _cancel_pending():
+                await _checkpoint_if_cancelled()
         elif how == _DONE:
             await _checkpoint()
         else:
@@ -169,7 +181,8 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
         woken = _Completion(None)          # the queue's wake stops the engine itself
         how = _start_wait(node.engine, queue, woken)
         if how == _INLINE:
-            await _checkpoint_if_cancelled()
+            if _cancel_pending():
+                await _checkpoint_if_cancelled()
         elif how == _DONE:
             await _checkpoint()
         else:
@@ -235,21 +248,22 @@ async def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=
         elif how == _DONE:
             await _checkpoint()
         if done.exc is None or not isinstance(done.exc, WouldBlock):
-            if how == _INLINE:
+            if how == _INLINE and _cancel_pending():
                 await _checkpoint_if_cancelled()
             if done.exc is not None:
                 raise done.exc
             return done.value
         wb = done.exc
         if nonblocking():
-            if how == _INLINE:
+            if how == _INLINE and _cancel_pending():
                 await _checkpoint_if_cancelled()
             raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
         # The wait is this call's checkpoint (it parks, or checks for cancellation).
         done = _Completion(None)
         how = _start_wait(engine, (<WaitQueue?> wb.queue), done)
         if how == _INLINE:
-            await _checkpoint_if_cancelled()
+            if _cancel_pending():
+                await _checkpoint_if_cancelled()
         elif how == _DONE:
             await _checkpoint()
         else:
