@@ -27,6 +27,7 @@ import trio
 from libdp._attach import attach
 from libdp._cli import main
 from libdp._realnode import cluster_down, cluster_up, node_status, start_node
+from libdp._realprograms import all_to_all
 from libdp._realrun import run_real_spmd
 
 TIMEOUT = 60.0
@@ -417,65 +418,6 @@ def test_a_cluster_that_cannot_come_up_leaves_nothing(run_base):
 
 
 # --------------------------------------------------------------------------- N nodes
-
-
-async def all_to_all(dp, rank, size, rounds=20):
-    """Every node sends `rounds` numbered messages to every other node; returns what arrived.
-
-    DP is unreliable and peers start at different times, so first each node says hello
-    (b"H") to every peer until that peer acknowledges (b"A"); every hello is answered with
-    an acknowledgement, also while data flows. Data messages are "D<src>-><dst>#<k>".
-    """
-    inbox, outbox = {}, {}
-    for peer in range(size):
-        if peer != rank:
-            inbox[peer] = await dp.dp_open(100 + peer)          # endpoint 100+p receives from node p
-            outbox[peer] = await dp.dp_open(200 + peer)
-            await dp.dp_target(outbox[peer], peer, 100 + rank)
-    acked, got = set(), {peer: [] for peer in inbox}
-
-    async def take(peer, fd) -> bool:
-        """Handle one message from `peer` if there is one (non-blocking)."""
-        dp.set_blocking(fd, False)
-        try:
-            m = await dp.dp_read(fd)
-        except BlockingIOError:
-            return False
-        finally:
-            dp.set_blocking(fd, True)
-        if m == b"H":
-            await dp.dp_write(outbox[peer], b"A")
-        elif m == b"A":
-            acked.add(peer)
-        else:
-            got[peer].append(m[1:].decode())
-        return True
-
-    while len(acked) < size - 1:
-        for peer, fd in outbox.items():
-            if peer not in acked:
-                await dp.dp_write(fd, b"H")
-        await trio.sleep(0.02)
-        for peer, fd in inbox.items():
-            while await take(peer, fd):
-                pass
-    for k in range(rounds):
-        for peer, fd in outbox.items():
-            await dp.dp_write(fd, f"D{rank}->{peer}#{k}".encode())
-    while any(len(v) < rounds for v in got.values()):
-        busy = False
-        for peer, fd in inbox.items():
-            busy |= await take(peer, fd)
-        if not busy:
-            await trio.sleep(0.001)
-    for _ in range(50):                 # answer late hellos a while: a peer may still be waiting for its ack
-        for peer, fd in inbox.items():
-            while await take(peer, fd):
-                pass
-        await trio.sleep(0.002)
-    for fd in list(inbox.values()) + list(outbox.values()):
-        await dp.close(fd)
-    return got
 
 
 @pytest.mark.parametrize("transport", ["shm", "udp"])
