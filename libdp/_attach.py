@@ -407,6 +407,11 @@ class AttachedDP:
     def nid(self) -> int:
         return self.link.nid
 
+    @property
+    def nids(self) -> list[int]:
+        """The node ids of this node's cluster (its cluster file's nodes)."""
+        return list(self.link.hello.get("nids", [self.link.nid]))
+
     def now(self) -> float:
         return _perf()
 

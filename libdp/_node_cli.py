@@ -269,7 +269,7 @@ def run_copies(cluster, n: int, argv: list[str]) -> int:
     run fails, naming it. Returns 0, or raises OSError with the first failure."""
     procs = {}
     for nid in cluster.nids()[:n]:
-        env = {**os.environ, "DP_NODE": str(nid), "DP_RUN_DIR": cluster.run_dir}
+        env = {**os.environ, "DP_NODE": str(nid), "DP_NODES": str(n), "DP_RUN_DIR": cluster.run_dir}
         if cluster.path:
             env["DP_CLUSTER"] = cluster.path
         procs[nid] = subprocess.Popen(argv, env=env)
