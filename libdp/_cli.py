@@ -28,6 +28,7 @@ FAMILIES = (
     "libdp._info_cli",      # profile, modules, modinfo
     "libdp._fuzz",          # fuzz
     "libdp._tools_cli",     # reproduce, plot
+    "libdp._node_cli",      # node, cluster, insmod, rmmod, lsmod, run: real nodes
 )
 
 
