@@ -198,7 +198,7 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
             if woken_list:
                 break
             ports = node.real_ports
-            if all(p.prepare_to_sleep() for p in ports) and not woken_list:
+            if _may_sleep(node, ports) and not woken_list:
                 await _wait_any_readable([p.fileno() for p in ports])
                 for p in ports:
                     p.drain()
@@ -289,7 +289,7 @@ def wait_on_sync(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
         if woken:
             break
         ports = node.real_ports
-        if all(p.prepare_to_sleep() for p in ports) and not woken:
+        if _may_sleep(node, ports) and not woken:
             select.select([p.fileno() for p in ports], [], [])
             for p in ports:
                 p.drain()
@@ -338,7 +338,7 @@ def _spin(node, woken: list, spin_s: float) -> None:
     """
     deadline = time.perf_counter() + spin_s
     engine = node.engine
-    while not woken and time.perf_counter() < deadline:
+    while not woken:                        # at least one pass, also with spin_s == 0
         engine.now = time.perf_counter()    # real time: what a path reads as "now" is the wall clock
         if not node.poll_devices():
             if engine.peek() != INFINITY:
@@ -347,6 +347,16 @@ def _spin(node, woken: list, spin_s: float) -> None:
                 # protocol that polls, its timeout counted in polls as on the machine.
                 engine.run()
             os.sched_yield()
+        if time.perf_counter() >= deadline:
+            break
+
+
+def _may_sleep(node, ports) -> bool:
+    """Nothing left to run but what a port brings: every port told to ring (else False).
+    An armed timer (a polling protocol's next poll) keeps the waiter polling instead."""
+    if node.engine.peek() != INFINITY:
+        return False
+    return all(p.prepare_to_sleep() for p in ports)
 
 
 cdef double _next_trio_deadline() except? -1.0:

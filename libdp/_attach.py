@@ -22,7 +22,8 @@ unchanged. How each call reaches the node's kernel (`kernelsim.daemon`):
 * The fd a call returns is a real descriptor (the endpoint's eventfd): select, poll and
   trio's ``wait_readable`` see it readable while messages wait.
 
-Waiting polls for ``spin_s`` (yielding the CPU between polls) and then sleeps on the
+Waiting polls for ``spin_s`` (yielding the CPU between polls; by default 200 µs with four
+usable CPUs or more, else none) and then sleeps on the
 descriptor *and* the control socket, so a node that dies wakes every blocked call with
 ENETDOWN; a process that dies is noticed by its node, which closes its endpoints.
 """
@@ -39,14 +40,14 @@ import weakref
 
 import trio
 
-from kernelsim.daemon import (ERROR_WORD_OFFSET, GATE_CALL, GATE_FILEOP, EventRing, pack_args, recv_msg,
-                              send_msg)
+from kernelsim.daemon import (ERROR_WORD_OFFSET, GATE_CALL, GATE_FILEOP, EventRing, default_spin, pack_args,
+                              recv_msg, send_msg)
 from kernelsim.media._shmring import ShmRing
 from libdp._clusterfile import ClusterFile, default_run_dir, node_from_environment, node_socket
 
 __all__ = ["attach", "AttachedDP", "SyncAttachedDP", "NodeLink", "RemoteToken", "DEFAULT_SPIN_S"]
 
-DEFAULT_SPIN_S = 200e-6
+DEFAULT_SPIN_S = default_spin(200e-6)      # 0 where no core is spare (see kernelsim.daemon's essay)
 _U32 = struct.Struct("<I")
 _OP_RELEASE = 1
 _RELEASE_BATCH = 16
@@ -405,6 +406,11 @@ class AttachedDP:
     @property
     def nid(self) -> int:
         return self.link.nid
+
+    @property
+    def nids(self) -> list[int]:
+        """The node ids of this node's cluster (its cluster file's nodes)."""
+        return list(self.link.hello.get("nids", [self.link.nid]))
 
     def now(self) -> float:
         return _perf()

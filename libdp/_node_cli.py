@@ -61,6 +61,8 @@ def add_commands(sub, common) -> None:
     q.add_argument("--nic", default=None, help="NIC model of every node (default: the platform's)")
     q.add_argument("--name", default="default", help="cluster name (default: default)")
     q.add_argument("--run-dir", default=None, help="run directory (default: <run base>/<name>)")
+    q.add_argument("--spin-us", type=float, default=None, metavar="US",
+                   help="how long an idle node polls before it sleeps (default: 1000)")
     q.set_defaults(func=_cluster_up)
     q = csub.add_parser("down", help="stop every node and remove every namespace, ring and file the cluster made")
     _cluster_opts(q)
@@ -180,7 +182,8 @@ def _cluster_up(args) -> int:
     from libdp._realnode import cluster_up
     params = list(args.param)
     c = cluster_up(args.nodes, name=args.name, transport=args.transport, nic=args.nic, platform=args.platform,
-                   params=params, load=args.load, run_dir=args.run_dir, seed=args.seed)
+                   params=params, load=args.load, run_dir=args.run_dir, seed=args.seed,
+                   spin_s=None if args.spin_us is None else args.spin_us * 1e-6)
     print(f"cluster {c.name!r} up: {len(c.nodes)} nodes, {c.nic} over {c.transport}")
     print(f"cluster file: {c.path}")
     print(f"export DP_RUN_DIR={c.run_dir}")
@@ -266,7 +269,7 @@ def run_copies(cluster, n: int, argv: list[str]) -> int:
     run fails, naming it. Returns 0, or raises OSError with the first failure."""
     procs = {}
     for nid in cluster.nids()[:n]:
-        env = {**os.environ, "DP_NODE": str(nid), "DP_RUN_DIR": cluster.run_dir}
+        env = {**os.environ, "DP_NODE": str(nid), "DP_NODES": str(n), "DP_RUN_DIR": cluster.run_dir}
         if cluster.path:
             env["DP_CLUSTER"] = cluster.path
         procs[nid] = subprocess.Popen(argv, env=env)

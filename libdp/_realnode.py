@@ -306,11 +306,12 @@ def node_status(cluster: ClusterFile, nid: int) -> dict:
 
 def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic: str | None = None,
                platform: str | None = None, params=(), load=(), run_dir: str | None = None, seed: int = 0,
-               base_port: int | None = None, tied: bool = False) -> ClusterFile:
+               base_port: int | None = None, tied: bool = False, spin_s: float | None = None) -> ClusterFile:
     """N nodes on this host, each a process; the cluster file is ``<run_dir>/cluster.toml``.
 
     Everything made is removed again if a step fails. EEXIST if the cluster is up already.
     `tied`: the nodes stop when this process exits (``cluster_down`` still removes the rest).
+    `spin_s`: how long an idle node polls before it sleeps (default: the node server's).
     """
     from libdp._clusterfile import TRANSPORTS, default_run_dir
     from libdp._realrun import link_shape
@@ -335,6 +336,10 @@ def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic
         raise OSError(errno.EINVAL, f"link.rate_bps cannot be applied to the {transport} transport "
                                     "(only the packet transport's veths can be shaped)")
     extra = {"seed": seed, "made_by": "dp cluster up", "faults_by": "injector"}
+    if spin_s is not None:
+        if not isinstance(spin_s, (int, float)) or isinstance(spin_s, bool) or not 0 <= spin_s <= 1:
+            raise OSError(errno.EINVAL, f"a node's spin is 0..1 s, not {spin_s!r}")
+        extra["spin_s"] = float(spin_s)
     if transport == "udp":
         base = base_port if base_port is not None else free_udp_base(nodes)
         for s in specs:

@@ -27,6 +27,7 @@ import trio
 from libdp._attach import attach
 from libdp._cli import main
 from libdp._realnode import cluster_down, cluster_up, node_status, start_node
+from libdp._realprograms import all_to_all
 from libdp._realrun import run_real_spmd
 
 TIMEOUT = 60.0
@@ -419,65 +420,6 @@ def test_a_cluster_that_cannot_come_up_leaves_nothing(run_base):
 # --------------------------------------------------------------------------- N nodes
 
 
-async def all_to_all(dp, rank, size, rounds=20):
-    """Every node sends `rounds` numbered messages to every other node; returns what arrived.
-
-    DP is unreliable and peers start at different times, so first each node says hello
-    (b"H") to every peer until that peer acknowledges (b"A"); every hello is answered with
-    an acknowledgement, also while data flows. Data messages are "D<src>-><dst>#<k>".
-    """
-    inbox, outbox = {}, {}
-    for peer in range(size):
-        if peer != rank:
-            inbox[peer] = await dp.dp_open(100 + peer)          # endpoint 100+p receives from node p
-            outbox[peer] = await dp.dp_open(200 + peer)
-            await dp.dp_target(outbox[peer], peer, 100 + rank)
-    acked, got = set(), {peer: [] for peer in inbox}
-
-    async def take(peer, fd) -> bool:
-        """Handle one message from `peer` if there is one (non-blocking)."""
-        dp.set_blocking(fd, False)
-        try:
-            m = await dp.dp_read(fd)
-        except BlockingIOError:
-            return False
-        finally:
-            dp.set_blocking(fd, True)
-        if m == b"H":
-            await dp.dp_write(outbox[peer], b"A")
-        elif m == b"A":
-            acked.add(peer)
-        else:
-            got[peer].append(m[1:].decode())
-        return True
-
-    while len(acked) < size - 1:
-        for peer, fd in outbox.items():
-            if peer not in acked:
-                await dp.dp_write(fd, b"H")
-        await trio.sleep(0.02)
-        for peer, fd in inbox.items():
-            while await take(peer, fd):
-                pass
-    for k in range(rounds):
-        for peer, fd in outbox.items():
-            await dp.dp_write(fd, f"D{rank}->{peer}#{k}".encode())
-    while any(len(v) < rounds for v in got.values()):
-        busy = False
-        for peer, fd in inbox.items():
-            busy |= await take(peer, fd)
-        if not busy:
-            await trio.sleep(0.001)
-    for _ in range(50):                 # answer late hellos a while: a peer may still be waiting for its ack
-        for peer, fd in inbox.items():
-            while await take(peer, fd):
-                pass
-        await trio.sleep(0.002)
-    for fd in list(inbox.values()) + list(outbox.values()):
-        await dp.close(fd)
-    return got
-
-
 @pytest.mark.parametrize("transport", ["shm", "udp"])
 def test_all_to_all_among_four_nodes(run_base, transport):
     results, _stats = run_real_spmd(all_to_all, nodes=4, transport=transport, timeout=TIMEOUT)
@@ -485,3 +427,59 @@ def test_all_to_all_among_four_nodes(run_base, transport):
         assert set(got) == set(range(4)) - {rank}
         for peer, msgs in got.items():
             assert msgs == [f"{peer}->{rank}#{k}" for k in range(20)]     # all, in order, once
+
+
+def test_all_to_all_among_four_nodes_over_packet(run_base):
+    from kernelsim.media.netns import NetnsCluster
+    from pyroute2 import netns
+    ok, why = NetnsCluster.available()
+    if not ok:
+        pytest.skip(why)
+    c = cluster_up(4, name=f"pk{os.getpid()}", transport="packet", tied=True)
+    made = list(c.extra["namespaces"])
+    try:
+        results, _stats = run_real_spmd(all_to_all, nodes=4, cluster=c.path, timeout=TIMEOUT)
+    finally:
+        cluster_down(c)
+    for rank, got in enumerate(results):
+        for peer, msgs in got.items():
+            assert msgs == [f"{peer}->{rank}#{k}" for k in range(20)]
+    assert made and not set(made) & set(netns.listnetns())          # every namespace it made is gone
+    assert not os.path.exists(c.run_dir) and _shm_entries(c.name) == []
+
+
+# --------------------------------------------------------------------------- protocol modules on real nodes
+
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "examples", "all_to_all.py")
+
+
+def test_the_readme_flow_am_among_four_nodes(run_base, capsys):
+    """Up, insmod am, an attached script per node exchanging AMs with all others, rmmod, down."""
+    name = f"flow{os.getpid()}"
+    assert main(["cluster", "up", "--nodes", "4", "--nic", "tb2", "--name", name]) == 0
+    c_path = os.path.join(run_base, name, "cluster.toml")
+    try:
+        assert main(["insmod", "am", "--node", "all", "--cluster", c_path]) == 0
+        out = subprocess.run([sys.executable, "-m", "libdp._cli", "run", "-n", "4", "--cluster", c_path, EXAMPLE, "5"],
+                             capture_output=True, text=True, timeout=TIMEOUT)
+        assert out.returncode == 0, out.stderr
+        lines = sorted(ln for ln in out.stdout.splitlines() if ln.startswith("node "))
+        assert [ln.split(":")[0] for ln in lines] == [f"node {n}" for n in range(4)]
+        assert all("15 messages from 3 peers, all in order" in ln for ln in lines)
+        assert main(["rmmod", "am", "--node", "all", "--cluster", c_path]) == 0
+        capsys.readouterr()
+        assert main(["lsmod", "--node", "0", "--cluster", c_path, "--json"]) == 0
+        assert [m["name"] for m in json.loads(capsys.readouterr().out)["0"]] == ["tb2", "dp"]   # DP back
+    finally:
+        assert main(["cluster", "down", "--cluster", c_path]) == 0
+    assert not os.path.exists(os.path.join(run_base, name)) and _shm_entries(name) == []
+
+
+def test_am_pingpong_on_real_nodes(run_base, capsys):
+    assert main(["am-pingpong", "--real", "--sizes", "1,2", "--iters", "30", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["time"] == "real" and [r["words"] for r in doc["results"]] == [1, 2]
+    assert all(r["rtt_us"] > 0 for r in doc["results"])
+    assert main(["am-pingpong", "--transport", "udp"]) == 1            # a real-mode option without --real
+    assert "--transport: use it with --real" in capsys.readouterr().err

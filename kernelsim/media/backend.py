@@ -46,7 +46,9 @@ class DevicePort:
         self.device = device
         device.port = self
 
-    def transmit(self, frame, t: float):
+    def transmit(self, frame, t: float, ready: float = 0.0):
+        """Send `frame` now (real time: `ready`, when a cut-through sender has the whole
+        frame, has passed already); the medium's (start, end) -- both now."""
         if self.transport.send(frame):
             self.tx_frames += 1
         else:
