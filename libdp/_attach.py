@@ -335,28 +335,37 @@ def _user_level_kernel(dp: "AttachedDP", card: _Card, proto: str):
 class RemoteToken:
     """A message read in place: ``data`` is a read-only view of its slot in the mapped pool."""
 
-    __slots__ = ("_ep", "_slot", "data", "source", "__weakref__")
+    __slots__ = ("_ep", "_slot", "_data", "source", "__weakref__")
 
     def __init__(self, ep: _Endpoint, slot: int, n: int, source):
         self._ep = ep
         self._slot = slot
         off = slot * ep.slot_bytes
-        self.data = ep.tbp[off:off + n]
+        self._data = ep.tbp[off:off + n]
         self.source = source
         ep.tokens.add(self)
+
+    @property
+    def data(self):
+        """The message: EINVAL once released, EBADF once its endpoint is closed (as dpcore's Token)."""
+        if self._slot == -2:
+            raise OSError(errno.EBADF, "the token's endpoint was closed")
+        if self._slot < 0:
+            raise OSError(errno.EINVAL, "token already released")
+        return self._data
 
     def release(self) -> None:
         if self._slot == -2:
             raise OSError(errno.EBADF, "the token's endpoint was closed")
         if self._slot < 0:
             raise OSError(errno.EINVAL, "token already released")
-        self.data.release()
+        self._data.release()
         self._ep.tokens.discard(self)
         self._ep.release(self._slot)
         self._slot = -1
 
     def _revoke(self) -> None:
-        self.data.release()
+        self._data.release()
         self._slot = -2
 
     def __enter__(self):
@@ -367,7 +376,7 @@ class RemoteToken:
             self.release()
 
     def __len__(self):
-        return self.data.nbytes
+        return self._data.nbytes if self._slot >= 0 else 0
 
 
 class _NodeView:
