@@ -118,12 +118,14 @@ class Token:
             raise OSError(errno.EBADF, "the token's endpoint was closed")
         if self._slot < 0:
             raise OSError(errno.EINVAL, "token already released")
+        self._data.obj.revoke()
         self._data.release()
         self._ep.tokens.discard(self)
         self._ep.tbp.release(self._slot)
         self._slot = -1
 
     def revoke(self) -> None:
+        self._data.obj.revoke()
         self._data.release()
         self._slot = -2
 

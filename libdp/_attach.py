@@ -43,6 +43,7 @@ import trio
 from kernelsim.daemon import (ERROR_WORD_OFFSET, GATE_CALL, GATE_FILEOP, EventRing, default_spin, pack_args,
                               recv_msg, send_msg)
 from kernelsim.media._shmring import ShmRing
+from libdp._api import NodeView
 from libdp._clusterfile import ClusterFile, default_run_dir, node_from_environment, node_socket
 
 __all__ = ["attach", "AttachedDP", "SyncAttachedDP", "NodeLink", "RemoteToken", "DEFAULT_SPIN_S"]
@@ -379,20 +380,6 @@ class RemoteToken:
         return self._data.nbytes if self._slot >= 0 else 0
 
 
-class _NodeView:
-    """What a program may ask of "its node" (``dp.node``) in real mode: id, profile, statistics."""
-
-    modeled = False
-
-    def __init__(self, link: NodeLink):
-        self._link = link
-        self.nid = link.nid
-        self.profile = _ProfileView(link.hello.get("profile", {}), link.hello.get("platform"))
-
-    def stats(self) -> dict:
-        return self._link.admin("stats")
-
-
 class _ProfileView(dict):
     def __init__(self, values, name):
         super().__init__(values)
@@ -408,7 +395,8 @@ class AttachedDP:
     def __init__(self, link: NodeLink, *, spin_s: float = DEFAULT_SPIN_S):
         self.link = link
         self.spin_s = spin_s
-        self.node = _NodeView(link)
+        self.node = NodeView(link.nid, _ProfileView(link.hello.get("profile", {}), link.hello.get("platform")),
+                             False, lambda: link.admin("stats"))
         self._files: dict[int, _File] = {}
         self.sync = SyncAttachedDP(self)
 

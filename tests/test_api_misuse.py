@@ -235,3 +235,17 @@ def test_node_view_offers_id_profile_and_statistics_only(pair):
         with pytest.raises(AttributeError) as ei:
             getattr(view, name)
         assert "view of its node" in str(ei.value)
+
+
+def test_the_object_under_a_token_is_read_only_and_gone_with_the_slot(pair):
+    c, a, b, fa, fb = pair
+    a.dp_write(fa, b"abc")
+    tok = b.dp_read_token(fb)
+    under = tok.data.obj                  # what a memoryview is a view of
+    with pytest.raises(TypeError):
+        memoryview(under)[0] = 1          # read-only too: not the pool's writable bytes
+    assert bytes(memoryview(under)) == b"abc"
+    tok.release()
+    with pytest.raises(OSError) as ei:
+        memoryview(under)                 # the slot went back to the pool: no new view of it
+    assert ei.value.errno == E.EBADF
