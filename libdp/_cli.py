@@ -28,7 +28,9 @@ FAMILIES = (
     "libdp._lci_cli",       # lci-logp, lci-pingpong, lci-bandwidth
     "libdp._lci_mcast_cli", # lci-bcast, lci-fa
     "libdp._info_cli",      # profile, modules, modinfo
+    "libdp._fuzz",          # fuzz
     "libdp._tools_cli",     # reproduce, plot
+    "libdp._node_cli",      # node, cluster, insmod, rmmod, lsmod, run: real nodes
 )
 
 

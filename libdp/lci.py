@@ -203,6 +203,13 @@ class LCI:
         await self._run(lambda since: self.lib.rcpy_wait_path(h, since))
         return h
 
+    async def flush(self) -> None:
+        """Poll (running upcalls) until every send this process made has completed: its
+        descriptor reclaimed, and under I-hrx every packet acknowledged (bounded: a peer
+        that stopped answering makes the library give up, see close)."""
+        self._check_open()
+        await self._run(self._drain_path)
+
     async def close(self) -> None:
         """Wait (bounded) until the NI has sent what we gave it, then give the NI up."""
         if self.ep.closed:
@@ -273,7 +280,7 @@ class LCI:
     async def _sleep(self) -> None:
         lib = self.lib
         lib.arm_timer()
-        await wait_on(self.dp.node, lib.events, self.dp.spin_s)
+        await wait_on(self.dp.node, lib.sleepers, self.dp.spin_s)
 
     async def _run(self, make_path):
         """Submit a path; while it says "not yet" (WouldBlock), spin -- modeled as a wait
@@ -364,7 +371,7 @@ class SyncLCI:
                 return got
             if not self.lib.head_full():
                 self.lib.arm_timer()
-                wait_on_sync(node, self.lib.events, lci.dp.spin_s)
+                wait_on_sync(node, self.lib.sleepers, lci.dp.spin_s)
             got += node.run_now(lci._signal_poll_path())
             if pred is None and got:
                 return got
@@ -380,6 +387,10 @@ class SyncLCI:
             raise OSError(errno.EINVAL, f"not an rcpy handle: {h!r}")
         self._run(lambda since: self.lib.rcpy_wait_path(h, since))
         return h
+
+    def flush(self) -> None:
+        self._lci._check_open()
+        self._run(self._lci._drain_path)
 
     def close(self) -> None:
         lci = self._lci

@@ -162,6 +162,9 @@ class HostLib:
         self.window = svc.window
         self.half = max(1, self.window // 2)
         self.events = WaitQueue(node.engine)
+        # A process asleep in wait() is not polling: a DMA into its memory does not wake
+        # it, only the watchdog's interrupt (or one of the library's own timers) does.
+        self.sleepers = WaitQueue(node.engine)
         self.hdr = W.Header()
         self.vm = UserMemory(node.mem)
         self.htlb = Htlb()
@@ -723,6 +726,7 @@ class HostLib:
     def _timer_fired(self, _):
         self._timer = -1
         self.events.wake()
+        self.sleepers.wake()
 
     def set_interrupts_path(self, on: bool):
         yield self.pio_word

@@ -181,6 +181,7 @@ class LciService:
             self.lib.st["interrupts"] += 1
             self.lib.signalled = True
             self.lib.events.wake()
+            self.lib.sleepers.wake()
         return 0.0
 
     def _host_write(self, addr: int, n: int) -> None:

@@ -66,7 +66,7 @@ class NiPeer:
     """What this NI keeps about one other node (made on first contact)."""
 
     __slots__ = ("nid", "route", "credits", "in_use", "released", "blocked", "tx", "rx", "retx_timer",
-                 "ack_timer", "nack_owed")
+                 "ack_timer", "nack_owed", "staging")
 
     def __init__(self, nid, route, window):
         self.nid = nid
@@ -80,12 +80,14 @@ class NiPeer:
         self.retx_timer = None
         self.ack_timer = None
         self.nack_owed = False
+        self.staging = deque()           # taken from the host, data not all in NI buffers yet
 
 
 class TxPacket:
     """An NI send buffer and the packet in it (one per buffer, reused)."""
 
-    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "pending", "slot")
+    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "pending",
+                 "staged", "slot")
 
     def __init__(self, index, buf):
         self.index = index
@@ -94,6 +96,7 @@ class TxPacket:
         self.seq = self.ack = -1
         self.aux = 0
         self.pending = False
+        self.staged = False              # its data is in the send buffer (see HostSendQueue)
         self.slot = None                 # multicast, F&A: the buffer this packet shares (multicast.Slot)
 
 

@@ -13,7 +13,11 @@ send buffer the descriptor names:
   descriptor carries the new mapping, which the NI installs now that every earlier
   hit on the old one has been processed (LCI-C18).
 
-Then the packet goes to the send queue. I-hrx's own descriptors (an explicit ack, the
+Then the packet goes to the send queue -- in the order the host gave the descriptors
+to each destination (LCI-C02: FIFO per sender), even when a later packet's data is
+in place before an earlier one's (RCPY: a send-side miss came by PIO while a hit is
+still being fetched): each destination's packets wait in `peer.staging`, in
+descriptor order, until the ones before them are in their buffers. I-hrx's own descriptors (an explicit ack, the
 retransmission of a packet still held in its send buffer) go straight to the send
 queue.
 """
@@ -92,12 +96,14 @@ class HostSendQueue:
         pkt.ack = seq_ack & 0xFFFF if fw.reliability == "host" else -1
         pkt.aux = ni.rd32(d + 12)
         payload = pkt.buf + fw.unicast.payload_off
+        pkt.staged = False
+        peer.staging.append(pkt)
         if flags & L.SDF_PIO:
             fw.counters["sent_pio"] += 1
             if flags & L.SDF_MISS:
                 yield c.ni_ntlb
                 fw.ntlb.install(ni.rd32(d + 8) // L.PAGE, ni.rd32(d + 20))
-            yield from fw.sendq.ready(peer, pkt)
+            yield from self._staged(peer, pkt)
             return
         addr = ni.rd32(d + 8)
         if fw.transfer == "rcpy":
@@ -107,7 +113,9 @@ class HostSendQueue:
                 # The host guarantees valid entries for what it sends (LCI-C17): a miss
                 # here is a host error, not a network fault; the descriptor is refused.
                 fw.counters["bad_descriptors"] += 1
+                peer.staging.remove(pkt)
                 fw.sendq.complete(index)
+                yield from self._staged(peer, None)
                 return
             fw.counters["sent_rcpy"] += 1
             addr = phys
@@ -121,5 +129,12 @@ class HostSendQueue:
         fw = self.fw
         if fw.aborted is not None:
             return
-        peer = fw.peers[pkt.dest]
-        yield from fw.sendq.ready(peer, pkt)
+        yield from self._staged(fw.peers[pkt.dest], pkt)
+
+    def _staged(self, peer, pkt):
+        """`pkt`'s data is in its buffer: pass on every packet to `peer` whose turn has come."""
+        if pkt is not None:
+            pkt.staged = True
+        q = peer.staging
+        while q and q[0].staged:
+            yield from self.fw.sendq.ready(peer, q.popleft())

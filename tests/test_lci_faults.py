@@ -1,0 +1,50 @@
+"""LCI over a faulty Myrinet (seeded loss, corruption, duplication, reordering): I-nirx
+and I-hrx deliver every packet exactly once, in FIFO order per sender, intact; I-sdma
+stops with an error naming the assumption that broke (LCI-C03); malformed packets are
+dropped and counted by the NI."""
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from libdp import Cluster
+from libdp.lci import LCI
+from libdp.lci_stress import run_stress
+
+
+@pytest.mark.parametrize("variant,packets", [("I-nirx", 600), ("I-hrx", 100)])
+def test_reliable_variants_deliver_exactly_once_in_order_under_faults(variant, packets):
+    out = run_stress(variant, nodes=4, packets=packets, loss=0.01, corrupt=0.01, duplicate=0.01, reorder=0.01,
+                     seed=3)
+    assert out["ok"], out["errors"] or out["missing"]
+    assert out["delivered"] == out["packets"] == packets
+    f = out["faults"]
+    assert f["lost"] + f["corrupted"] + f["duplicated"] > 0          # the run did meet faults
+    side = out["ni"] if variant == "I-nirx" else out["host"]
+    assert side["retransmitted"] > 0 and side["acks_sent"] > 0
+
+
+def test_isdma_stops_with_the_broken_assumption():
+    with pytest.raises(OSError) as e:
+        run_stress("I-sdma", nodes=4, packets=600, loss=0.01, corrupt=0.01, duplicate=0.01, reorder=0.01, seed=3)
+    assert e.value.errno == errno.EIO
+    assert "reliable network" in str(e.value) and "LCI-C03" in str(e.value)
+
+
+def test_malformed_packets_are_dropped_and_counted_by_the_ni():
+    c = Cluster(nodes=2, platform="ppro200_lanai4", nic="myrinet", load=[("lci", {"variant": "I-sdma"})])
+    a, b = LCI.open_sync(c.process(0)), LCI.open_sync(c.process(1))
+    got = []
+    b.set_upcall(lambda p: got.append(p.data) and False)
+    board = c.nodes[1].pci_devices[0]
+    for junk in (b"\x01", b"\x00" * 5, b"\x7f" * 6, b"\x00" * 3 + b"\x99" * 40):
+        board.rx_frame(junk, True)                  # straight off the link into the armed buffer
+        c.engine.run(c.engine.now + 20e-6)         # modeled time passes: the NI looks at it
+    a.sync.send(1, b"after the junk")
+    b.sync.poll_until(lambda: got)
+    assert got == [b"after the junk"]
+    fw = c.nodes[1].services["lci"].fw.stats()
+    assert sum(fw["malformed"].values()) == 4 and c.nodes[1].pci_devices[0].rx_no_buffer == 0
+    a.sync.close()
+    b.sync.close()
