@@ -87,9 +87,12 @@ def test_variant_names_are_mechanism_choices():
     assert (v.reliability, v.transfer, v.mtu) == ("none", "pio", 1024) and v.name == "I-pio-1k"
     assert parse_variant("I-nirx").reliability == "ni" and parse_variant("I-hrx").reliability == "host"
     assert resolve("I-sdma", transfer="rcpy").name == "I-rcpy"
+    v = parse_variant("I-sdma-hmc")                         # the host forwards multicast (LCI-C20)
+    assert (v.reliability, v.multicast, v.name) == ("none", "host", "I-sdma-hmc")
+    assert parse_variant("I-hrx").multicast == "host" and parse_variant("I-nirx").multicast == "ni"
     with pytest.raises(OSError) as e:
-        parse_variant("I-sdma-hmc")
-    assert e.value.errno == errno.EINVAL and "multicast" in str(e.value)
+        parse_variant("I-sdma-mpimc")                       # MPICH's broadcast is libdp's, not a variant
+    assert e.value.errno == errno.EINVAL and "MPICH" in str(e.value)
 
 
 def _misuse(lci, peer_buf):
