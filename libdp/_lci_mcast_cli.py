@@ -98,7 +98,7 @@ async def bcast_program(dp, rank, size, sizes, iters, total, mpich_tree, do_tput
     root = 0
     lci = await LCI.open(dp)
     mtu = lci.mtu
-    st = {"n": 0, "per": 1, "buf": None, "dones": 0}
+    st = {"n": 0, "want": 0, "per": 1, "buf": None, "dones": 0, "dwant": 0}
     inbox = None
 
     def upcall(pkt):
@@ -128,9 +128,8 @@ async def bcast_program(dp, rank, size, sizes, iters, total, mpich_tree, do_tput
             for off in range(0, len(data), mtu):
                 await lci.bcast(data[off:off + mtu])
         else:
-            k = packets(n, mtu)
-            target = st["n"] + k
-            await lci.poll_until(lambda: st["n"] >= target)
+            st["want"] += packets(n, mtu)             # counted from the start: a poll may take several
+            await lci.poll_until(lambda: st["n"] >= st["want"])
 
     try:
         for n in sizes:
@@ -148,8 +147,8 @@ async def bcast_program(dp, rank, size, sizes, iters, total, mpich_tree, do_tput
                 if rank == root:
                     t0s.append(dp.now())
                     await one_message(data, n)
-                    want = st["dones"] + others
-                    await lci.poll_until(lambda: st["dones"] >= want)
+                    st["dwant"] += others
+                    await lci.poll_until(lambda: st["dones"] >= st["dwant"])
                 else:
                     await one_message(None, n)
                     arrive.append(dp.now())
@@ -162,8 +161,8 @@ async def bcast_program(dp, rank, size, sizes, iters, total, mpich_tree, do_tput
                     t0 = dp.now()
                     for _ in range(count):
                         await one_message(data, n)
-                    want = st["dones"] + others
-                    await lci.poll_until(lambda: st["dones"] >= want)
+                    st["dwant"] += others
+                    await lci.poll_until(lambda: st["dones"] >= st["dwant"])
                     out["tput_t0"].append(t0)
                     out["tput_count"] = out.get("tput_count", []) + [count]
                 else:
