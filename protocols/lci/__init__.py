@@ -38,6 +38,15 @@ cycles per library step from os and or; the LANai's cycles per firmware step fro
 and g). Every other variant's figures come out of its mechanism with those same
 costs: none was fitted to them (``dp lci-logp --variant all``).
 
+**Multicast and fetch-and-add** (LCI-C10, C11, C12, C20; ``trees.py``,
+``firmware/multicast.py``, ``firmware/fetchadd.py``, ``hostmcast.py``). One broadcast
+group of all nodes unless ``groups=`` gives disjoint ones; a spanning tree per root
+(``tree=`` binary, binomial, k=F), computed from the member list the host writes into
+each NI at insmod. The NIs forward out of their receive buffers (I-sdma, I-pio,
+I-nirx) or the hosts do as they poll (``multicast=host``: I-sdma-hmc; always with
+I-hrx). Each NI holds one fetch-and-add variable, answered by the NI (by the host with
+I-hrx). MPICH's message-forwarding broadcast, for comparison, is ``libdp.lci_mcast``.
+
 **Faults.** I-nirx and I-hrx recover from loss, corruption, duplication and
 reordering (go-back-N with time-outs, duplicate detection, requests to resend what
 was dropped for want of a buffer). I-sdma and the other variants without
@@ -113,8 +122,8 @@ MODULE = Module(
              "LCI-A41", "LCI-A42", "LCI-A43", "LCI-A44", "LCI-A45", "LCI-A46", "LCI-A47", "LCI-A48", "LCI-A50",
              "LCI-A51", "LCI-A52", "LCI-A53", "LCI-A54",
              "LCI-C01", "LCI-C02", "LCI-C03", "LCI-C04", "LCI-C05", "LCI-C06", "LCI-C07", "LCI-C08", "LCI-C09",
-             "LCI-C10", "LCI-C11", "LCI-C12", "LCI-C13", "LCI-C20", "LCI-C15", "LCI-C16", "LCI-C17", "LCI-C18", "LCI-C19", "LCI-C25", "LCI-C26",
-             "LCI-C28"),
+             "LCI-C10", "LCI-C11", "LCI-C12", "LCI-C13", "LCI-C15", "LCI-C16", "LCI-C17", "LCI-C18", "LCI-C19",
+             "LCI-C20", "LCI-C25", "LCI-C26", "LCI-C28"),
     depends=("myrinet",),
     params={
         "variant": Param(str, "I-sdma", "the paper's variant: I-sdma, I-pio, I-rcpy, I-nirx, I-hrx, I-1k, I-4k or a "
