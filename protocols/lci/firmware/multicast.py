@@ -56,17 +56,25 @@ class Forward:
 class Slot:
     """A buffer several sends go out of: who waits for its header area, what it holds."""
 
-    __slots__ = ("kind", "buf", "busy", "waiting", "refs", "peer", "desc", "forwards")
+    __slots__ = ("kind", "buf", "busy", "waiting", "queued", "refs", "peer", "desc", "forwards")
 
     def __init__(self, kind: int, buf: int):
         self.kind = kind
         self.buf = buf                  # RX: the receive buffer; TX: the send buffer's index
         self.busy = False
         self.waiting = deque()          # (peer, None): unblock peer; (peer, pkt): send pkt again
+        self.queued = set()             # what `waiting` holds (a peer's nid, a packet's id): once each
         self.refs = 0                   # the host copy and the sends still to finish
         self.peer = None                # RX: the sender, whose credit the buffer holds
         self.desc = -1                  # TX: the descriptor to complete
         self.forwards = []              # reused, one per child
+
+    def wait(self, peer, pkt=None) -> None:
+        """`peer`'s queue (or the retransmission of `pkt`) goes on when this buffer's send has left."""
+        key = peer.nid if pkt is None else id(pkt)
+        if key not in self.queued:
+            self.queued.add(key)
+            self.waiting.append((peer, pkt))
 
     def forward(self, i: int) -> Forward:
         fs = self.forwards
@@ -138,6 +146,7 @@ class Multicast:
         fw = self.fw
         while slot.waiting and not slot.busy:
             peer, pkt = slot.waiting.popleft()
+            slot.queued.discard(peer.nid if pkt is None else id(pkt))
             if pkt is None:
                 yield from fw.sendq.unblock(peer)
             else:

@@ -32,7 +32,7 @@ class SendQueue:
             fw.counters["blocked"] += 1
             peer.blocked.append(pkt)
             if pkt.slot is not None and pkt.slot.busy and len(peer.blocked) == 1:
-                pkt.slot.waiting.append((peer, None))
+                pkt.slot.wait(peer)
             return
         yield from fw.unicast.xmit(peer, pkt)
 
@@ -43,7 +43,7 @@ class SendQueue:
         while peer.blocked and fw.flow.may_send(peer):
             slot = peer.blocked[0].slot
             if slot is not None and slot.busy:
-                slot.waiting.append((peer, None))
+                slot.wait(peer)
                 return
             yield from fw.unicast.xmit(peer, peer.blocked.popleft())
 

@@ -45,7 +45,7 @@ class Unicast:
                 # The buffer's header area is on its way out to another child (multicast):
                 # this send goes when that one has left (the callers checked, but a
                 # retransmission may not have).
-                slot.waiting.append((peer, pkt))
+                slot.wait(peer, pkt)
                 return
             slot.busy = True
         credits, seq, ack, flags, extra = fw.flow.on_xmit(peer, pkt, again)
