@@ -65,7 +65,7 @@ class LCI:
     def __init__(self, dp, fd: int):
         self.dp = dp
         self.fd = fd
-        self.ep = dp.proc.fds.get(fd)
+        self.ep = dp._proc.fds.get(fd)
         self.lib = self.ep.lib
         self.sync = SyncLCI(self)
 
@@ -80,7 +80,7 @@ class LCI:
 
     @classmethod
     def open_sync(cls, dp, upcall=None) -> "LCI":
-        fd = dp.sync._call(lambda e: dp.node.syscall_path(dp.proc, "lci_open", (), e), None, 0.0)
+        fd = dp.sync._call(lambda e: dp._node.syscall_path(dp._proc, "lci_open", (), e), None, 0.0)
         lci = cls(dp, fd)
         lci.set_upcall(upcall)
         return lci
@@ -130,7 +130,7 @@ class LCI:
 
     def poll(self):
         self._check_open()
-        return run_path(self.dp.node, self.lib.poll_path())
+        return run_path(self.dp._node, self.lib.poll_path())
 
     async def poll_until(self, pred) -> None:
         """Poll until ``pred()`` is true (checked first)."""
@@ -141,11 +141,11 @@ class LCI:
 
     def release(self, pkt: Packet):
         self._check_open()
-        return run_path(self.dp.node, self.lib.release_path(pkt))
+        return run_path(self.dp._node, self.lib.release_path(pkt))
 
     def set_interrupts(self, on: bool):
         self._check_open()
-        return run_path(self.dp.node, self.lib.set_interrupts_path(on))
+        return run_path(self.dp._node, self.lib.set_interrupts_path(on))
 
     async def wait(self, pred=None) -> int:
         """Sleep until the NI interrupts, then poll; until ``pred()`` (or one packet)."""
@@ -159,7 +159,7 @@ class LCI:
                 return got
             if not self.lib.head_full():
                 await self._sleep()
-            got += await run_path(self.dp.node, self._signal_poll_path())
+            got += await run_path(self.dp._node, self._signal_poll_path())
             if pred is None and got:
                 return got
 
@@ -251,12 +251,12 @@ class LCI:
     async def _sleep(self) -> None:
         lib = self.lib
         lib.arm_timer()
-        await wait_on(self.dp.node, lib.sleepers, self.dp.spin_s)
+        await wait_on(self.dp._node, lib.sleepers, self.dp.spin_s)
 
     async def _run(self, make_path):
         """Submit a path; while it says "not yet" (WouldBlock), spin -- modeled as a wait
         on the library's events (a DMA into host memory, an interrupt, a timer)."""
-        node, lib = self.dp.node, self.lib
+        node, lib = self.dp._node, self.lib
         since = None
         while True:
             try:
@@ -283,7 +283,7 @@ class SyncLCI:
 
     def _run(self, make_path):
         lci, lib = self._lci, self.lib
-        node = lci.dp.node
+        node = lci.dp._node
         since = None
         while True:
             try:
@@ -300,7 +300,7 @@ class SyncLCI:
 
     def poll(self) -> int:
         self._lci._check_open()
-        return self._lci.dp.node.run_now(self.lib.poll_path())
+        return self._lci.dp._node.run_now(self.lib.poll_path())
 
     def poll_until(self, pred) -> None:
         self._lci._check_open()
@@ -310,18 +310,18 @@ class SyncLCI:
 
     def release(self, pkt) -> None:
         self._lci._check_open()
-        self._lci.dp.node.run_now(self.lib.release_path(pkt))
+        self._lci.dp._node.run_now(self.lib.release_path(pkt))
 
     def set_interrupts(self, on: bool) -> None:
         self._lci._check_open()
-        self._lci.dp.node.run_now(self.lib.set_interrupts_path(on))
+        self._lci.dp._node.run_now(self.lib.set_interrupts_path(on))
 
     def wait(self, pred=None) -> int:
         lci = self._lci
         lci._check_open()
         if not self.lib.interrupts:
             raise OSError(errno.EINVAL, "wait() receives by interrupt: call set_interrupts(True) first")
-        node = lci.dp.node
+        node = lci.dp._node
         got = 0
         while True:
             if pred is not None and pred():

@@ -81,8 +81,7 @@ class NiPeer:
 class TxPacket:
     """An NI send buffer and the packet in it (one per buffer, reused)."""
 
-    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "pending",
-                 "staged")
+    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "staged")
 
     def __init__(self, index, buf):
         self.index = index
@@ -90,7 +89,6 @@ class TxPacket:
         self.dest = self.length = self.desc = self.kind = self.flags = 0
         self.seq = self.ack = -1
         self.aux = 0
-        self.pending = False
         self.staged = False              # its data is in the send buffer (see HostSendQueue)
 
 

@@ -40,21 +40,22 @@ class SendQueue:
         while peer.blocked and fw.flow.may_send(peer):
             yield from fw.unicast.xmit(peer, peer.blocked.popleft())
 
-    def resend(self, peer, pkt):
-        """Send a packet still held in its send buffer again (I-hrx's RETX, I-nirx's go-back)."""
+    def resend(self, peer, pkt, desc: int = -1):
+        """Send a packet still held in its send buffer again (I-hrx's RETX, whose descriptor
+        is `desc`; I-nirx's go-back, which has none)."""
         fw = self.fw
         fw.counters["retransmitted"] += 1
-        yield from fw.unicast.xmit(peer, pkt, again=True)
+        yield from fw.unicast.xmit(peer, pkt, again=True, desc=desc)
 
-    def on_sent(self, pkt):
-        """The send DMA engine has put the packet on the wire."""
+    def on_sent(self, sent):
+        """The send DMA engine has put a packet on the wire: `sent` is (packet, the
+        descriptor this transmission completes or -1)."""
         fw = self.fw
+        pkt, desc = sent
         yield fw.c.ni_txdone
         fw.counters["sent"] += 1
-        if pkt.pending:
-            pkt.pending = False
-            if not fw.flow.keeps(pkt):
-                self.complete(pkt.desc)
+        if desc >= 0 and not fw.flow.keeps(pkt):
+            self.complete(desc)
 
     def complete(self, desc: int) -> None:
         """Queue a send completion for descriptor `desc` (DMA'd into the host's ring)."""

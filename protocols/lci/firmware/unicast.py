@@ -36,7 +36,7 @@ class Unicast:
         W.write_header(ni.sram_view, at + L.ROUTE_MAX, kind, flags, ni.nid, length, credits, seq, ack, aux)
         return start
 
-    def xmit(self, peer, pkt, again: bool = False):
+    def xmit(self, peer, pkt, again: bool = False, desc: int = -1):
         fw = self.fw
         c = fw.c
         credits, seq, ack, flags, extra = fw.flow.on_xmit(peer, pkt, again)
@@ -44,8 +44,13 @@ class Unicast:
         kind = W.K_RCPY if pkt.kind == L.SD_RCPY else W.K_DATA
         start = self._put(pkt.buf, peer.route, kind, flags | (pkt.flags & L.SDF_NOTIFY and W.F_NOTIFY),
                           pkt.length, credits, seq, ack, pkt.aux)
-        pkt.pending = not again or fw.reliability == "host"
-        fw.ni.net_send(start, pkt.buf + self.payload_off + pkt.length - start, fw.sendq.on_sent, pkt)
+        # Each transmission completes its own descriptor: the first the host's send, a
+        # retransmission I-hrx's RETX (I-nirx's go-back has none; its send completes on
+        # the acknowledgement). Completing per transmission, not per buffer, keeps a RETX
+        # that overtakes a first transmission still queued for the wire from stealing
+        # that one's completion (the host would wait for it forever).
+        done = pkt.desc if not again else desc
+        fw.ni.net_send(start, pkt.buf + self.payload_off + pkt.length - start, fw.sendq.on_sent, (pkt, done))
 
     def send_ctl(self, peer, kind: int, credits: int = 0, seq: int = 0, ack: int = 0):
         """An NI-made control packet to `peer` (no payload)."""
