@@ -1,7 +1,7 @@
 """Unicast (LCI-C04): a packet from its NI send buffer onto the link.
 
 The send buffer has room for the longest route (one byte per switch, from the route
-table the mapper loaded, HARDWARE.md) right-aligned before LCI's Myrinet type and
+table the mapper loaded, HW-MYRI) right-aligned before LCI's Myrinet type and
 header; the NI writes route and header -- with whatever the flow control piggybacks:
 returned credits, sequence number, acknowledgement -- and programs the send DMA
 engine from the first route byte. Control packets the NI makes itself (credits,
