@@ -1,7 +1,7 @@
 """The LCI paper's measurements, as SPMD programs over `libdp.lci`, in modeled time.
 
 * `logp_program` -- the LogP microbenchmarks of 000 §5.1.3 for 16-byte messages, the
-  way LogP parameters are measured (Culler et al.; FACTS 1B gives I-sdma's):
+  way LogP parameters are measured (Culler et al.; LCI-T3 gives I-sdma's):
     os  host time in the send call, sends spaced out so that nothing waits;
     or  host time of the poll that finds a message already in host memory and runs its
         upcall (the receiver sleeps until it is surely there, then polls);
@@ -14,7 +14,7 @@
   receiver copying every packet into a user buffer the size of the message (the copy
   that leaves the L2 cache for large messages: LCI-A46, C26). MB = 10^6 bytes.
 
-`PAPER_LOGP` holds I-sdma's published values (FACTS 1B), printed beside the model's.
+`PAPER_LOGP` holds I-sdma's published values (LCI-T3), printed beside the model's.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from libdp.lci import LCI
 __all__ = ["logp_program", "pingpong_program", "bandwidth_program", "PAPER_LOGP", "LOGP_KEYS",
            "DEFAULT_PP_SIZES", "DEFAULT_BW_SIZES", "LOGP_SIZE"]
 
-# FACTS 1B (000 Table III): I-sdma, µs, small messages.
+# LCI-T3 (LCI paper Table III): I-sdma, µs, small messages.
 PAPER_LOGP = {
     "ppro200_lanai4": {"os_us": 1.8, "or_us": 2.6, "L_us": 10.7, "g_us": 11.1, "end_to_end_us": 15.1},
     "p3_1000_lanai9": {"os_us": 0.5, "or_us": 0.5, "L_us": 7.8, "g_us": 4.5, "end_to_end_us": 8.8},

@@ -9,7 +9,7 @@ and composites (I-pio-1k); ``all`` runs the paper's seven. ``--load lci:key=valu
 gives the lci module further parameters (``window=``, ``reliability=``, ...);
 ``--param lci.KEY=VALUE`` overrides LCI's profile costs like any other profile value.
 ``lci-logp`` runs both platforms of the paper unless ``--platform`` names one, and
-prints I-sdma's published values (FACTS 1B) beside the model's.
+prints I-sdma's published values (LCI-T3) beside the model's.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import errno
 
 from libdp._argtypes import int_list, positive_int
 from libdp._report import emit, overrides_note
+from libdp.targets import Target, register
 
 __all__ = ["add_commands"]
 
@@ -133,7 +134,7 @@ def _logp(args) -> int:
             pub = PAPER_LOGP[platform]
             model = next((r for r in rows if r["platform"] == platform and r["variant"] == "I-sdma"), None)
             entry = {"variant": "I-sdma", "platform": platform, "size": LOGP_SIZE, **pub,
-                     "source": "FACTS.md 1B (000 Table III)"}
+                     "source": "LCI-T3 (LCI paper Table III)"}
             if model is not None:
                 entry["model_error_pct"] = {k: (model[k] - pub[k]) / pub[k] * 100 for k in LOGP_KEYS}
             paper.append(entry)
@@ -206,3 +207,37 @@ def _bandwidth(args) -> int:
             print(f"{r['size']:<12}{r['mbytes_per_s']:>18.2f}{r['messages']:>10}")
 
     return emit(args, doc, cluster.stats, table)
+
+
+# --------------------------------------------------------------------------- the paper's figures
+
+_T3_WHAT = {"os_us": "send overhead os", "or_us": "receive overhead or", "L_us": "latency L",
+            "g_us": "gap g", "end_to_end_us": "end-to-end latency"}
+_T3_PLATFORM = {"ppro200_lanai4": "PPro", "p3_1000_lanai9": "P3"}
+
+
+def _logp_row(platform, key):
+    def read(doc):
+        for r in doc["results"]:
+            if r["platform"] == platform and r["variant"] == "I-sdma":
+                return r[key]
+        raise ValueError(f"no I-sdma row for {platform} in the lci-logp result")
+    return read
+
+
+def _register_table3() -> None:
+    """LCI-T3: I-sdma's LogP values, five per platform, each its own target (one lci-logp
+    run per platform measures all five)."""
+    from libdp._lci_bench import PAPER_LOGP
+    for platform, short in _T3_PLATFORM.items():
+        argv = ("lci-logp", "--variant", "I-sdma", "--platform", platform)
+        for key, what in _T3_WHAT.items():
+            published = PAPER_LOGP[platform][key]
+            register(Target(
+                id=f"LCI-T3/{short}/{key.removesuffix('_us')}",
+                what=f"LCI I-sdma {what}, 16-byte messages, {short} (LCI-T3)", unit="us",
+                argv=argv, model=_logp_row(platform, key), published=published,
+                benchmark="lci-logp", platform=platform, nic="myrinet", size=16, points={key: published}))
+
+
+_register_table3()

@@ -1,4 +1,4 @@
-"""LCI as its process sees it: packets, upcalls, release, RCPY (FACTS LCI-C01, C02, C16).
+"""LCI as its process sees it: packets, upcalls, release, RCPY (LCI-C01, C02, C16).
 
     from libdp import Cluster
     from libdp.lci import LCI

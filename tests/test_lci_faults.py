@@ -13,7 +13,7 @@ from libdp.lci import LCI
 from libdp.lci_stress import run_stress
 
 
-@pytest.mark.parametrize("variant,packets", [("I-nirx", 600), ("I-hrx", 100)])
+@pytest.mark.parametrize("variant,packets", [("I-nirx", 1000), ("I-hrx", 1000)])
 def test_reliable_variants_deliver_exactly_once_in_order_under_faults(variant, packets):
     out = run_stress(variant, nodes=4, packets=packets, loss=0.01, corrupt=0.01, duplicate=0.01, reorder=0.01,
                      seed=3)

@@ -1,5 +1,5 @@
 """LCI's measurements, modeled: I-sdma's LogP values within 5% of the paper on both
-platforms (FACTS 1B), every variant measured the same way, the JSON the issue asks for,
+platforms (LCI-T3), every variant measured the same way, the JSON the issue asks for,
 and the pingpong/bandwidth commands."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LCI on Myrinet as a loadable protocol module (FACTS.md section 1; 000: Verstoep et al.).
+"""LCI on Myrinet as a loadable protocol module (the LCI paper: Verstoep et al., LCI-T3, LCI-A01..A56, LCI-C01..C28).
 
 How LCI lives in dp
 ===================

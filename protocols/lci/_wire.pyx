@@ -2,7 +2,7 @@
 """LCI's packet header: written by the sending NI, read by the receiving NI and host.
 
 On the wire an LCI packet is the Myrinet route (consumed by the switches), LCI's
-Myrinet packet type (two bytes, most significant bit clear: HARDWARE.md), then this
+Myrinet packet type (two bytes, most significant bit clear: HW-MYRI), then this
 16-byte header, then at most one MTU of payload:
 
     0  kind      u8    DATA, ACK, NACK, RCPY, MCAST, FA_REQ, FA_REPLY (the receive
@@ -22,7 +22,7 @@ wire can get wrong and returns a reason code (never raises): the NI and the host
 and count, by reason.
 """
 
-MYRI_TYPE_LCI = 0x0C15        # a locally assigned Myrinet packet type (HARDWARE.md: MSB clear)
+MYRI_TYPE_LCI = 0x0C15        # a locally assigned Myrinet packet type (HW-MYRI: MSB clear)
 HDR_BYTES = 16
 TYPE_BYTES = 2
 

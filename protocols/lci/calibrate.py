@@ -1,6 +1,6 @@
 """How the calibrated ``lci.*`` costs were found: ``python -m protocols.lci.calibrate [PLATFORM ...]``.
 
-Four numbers per platform are calibrated against I-sdma's LogP values (FACTS 1B, 000
+Four numbers per platform are calibrated against I-sdma's LogP values (LCI-T3, LCI paper
 Table III), each by the measurement it moves, with everything else held at its
 modeling choice:
 

@@ -6,7 +6,7 @@ yield them, see ``nic_drivers/myrinet/_model.pyx``). What LCI moves across PCI, 
 wire or host memory is charged by the machine's own keys (``pci.*``, ``link.*``,
 ``mem.*``) where the board and the node model already charge it.
 
-**The window W** (LCI-A36, FACTS N7: never printed) is derived, not given: each NI
+**The window W** (LCI-A36, see N7: never printed) is derived, not given: each NI
 reserves W receive buffers for every possible sender (LCI-C07), and the buffers are
 what NI memory holds -- 256 buffers of 2 Kbyte on the PPro's 1 MB LANai 4.1 (LCI-A34),
 twice that on the P3's 2 MB LANai 9.2 (LCI-A35), for the 63 other nodes of the

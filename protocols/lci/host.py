@@ -322,8 +322,13 @@ class HostLib:
             yield from self.poll_path()
             ok = yield from self._need()
         if not ok:
+            # A sender that waits for a send buffer polls meanwhile (its upcalls run inside
+            # send): the buffers come back only as the peers' NIs take our packets, and
+            # theirs only as we take theirs -- two nodes sending to each other with full
+            # receive queues would otherwise wait for each other forever.
             self.st["send_waits"] += 1
             self._stall_check()
+            yield from self.poll_path()
             raise WouldBlock(self.events, "LCI: no free NI send buffer")
         self.stalled_since = None
         buf = self.send_free.popleft()
@@ -455,6 +460,7 @@ class HostLib:
             if not ok:
                 self.st["send_waits"] += 1
                 self._stall_check()
+                yield from self.poll_path()          # as send does: see there
                 raise WouldBlock(self.events, "LCI: no free NI send buffer")
             self.stalled_since = None
             s, d, k = pieces.popleft()

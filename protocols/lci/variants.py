@@ -1,4 +1,4 @@
-"""LCI's implementation variants (FACTS.md, "Implementation variants"; 000 Table II).
+"""LCI's implementation variants (the LCI paper, Table II).
 
 Each variant of the paper is a point in three orthogonal choices, and that is how the
 module takes them: ``reliability`` (none: the base's reliable-network assumption and

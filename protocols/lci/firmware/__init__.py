@@ -86,8 +86,7 @@ class NiPeer:
 class TxPacket:
     """An NI send buffer and the packet in it (one per buffer, reused)."""
 
-    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "pending",
-                 "staged", "slot")
+    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "staged", "slot")
 
     def __init__(self, index, buf):
         self.index = index
@@ -95,7 +94,6 @@ class TxPacket:
         self.dest = self.length = self.desc = self.kind = self.flags = 0
         self.seq = self.ack = -1
         self.aux = 0
-        self.pending = False
         self.staged = False              # its data is in the send buffer (see HostSendQueue)
         self.slot = None                 # multicast, F&A: the buffer this packet shares (multicast.Slot)
 

@@ -58,6 +58,5 @@ class FetchAdd:
         f.flags = W.K_FA_REPLY << L.SDF_WIRE_SHIFT
         f.aux = old
         f.seq = f.ack = -1
-        f.pending = False
         fw.counters["fa_replies"] += 1
         yield from fw.sendq.ready(peer, f)

@@ -83,9 +83,11 @@ class HostSendQueue:
             return
         pkt = fw.tx[buf]
         if kind == L.SD_RETX:
-            pkt.desc = index
+            # The retransmission is a descriptor of its own, completed when it has gone;
+            # the buffer's first transmission may still be waiting for the wire, and
+            # keeps its own descriptor.
             pkt.ack = seq_ack & 0xFFFF
-            yield from fw.sendq.resend(peer, pkt)
+            yield from fw.sendq.resend(peer, pkt, index)
             return
         pkt.dest = dest
         pkt.length = length

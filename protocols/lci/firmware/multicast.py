@@ -42,15 +42,14 @@ RX, TX = 0, 1
 class Forward:
     """One child's send out of a shared buffer (a TxPacket's fields, and the slot)."""
 
-    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "pending", "slot")
+    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "slot")
 
     def __init__(self, slot):
         self.slot = slot
         self.index = -1
         self.buf = self.dest = self.length = self.kind = self.flags = self.aux = 0
-        self.desc = -1
-        self.seq = self.ack = -1
-        self.pending = False
+        self.desc = 0                   # >= 0: its first transmission finishes it (no host descriptor:
+        self.seq = self.ack = -1        # `SendQueue.done` gives the slot back instead)
 
 
 class Slot:
@@ -171,7 +170,6 @@ class Multicast:
             f.flags = 0
             f.aux = root
             f.seq = f.ack = -1
-            f.pending = False
             if slot.kind == RX:
                 fw.counters["forwards"] += 1                # (a host's multicast: mcast_sent)
             yield from fw.sendq.ready(peer, f)

@@ -47,25 +47,24 @@ class SendQueue:
                 return
             yield from fw.unicast.xmit(peer, peer.blocked.popleft())
 
-    def resend(self, peer, pkt):
-        """Send a packet still held in its send buffer again (I-hrx's RETX, I-nirx's go-back)."""
+    def resend(self, peer, pkt, desc: int = -1):
+        """Send a packet still held in its send buffer again (I-hrx's RETX, whose descriptor
+        is `desc`; I-nirx's go-back, which has none)."""
         fw = self.fw
         fw.counters["retransmitted"] += 1
-        yield from fw.unicast.xmit(peer, pkt, again=True)
+        yield from fw.unicast.xmit(peer, pkt, again=True, desc=desc)
 
-    def on_sent(self, item):
-        """The send DMA engine has put the packet on the wire."""
-        pkt, desc, pending = item
+    def on_sent(self, sent):
+        """The send DMA engine has put a packet on the wire: `sent` is (packet, the
+        descriptor this transmission completes or -1)."""
         fw = self.fw
+        pkt, desc = sent
         yield fw.c.ni_txdone
         fw.counters["sent"] += 1
         if pkt.slot is not None:
             yield from fw.multicast.slot_free(pkt.slot)
-        if pending:
-            if pkt.desc == desc:
-                pkt.pending = False
-            if not fw.flow.keeps(pkt):
-                yield from self.done(pkt, desc)
+        if desc >= 0 and not fw.flow.keeps(pkt):
+            yield from self.done(pkt, desc)
 
     def done(self, pkt, desc=None):
         """A packet's send is over for good (sent; with I-nirx, acknowledged)."""

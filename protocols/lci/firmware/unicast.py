@@ -1,7 +1,7 @@
 """Unicast (LCI-C04): a packet from its NI send buffer onto the link.
 
 The send buffer has room for the longest route (one byte per switch, from the route
-table the mapper loaded, HARDWARE.md) right-aligned before LCI's Myrinet type and
+table the mapper loaded, HW-MYRI) right-aligned before LCI's Myrinet type and
 header; the NI writes route and header -- with whatever the flow control piggybacks:
 returned credits, sequence number, acknowledgement -- and programs the send DMA
 engine from the first route byte. Control packets the NI makes itself (credits,
@@ -36,7 +36,7 @@ class Unicast:
         W.write_header(ni.sram_view, at + L.ROUTE_MAX, kind, flags, ni.nid, length, credits, seq, ack, aux)
         return start
 
-    def xmit(self, peer, pkt, again: bool = False):
+    def xmit(self, peer, pkt, again: bool = False, desc: int = -1):
         fw = self.fw
         c = fw.c
         slot = pkt.slot
@@ -57,11 +57,13 @@ class Unicast:
             kind = W.K_RCPY if pkt.kind == L.SD_RCPY else W.K_MCAST if pkt.kind == L.SD_MCAST else W.K_DATA
         start = self._put(pkt.buf, peer.route, kind, flags | (pkt.flags & L.SDF_NOTIFY and W.F_NOTIFY),
                           pkt.length, credits, seq, ack, pkt.aux)
-        pending = pkt.pending = not again or fw.reliability == "host"
-        # The descriptor and whether it completes go with the packet: with I-hrx the host
-        # may reuse the buffer (acknowledged) before this send's completion is processed.
-        fw.ni.net_send(start, pkt.buf + self.payload_off + pkt.length - start, fw.sendq.on_sent,
-                       (pkt, pkt.desc, pending))
+        # Each transmission completes its own descriptor: the first the host's send, a
+        # retransmission I-hrx's RETX (I-nirx's go-back has none; its send completes on
+        # the acknowledgement). Completing per transmission, not per buffer, keeps a RETX
+        # that overtakes a first transmission still queued for the wire from stealing
+        # that one's completion (the host would wait for it forever).
+        done = pkt.desc if not again else desc
+        fw.ni.net_send(start, pkt.buf + self.payload_off + pkt.length - start, fw.sendq.on_sent, (pkt, done))
 
     def send_ctl(self, peer, kind: int, credits: int = 0, seq: int = 0, ack: int = 0):
         """An NI-made control packet to `peer` (no payload)."""
