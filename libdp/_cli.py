@@ -22,6 +22,7 @@ __all__ = ["main", "build_parser", "common_parsers", "FAMILIES"]
 FAMILIES = (
     "libdp._dp_cli",        # pingpong, bandwidth
     "libdp._am_cli",        # am-pingpong, am-bandwidth
+    "libdp._fm_cli",        # fm-pingpong, fm-bandwidth
     "libdp._info_cli",      # profile, modules, modinfo
 )
 

@@ -27,13 +27,14 @@ from libdp._am_bench import summarize
 from libdp.fm import FM
 
 __all__ = ["fm_pingpong_program", "fm_bandwidth_program", "run_job", "placement_for", "summarize",
-           "real_smt_pingpong", "DEFAULT_PP_SIZES", "DEFAULT_BW_SIZES", "PAPER_LATENCY_US", "PAPER_BANDWIDTH",
+           "real_smt_pingpong", "DEFAULT_PP_SIZES", "DEFAULT_BW_MESSAGES", "DEFAULT_BW_SIZES", "PAPER_LATENCY_US", "PAPER_BANDWIDTH",
            "TRANSPORTS"]
 
 PAPER_LATENCY_US = 8.8          # FM-B01
 PAPER_BANDWIDTH = 100.0         # FM-B02: "100+ MB/s"
 DEFAULT_PP_SIZES = (0, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 DEFAULT_BW_SIZES = (16, 32, 64, 128, 160, 192, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+DEFAULT_BW_MESSAGES = 2000     # at most this many messages per size: a steady stream, in little wall time
 TRANSPORTS = ("myrinet", "smt")
 H_PING, H_DATA, H_ACK = 1, 2, 3
 PROGRAM = 0x4650                # the job's program ID
@@ -147,9 +148,9 @@ def run_job(cluster, program, placement, *args):
 # -- real time: two real processes over the real shared-memory transport -----------------------
 
 
-def _real_child(vnode, name, sizes, iters, warmup, conn):
+def _real_child(vnode, name, sizes, iters, warmup, fm_params, conn):
     try:
-        fm = FM.open_real(vnode, 2, PROGRAM, smt_name=name)
+        fm = FM.open_real(vnode, 2, PROGRAM, **{**fm_params, "smt_name": name})
         count = [0]
 
         async def ping(stream, src):
@@ -183,7 +184,7 @@ def _real_child(vnode, name, sizes, iters, warmup, conn):
         conn.close()
 
 
-def real_smt_pingpong(sizes=(8,), iters=10000, warmup=100, timeout=120.0):
+def real_smt_pingpong(sizes=(8,), iters=10000, warmup=100, timeout=120.0, fm_params=None):
     """FM ping-pong between two real processes of this host over POSIX shared memory:
     (rows of node 0, stats of both), wall-clock microseconds."""
     name = f"/dp-fm-bench-{os.getpid()}-{time.monotonic_ns() & 0xFFFFFF}"
@@ -192,7 +193,7 @@ def real_smt_pingpong(sizes=(8,), iters=10000, warmup=100, timeout=120.0):
     try:
         for v in range(2):
             parent, child = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_real_child, args=(v, name, tuple(sizes), iters, warmup, child), daemon=True)
+            p = ctx.Process(target=_real_child, args=(v, name, tuple(sizes), iters, warmup, dict(fm_params or {}), child), daemon=True)
             p.start()
             child.close()
             procs.append(p)

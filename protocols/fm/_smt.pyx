@@ -404,13 +404,15 @@ cdef class SmtRegion:
     def reclaim(self, uint32_t me, uint32_t dead):
         """Give back, in my area, what dead process `dead` held: frames it claimed and
         never published, and a queue position it fetched (step 5) and never wrote
-        (step 6). Returns (frames reclaimed, positions skipped). Only for a process
-        known to be dead: a live one may still complete its steps."""
+        (step 6). Returns (frames reclaimed, positions skipped); nothing unless `dead`
+        has been marked dead (`mark_dead`): a live one may still complete its steps."""
         cdef uint32_t i, q, k
         cdef unsigned char* qp
         cdef uint64_t h, t, e, pos
         cdef uint32_t pub = smt_ld32(<uint32_t*> (self._proc(dead) + P_PUBLISHING))
         cdef int frames = 0, holes = 0
+        if dead >= self.nproc or smt_ld32(<uint32_t*> (self._proc(dead) + P_STATE)) != STATE_DEAD:
+            return 0, 0                           # a live process may still complete its steps
         published = set()
         for q in range(self.nqueues):
             qp = self._queue(me, q)
@@ -437,6 +439,13 @@ cdef class SmtRegion:
                 holes += 1
             smt_st32(<uint32_t*> (self._proc(dead) + P_PUBLISHING), 0)
         return frames, holes
+
+    def fault_fetch_tail_only(self, uint32_t rid, uint32_t me):
+        """Fault injection: steps 5 without 6 -- what a sender killed between them leaves
+        in `rid`'s queue (its intent marked, a tail position fetched, no index written)."""
+        cdef uint32_t q = me % self.nqueues
+        smt_st32(<uint32_t*> (self._proc(me) + P_PUBLISHING), rid * self.nqueues + q + 1)
+        smt_faa64(<uint64_t*> (self._queue(rid, q) + LINE), 1)
 
     def _someone_publishing(self, uint32_t me, uint32_t q, uint32_t dead):
         """Is a live process between steps 5 and 6 on my queue `q` (its position may be the hole)?"""

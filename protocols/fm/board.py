@@ -216,4 +216,5 @@ class FmBoard:
                "region_bytes": self.contexts * self.max_hosts * SLOT_BYTES, "lcp": self.lcp.stats() if self.lcp else None}
         if self.pacer is not None:
             out["pacer"] = {"chunks_waited": self.pacer.paced, "wait_us": self.pacer.wait_s * 1e6}
+        out["device"] = self.ni.stats()
         return out

@@ -50,6 +50,7 @@ import inspect
 from kernelsim import OpenFile, WaitQueue, WouldBlock
 
 from protocols.fm import _wire
+from protocols.fm._smtport import Peer
 from protocols.fm.lcp import (CB_TX_WAIT, CX_DELIVERED, CX_SEND_PROD, MAX_INSTANCES, ROUTE_AREA, TRAILER_FULL)
 
 __all__ = ["FmContext", "SendStream", "RecvStream", "HandlerRuleError", "STAT_KEYS", "MAX_HANDLERS"]
@@ -63,8 +64,7 @@ _NEED_MORE = object()          # what a suspended handler's receive yields
 STAT_KEYS = ("messages_sent", "packets_sent", "bytes_sent", "messages_received", "packets_received",
              "bytes_received", "handlers_run", "extracts", "empty_polls", "pci_polls", "credit_waits",
              "slot_waits", "refills_sent", "dropped_unknown_handler", "dropped_unknown_peer", "dropped_malformed",
-             "dropped_after_handler", "smt_claim_tries", "smt_sent", "smt_received", "smt_reclaimed_frames",
-             "smt_skipped_positions")
+             "dropped_after_handler")
 
 
 class HandlerRuleError(OSError):
@@ -184,33 +184,12 @@ class _Costs:
         cyc = node.costs.cycles
         c = node.costs
         self.copy = c.copy
+        self.copy_base = c.copy_base
+        self.copy_rate = c.copy_rate
         self.miss = c.mem_miss
         for key in ("send", "packet", "piece", "extract", "dispatch", "handler", "receive", "poll", "smt_poll"):
             setattr(self, key, cyc(params[f"{key}_cycles"]))
         self.atomic = cyc(node.profile.get("cpu.atomic_cycles", 28))
-
-
-class Peer:
-    """What a context keeps about one other FM node."""
-
-    __slots__ = ("vnode", "host", "inst", "smt", "credits", "sent", "returned", "consumed", "credited", "seq",
-                 "rid", "open_stream", "rx", "skip_seq")
-
-    def __init__(self, vnode, host, inst, smt):
-        self.vnode = vnode
-        self.host = host
-        self.inst = inst
-        self.smt = smt             # reached over the shared-memory transport
-        self.credits = 0           # packets it may hold of ours at once
-        self.sent = 0              # packets sent to it
-        self.returned = 0          # packets of ours it has consumed (credits back)
-        self.consumed = 0          # packets of its we have consumed
-        self.credited = 0          # ... of which we have told it
-        self.seq = 0               # messages sent to it
-        self.rid = -1              # its SMT ID
-        self.open_stream = None
-        self.rx = None             # the message arriving from it (RecvStream)
-        self.skip_seq = -1
 
 
 class FmContext(OpenFile):
@@ -299,6 +278,8 @@ class FmContext(OpenFile):
                           for p in self.peers if p is not None})
         if self.net is not None:
             out["net"] = self.net.stats()
+        if self.smt is not None:
+            out["smt"] = self.smt.stats()
         return out
 
     # -- handlers ------------------------------------------------------------------------------
@@ -365,6 +346,23 @@ class FmContext(OpenFile):
         pend = 0.0 if s.sent or s.pkt is not None else self.c.send
         if s.pending is not None:
             pend += self.c.piece
+        peer = s.peer
+        if end and peer.smt and s.pkt is None and s.sent == 0 and s.pending is not None \
+                and len(s.pending) == s.length <= DATA:
+            # A message of one packet over shared memory: the transport's one-call lane.
+            cost = self.smt.send_one(peer, self.node.nid, self.program, s.handler, s.seq, s.pending)
+            if cost >= 0:
+                yield pend + cost
+                self.smt.publish_pending()
+                s.pending = None
+                s.sent = s.length
+                s.ended = True
+                peer.open_stream = None
+                st = self.stats_c
+                st["messages_sent"] += 1
+                st["packets_sent"] += 1
+                st["bytes_sent"] += s.length
+                return s.sent
         while s.pending is not None and s.ppos < len(s.pending):
             if s.pkt is None:
                 pend = yield from self._open_packet(s, pend)
@@ -399,7 +397,9 @@ class FmContext(OpenFile):
         while True:
             if peer.sent - self._returned(peer) < peer.credits:
                 if peer.smt:
-                    pkt, pend = yield from port.claim(self, peer, pend)
+                    idx = port.claim(peer)
+                    pend += port.claim_cost()
+                    pkt = (peer.rid, idx) if idx >= 0 else None
                 else:
                     pkt = port.open_slot()
                 if pkt is not None:
@@ -441,17 +441,14 @@ class FmContext(OpenFile):
         h.offset = s.sent
         h.seq = s.seq
         h.credits = peer.consumed & MASK32
-        if not peer.smt:
-            peer.credited = peer.consumed               # the refill rides along
+        if peer.smt:
+            return pend + port.header(pkt[0], pkt[1], h)
+        peer.credited = peer.consumed                   # the refill rides along
         return (yield from port.header(self, pkt, h, pend))
 
     def _returned(self, peer) -> int:
         if peer.smt:
-            if peer.rid < 0 and self.smt._rid(self, peer) < 0:
-                return peer.returned                     # not attached yet: nothing sent, nothing back
-            v = self.smt.region.consumed(peer.rid, self.smt.me)
-            if v > peer.returned:
-                peer.returned = v
+            return self.smt.returned(peer)
         else:
             v = self.net.credit_word(peer)
             if ((v - peer.returned) & MASK32) < 1 << 31 and v != peer.returned:
@@ -459,14 +456,18 @@ class FmContext(OpenFile):
         return peer.returned
 
     def _write(self, s, data, pend):
-        port = self.smt if s.peer.smt else self.net
-        return (yield from port.write(self, s.pkt, HDR + s.pkt_fill, data, pend))
+        if s.peer.smt:
+            return pend + self.smt.write(s.pkt[0], s.pkt[1], HDR + s.pkt_fill, data)
+        return (yield from self.net.write(self, s.pkt, HDR + s.pkt_fill, data, pend))
 
     def _close_packet(self, s, pend):
         """The packet is full (or the message ends): hand it over."""
         peer = s.peer
-        port = self.smt if peer.smt else self.net
-        pend = yield from port.commit(self, peer, s.pkt, s.pkt_fill, pend)
+        if peer.smt:
+            yield pend + self.smt.publish_cost            # visible to the receiver from this instant
+            pend = self.smt.publish(s.pkt[0], s.pkt[1], s.pkt_fill)
+        else:
+            pend = yield from self.net.commit(self, peer, s.pkt, s.pkt_fill, pend)
         self.stats_c["packets_sent"] += 1
         self.stats_c["bytes_sent"] += s.pkt_fill
         s.pkt = None
@@ -521,9 +522,15 @@ class FmContext(OpenFile):
             if port is None:
                 continue
             while left > 0:
-                pkt, pend = yield from port.poll(self, pend)
-                if pkt is None:
-                    break
+                if port is self.smt:
+                    pkt = port.poll()
+                    pend += port.poll_cost(pkt >= 0)
+                    if pkt < 0:
+                        break
+                else:
+                    pkt, pend = yield from port.poll(self, pend)
+                    if pkt is None:
+                        break
                 pend, got = yield from self._deliver(port, pkt, pend)
                 left -= max(got, 1)
                 n += 1
@@ -535,7 +542,7 @@ class FmContext(OpenFile):
 
     def _deliver(self, port, pkt, pend):
         """One packet: check it, run or resume its message's handler, free its slot."""
-        view, off, nbytes = port.packet(self, pkt)
+        view, off, nbytes = port.packet(pkt) if port is self.smt else port.packet(self, pkt)
         h = self.hdr
         rc = h.parse(view, off, nbytes)
         pend += self.c.dispatch
@@ -555,7 +562,10 @@ class FmContext(OpenFile):
             if not peer.smt and ((h.credits - peer.returned) & MASK32) < 1 << 31:
                 peer.returned = h.credits            # a piggybacked refill
             pend += self._run_handler(peer, h, view, off + HDR)
-        pend = yield from port.release(self, pkt, peer, pend)
+        if port is self.smt:
+            port.release(pkt)
+        else:
+            pend = yield from port.release(self, pkt, peer, pend)
         if peer is not None:
             peer.consumed += 1
         return pend, got
@@ -670,8 +680,14 @@ class FmContext(OpenFile):
     def peers_ready(self) -> bool:
         """Is every node of the job up? (modeled: the GRM; real time: the shared region's map)"""
         if self.node.modeled:
-            return self.service.grm.all_up(self.program, len(self.placement))
-        return all(self.smt.region.lookup(p.inst) >= 0 for p in self.peers if p is not None and p.smt)
+            up = self.service.grm.all_up(self.program, len(self.placement))
+        else:
+            up = all(self.smt.region.lookup(p.inst) >= 0 for p in self.peers if p is not None and p.smt)
+        if up and self.smt is not None:
+            for p in self.peers:
+                if p is not None and p.smt and p.rid < 0:
+                    self.smt.rid_of(p)        # from now on, a peer missing from the map has left (EPIPE)
+        return up
 
     def ready(self) -> bool:
         """Real time: has anything this context waits for come? (the spin's poll)"""

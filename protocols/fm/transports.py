@@ -23,6 +23,7 @@ import os
 
 from protocols.fm import _wire
 from protocols.fm._smt import SmtRegion, layout_bytes
+from protocols.fm._smtport import SmtPort
 from protocols.fm.lcp import CB_TX_WAIT, CX_DELIVERED, CX_SEND_PROD, MAX_INSTANCES, ROUTE_AREA, TRAILER_FULL
 
 __all__ = ["NetPort", "SmtPort", "SmtHost", "RealSmtHost", "FRAME_BYTES", "process_start_time"]
@@ -185,102 +186,6 @@ class NetPort:
                 "posted": self.posted, "pci_polls": self.pci_polls}
 
 
-class SmtPort:
-    """A context's place in its job's shared-memory region (see ``_smt.pyx``)."""
-
-    def __init__(self, host, me, instance):
-        self.host = host
-        self.region = host.region
-        self.me = me
-        self.instance = instance
-        self.rids: dict = {}
-
-    def _rid(self, ctx, peer) -> int:
-        rid = self.region.lookup(peer.inst)                 # step 1: the SMT ID map
-        if rid < 0:
-            if peer.rid >= 0:
-                raise OSError(errno.EPIPE, f"FM node {peer.vnode} has left the shared-memory transport")
-            return -1
-        peer.rid = rid
-        return rid
-
-    def claim(self, ctx, peer, pend):
-        """Steps 1-3 of a send: a frame of the receiver's, or None if it has not attached yet."""
-        rid = self._rid(ctx, peer)
-        if rid < 0:
-            return None, pend
-        idx = self.region.claim(rid, self.me)
-        tries = self.region.last_tries
-        ctx.stats_c["smt_claim_tries"] += tries
-        pend += tries * 2 * ctx.c.atomic                    # a fetch-and-increment and a test-and-set each
-        if idx < 0:
-            return None, pend
-        return (rid, idx), pend
-        yield  # pragma: no cover
-
-    def write(self, ctx, pkt, at, data, pend):
-        """Step 4: copy into the frame."""
-        self.region.fill(pkt[0], pkt[1], at, data)
-        return pend + ctx.c.copy(len(data))
-        yield  # pragma: no cover
-
-    def header(self, ctx, pkt, h, pend):
-        """The packet's header into the frame (part of step 4)."""
-        h.pack_into(self.region.view, self.region.frame_offset(pkt[0], pkt[1]))
-        return pend + ctx.c.copy(HDR)
-        yield  # pragma: no cover
-
-    def commit(self, ctx, peer, pkt, plen, pend):
-        """Steps 5-6: the frame handed over (at this modeled instant)."""
-        rid, idx = pkt
-        region = self.region
-        yield pend + ctx.c.atomic
-        region.publish(rid, self.me, idx, HDR + plen)
-        ctx.stats_c["smt_sent"] += 1
-        self.host.notify(rid, "smt")
-        return 0.0
-
-    def poll(self, ctx, pend):
-        """Receive steps 1-2: the frame at the head of one of my M queues, taken."""
-        region = self.region
-        idx = region.poll(self.me)
-        if idx < 0:
-            return None, pend + ctx.c.smt_poll * region.nqueues
-        region.take(self.me, region.last_queue)
-        return idx, pend + ctx.c.smt_poll + ctx.c.miss + ctx.c.atomic
-        yield  # pragma: no cover
-
-    def packet(self, ctx, idx):
-        region = self.region
-        return region.view, region.frame_offset(self.me, idx), region.frame_len(self.me, idx)
-
-    def release(self, ctx, idx, peer, pend):
-        """Receive step 4: the frame is free again, its sender has a credit back."""
-        src = self.region.frame_src(self.me, idx)
-        self.region.release(self.me, idx)
-        ctx.stats_c["smt_received"] += 1
-        self.host.notify(src, "smt")
-        return pend
-        yield  # pragma: no cover
-
-    def reclaim(self, ctx) -> int:
-        """Give back what dead processes hold in my area (real time: checked while spinning)."""
-        found = 0
-        for sid in range(self.region.ids_handed_out()):
-            if sid == self.me:
-                continue
-            state, pid, start, _inst = self.region.process(sid)
-            if state == 1 and not self.host.alive(pid, start):
-                self.region.mark_dead(sid)
-                state = 2
-            if state == 2:
-                frames, holes = self.region.reclaim(self.me, sid)
-                ctx.stats_c["smt_reclaimed_frames"] += frames
-                ctx.stats_c["smt_skipped_positions"] += holes
-                found += frames + holes
-        return found
-
-
 class SmtHost:
     """A job's shared-memory region on one modeled node, and who waits on it."""
 
@@ -305,7 +210,7 @@ class SmtHost:
         for other in self.ctxs.values():
             if other is not ctx:
                 other.wake("smt")                       # a sender may wait for this receiver to appear
-        return SmtPort(self, sid, ctx.instance)
+        return SmtPort(self, sid, ctx.instance, ctx.c)
 
     def detach(self, port) -> bool:
         """True when the region has no user left (the caller frees it)."""
@@ -404,7 +309,7 @@ class RealSmtHost(SmtHost):
             fcntl.flock(self.fd, fcntl.LOCK_UN)
         self.ctxs[sid] = ctx
         self.users += 1
-        return SmtPort(self, sid, ctx.instance)
+        return SmtPort(self, sid, ctx.instance, ctx.c)
 
     def detach(self, port) -> bool:
         self.region.detach(port.me)
