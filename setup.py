@@ -4,6 +4,7 @@
 
 A failed Cython build is an error: there is no pure-Python fallback to hide it.
 """
+import os
 from pathlib import Path
 
 from setuptools import Extension, find_packages, setup
@@ -14,7 +15,14 @@ PACKAGES = ("kernelsim", "dpcore", "nic_drivers", "protocols", "libdp")
 EXTENSIONS = sorted(str(p.with_suffix("")).replace("/", ".")
                     for pkg in PACKAGES for p in Path(pkg).rglob("*.pyx"))
 
-extensions = [Extension(name, [name.replace(".", "/") + ".pyx"], extra_compile_args=["-O2"])
+# DP_SANITIZE=address builds every extension with AddressSanitizer, so that an access
+# past a buffer fails loudly instead of passing silently (CI runs the receive-path fuzz
+# tests under it: see .ci/run). Run with LD_PRELOAD=$(gcc -print-file-name=libasan.so).
+SANITIZE = os.environ.get("DP_SANITIZE", "")
+CFLAGS = ["-O1", "-g", f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer"] if SANITIZE else ["-O2"]
+LDFLAGS = [f"-fsanitize={SANITIZE}"] if SANITIZE else []
+
+extensions = [Extension(name, [name.replace(".", "/") + ".pyx"], extra_compile_args=CFLAGS, extra_link_args=LDFLAGS)
               for name in EXTENSIONS]
 
 setup(
@@ -26,9 +34,13 @@ setup(
                   "dpcore": ["*.pxd"], "nic_drivers": ["*/*.pxd"], "protocols": ["*/*.pxd"]},
     ext_modules=cythonize(extensions, language_level=3, compiler_directives={"embedsignature": True}),
     python_requires=">=3.11",
-    install_requires=["trio>=0.22,<0.40", "outcome", "pyroute2>=0.7"],
-    extras_require={"test": ["pytest>=7", "pytest-trio>=0.8", "hypothesis>=6"],
-                    "bench": ["simpy>=4"]},      # benchmarks/bench_sim_speed.py compares against SimPy
+    install_requires=["trio>=0.22,<0.40", "outcome", "pyroute2>=0.7", "rich>=13"],
+    extras_require={
+        "test": ["pytest>=7", "pytest-trio>=0.8", "hypothesis>=6"],
+        "plot": ["matplotlib>=3.5"],                      # --plot, dp plot
+        "cluster": ["dask[distributed]>=2023.1"],         # --sweep ... --scheduler ADDRESS
+        "bench": ["simpy>=4"],                            # benchmarks/bench_sim_speed.py compares against SimPy
+    },
     entry_points={
         "console_scripts": ["dp = libdp._cli:main"],
         "dp.modules": [

@@ -2,7 +2,7 @@
 """The Directed Message header.
 
 Eight bytes in network byte order, so the data part of each frame is used fully
-(FACTS DP-C01): the destination endpoint, the source node and endpoint, and one word
+(DP-C01): the destination endpoint, the source node and endpoint, and one word
 holding the message type (4 bits) and the message length (12 bits). The length is
 needed because short frames are padded to the link's minimum frame.
 

@@ -1,15 +1,15 @@
 """DP's services layer: endpoints, NART, MDR and the transmit path.
 
 The whole of DP in the kernel is this layer plus the network-interface layer below it
-(FACTS DP-A04): no protocol processing, one message per frame, no reliability. What
+(DP-A04): no protocol processing, one message per frame, no reliability. What
 each call costs on the modeled machine is charged where the work is done, from the
 node's platform profile.
 
-Transmit (FACTS DP-C05): the call gate enters the kernel, DP looks up the target's
+Transmit (DP-C05): the call gate enters the kernel, DP looks up the target's
 network address in the NART, builds the frame straight into the buffer of the next
 transmit descriptor, tells the NIC, and returns -- all on the caller's CPU time.
 
-Receive (FACTS DP-C06): the NIC's interrupt path hands each frame of DP's link
+Receive (DP-C06): the NIC's interrupt path hands each frame of DP's link
 protocol to the MDR, which parses the Directed Message header, finds the endpoint
 and deposits the message into its Token Buffer Pool, waking a reader.
 """
@@ -24,7 +24,7 @@ from kernelsim import OpenFile, WouldBlock
 
 __all__ = ["DP_ETHERTYPE", "DirectedPoint", "Endpoint", "Nart", "Token"]
 
-DP_ETHERTYPE = 0x88B5          # HARDWARE.md: IEEE 802 local experimental EtherType
+DP_ETHERTYPE = 0x88B5          # HW-ETH: IEEE 802 local experimental EtherType
 MAX_ENDPOINT = 0xFFFF
 
 

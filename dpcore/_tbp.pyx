@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The Token Buffer Pool (FACTS DP-C02).
+"""The Token Buffer Pool (DP-C02).
 
 Per endpoint, a pre-allocated area of fixed-size slots shared by the kernel (which
 deposits) and the user process (which reads in place through a read-only view). The

@@ -107,15 +107,19 @@ def find_module(name: str) -> Module:
 
 
 class _Loaded:
-    __slots__ = ("module", "params", "state", "refs", "users", "undo")
+    __slots__ = ("module", "params", "state", "refs", "users", "holders", "undo")
 
     def __init__(self, module, params):
         self.module = module
         self.params = params
         self.state = None
-        self.refs = 0           # open endpoints, NICs carrying it: module_get/module_put
-        self.users: list[str] = []
+        self.refs = 0           # open endpoints, mapped cards: module_get/module_put from outside a module
+        self.users: list[str] = []      # modules that depend on it
+        self.holders: list[str] = []    # modules that took a reference in their init (a NIC carrying DP)
         self.undo: list = []
+
+    def used_by(self) -> list[str]:
+        return list(dict.fromkeys(self.users + self.holders))
 
 
 class ModuleTable:
@@ -125,6 +129,7 @@ class ModuleTable:
         self.kernel = kernel
         self._loaded: dict[str, _Loaded] = {}
         self._loading: _Loaded | None = None
+        self._unloading: _Loaded | None = None
 
     def insmod(self, name: str, **params):
         if name in self._loaded:
@@ -176,12 +181,16 @@ class ModuleTable:
         rec = self._loaded.get(name)
         if rec is None:
             raise OSError(errno.ENOENT, f"module {name} is not loaded")
-        if rec.users:
-            raise OSError(errno.EBUSY, f"module {name} is in use by {', '.join(rec.users)}")
+        if rec.users or rec.holders:
+            raise OSError(errno.EBUSY, f"module {name} is in use by {', '.join(rec.used_by())}")
         if rec.refs:
             raise OSError(errno.EBUSY, f"module {name} is in use ({rec.refs} references)")
-        rec.module.exit(self.kernel, rec.state)
-        self._unwind(rec)
+        self._unloading = rec
+        try:
+            rec.module.exit(self.kernel, rec.state)
+            self._unwind(rec)
+        finally:
+            self._unloading = None
         del self._loaded[name]
         for dep in rec.module.depends:
             self._loaded[dep].users.remove(name)
@@ -217,14 +226,26 @@ class ModuleTable:
         return rec.state
 
     def module_get(self, name: str) -> None:
-        self._loaded[name].refs += 1
+        """Take a reference on `name` (rmmod is EBUSY until it is put). Taken by a module
+        while it loads, the reference names that module in lsmod's "used by", as Linux
+        does for a module holding another's symbols."""
+        holder = self._loading
+        if holder is not None and holder.module.name != name:
+            self._loaded[name].holders.append(holder.module.name)
+        else:
+            self._loaded[name].refs += 1
 
     def module_put(self, name: str) -> None:
-        self._loaded[name].refs -= 1
+        rec = self._loaded[name]
+        current = self._unloading or self._loading     # a module's exit, or its failed init unwinding
+        if current is not None and current.module.name in rec.holders:
+            rec.holders.remove(current.module.name)
+        else:
+            rec.refs -= 1
 
     def loaded(self, name: str) -> bool:
         return name in self._loaded
 
     def lsmod(self) -> list[dict]:
-        return [{"name": n, "params": dict(r.params), "use_count": r.refs + len(r.users),
-                 "used_by": list(r.users)} for n, r in self._loaded.items()]
+        return [{"name": n, "params": dict(r.params), "use_count": r.refs + len(r.users) + len(r.holders),
+                 "used_by": r.used_by()} for n, r in self._loaded.items()]

@@ -3,7 +3,7 @@
 A driver fills in the three data-path operations; protocols (DP, and the protocol
 modules) register a handler per link-level protocol number. The transmit side is
 split so that a protocol can build its frame *directly in the buffer of the next
-transmit descriptor* (FACTS DP-C03): reserve a buffer, write the frame there, commit.
+transmit descriptor* (DP-C03): reserve a buffer, write the frame there, commit.
 """
 from __future__ import annotations
 

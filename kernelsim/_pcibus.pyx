@@ -2,7 +2,7 @@
 """A node's PCI bus as one shared resource, and the host bridge's posted-write queue.
 
 Why a bus model: two effects the HPVM paper reports live on the PCI bus, not in any
-one device (FACTS FM-C06, FM-C13, FM-A15..A17, FM-B20..B23):
+one device (FM-C06, FM-C13, FM-A15..A17, FM-B20..B23):
 
 * a host that polls a register of its network interface across PCI takes the bus for
   every poll, and the NI's DMA engine -- which wants the same bus to bring packets

@@ -1,7 +1,7 @@
 """Platform profiles: the numbers a modeled machine is built from.
 
 A profile is a TOML file shipped in ``kernelsim/profiles``. Every value carries its
-source -- a FACTS.md / HARDWARE.md id, or "modeling choice" with the reason -- so a
+source -- a source id (docs/sources.md), or "modeling choice" with the reason -- so a
 reader can check each input of a modeled figure. Any value can be overridden per run
 (``--param link.rate_bps=10e6``); unknown keys and values of the wrong type are
 refused with EINVAL rather than silently ignored.

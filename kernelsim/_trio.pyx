@@ -11,7 +11,7 @@ Modeled time: the task parks until the path returns (the engine clock moves time
 unless it is the only task trio would run now, in which case it runs the engine itself
 (see `_drive_inline`). Real time: the path runs straight through; a wait polls the
 node's devices for a bounded time, then blocks on their file descriptors (the LCI
-paper's polling watchdog, FACTS LCI-C09).
+paper's polling watchdog, LCI-C09).
 
 Every DP call of a modeled ping-pong passes through here, so it is Cython: one small
 completion object per call instead of closures, the clock's runnable count read

@@ -7,7 +7,7 @@ work) to the node's CPU and parks the task until the path returns; in real time 
 path runs straight through. A call that finds nothing to do yet (an empty pool, a full
 transmit ring) waits: in modeled time on the kernel's wait queue; in real time by
 polling the devices for a bounded time and then blocking on their file descriptors --
-the LCI paper's polling watchdog (FACTS LCI-C09).
+the LCI paper's polling watchdog (LCI-C09).
 
 Every misuse raises OSError with the errno a UNIX programmer expects; a non-blocking
 fd raises BlockingIOError instead of waiting.
@@ -25,7 +25,11 @@ __all__ = ["DP", "SyncDP", "Endpoint"]
 
 
 class DP:
-    """DP for one process (async)."""
+    """DP for one process (async): the calls of the DP paper (DP-C07) as trio checkpoints.
+
+    Made by `Cluster.process(nid)` (or for a process on a real node). ``spin_s``: how
+    long a waiting call polls before it sleeps (the polling watchdog, LCI-C09).
+    """
 
     def __init__(self, proc, *, spin_s: float = DEFAULT_SPIN_S):
         self.proc = proc
@@ -38,6 +42,7 @@ class DP:
 
     @property
     def nid(self) -> int:
+        """This process's node id (its key in every node's NART)."""
         return self.node.nid
 
     def now(self) -> float:
@@ -47,22 +52,43 @@ class DP:
     # -- the calls ---------------------------------------------------------------------
 
     async def dp_open(self, ep: int) -> int:
+        """Create endpoint `ep` (0..65535) with its Token Buffer Pool; return its fd.
+
+        The one new system call of DP. EADDRINUSE if `ep` is open on this node, EINVAL
+        for a bad number, ENOMEM when the pool cannot be pinned, ENODEV without DP.
+        """
         return await self._syscall("dp_open", (ep,))
 
     async def dp_target(self, fd: int, nid: int, ep: int) -> int:
+        """Send what is written on `fd` to endpoint `ep` of node `nid` (a directed edge).
+
+        EBADF for a bad fd, EHOSTUNREACH if `nid` is not in the NART, EINVAL for bad numbers.
+        """
         return await self._syscall("dp_target", (fd, nid, ep))
 
     async def dp_write(self, fd: int, data) -> int:
+        """Send `data` as one message through the call gate (DP-C04, DP-C05); return its length.
+
+        Returns once the frame is in the NIC's transmit ring: DP is unreliable, delivery is
+        not confirmed. EDESTADDRREQ before `dp_target`, EMSGSIZE above ``dp.max_message``,
+        EFAULT if `data` is not bytes-like; waits (or EAGAIN non-blocking) while the ring is full.
+        """
         data = _bytes(data)
         return await self._call(lambda entry: self.node.callgate_path(self.proc, "dp_write", (fd, data), entry),
                                 fd, self._wake_cost)
 
     async def write(self, fd: int, data) -> int:
+        """`dp_write` through the generic system-call entry (UNIX ``write``), at its higher cost."""
         data = _bytes(data)
         return await self._call(lambda entry: self.node.syscall_path(self.proc, "write", (fd, data), entry),
                                 fd, self._wake_cost)
 
     async def read(self, fd: int, nbytes: int) -> bytes:
+        """The next message (at most `nbytes` of it) through the generic system call (UNIX ``read``).
+
+        Waits while the pool is empty (BlockingIOError when non-blocking; in modeled time
+        OSError(EDEADLK) if nothing could ever arrive).
+        """
         _check_count(nbytes)
         return await self._call(lambda entry: self.node.syscall_path(self.proc, "read", (fd, nbytes), entry),
                                 fd, self._wake_cost)
@@ -90,12 +116,15 @@ class DP:
         return 0.0
 
     async def close(self, fd: int) -> int:
+        """Close `fd`: an endpoint's pool is freed and its messages dropped; EBADF if not open."""
         return await self._syscall("close", (fd,))
 
     def set_blocking(self, fd: int, blocking: bool) -> None:
+        """Blocking (the default) or not: a non-blocking call that would wait raises BlockingIOError."""
         self.proc.fds.get(fd).nonblocking = not blocking
 
     async def endpoint(self, ep: int, target: tuple | None = None) -> "Endpoint":
+        """Open endpoint `ep` as an `Endpoint` object, targeted at ``(nid, ep)`` if given."""
         fd = await self.dp_open(ep)
         e = Endpoint(self, fd, ep)
         if target is not None:
@@ -134,7 +163,10 @@ class DP:
 
 
 class SyncDP:
-    """The same calls, blocking. In modeled time a blocking call drives the engine."""
+    """The same calls, blocking (``dp.sync``). In modeled time a blocking call drives the engine.
+
+    Each method has the semantics and errors of the `DP` method of the same name.
+    """
 
     def __init__(self, dp: DP):
         self._dp = dp
@@ -142,39 +174,48 @@ class SyncDP:
         self.proc = dp.proc
 
     def dp_open(self, ep):
+        """Blocking `DP.dp_open`."""
         return self._call(lambda e: self.node.syscall_path(self.proc, "dp_open", (ep,), e), None, 0.0)
 
     def dp_target(self, fd, nid, ep):
+        """Blocking `DP.dp_target`."""
         return self._call(lambda e: self.node.syscall_path(self.proc, "dp_target", (fd, nid, ep), e), None, 0.0)
 
     def dp_write(self, fd, data):
+        """Blocking `DP.dp_write`."""
         data = _bytes(data)
         return self._call(lambda e: self.node.callgate_path(self.proc, "dp_write", (fd, data), e),
                           fd, self._dp._wake_cost)
 
     def write(self, fd, data):
+        """Blocking `DP.write`."""
         data = _bytes(data)
         return self._call(lambda e: self.node.syscall_path(self.proc, "write", (fd, data), e), fd,
                           self._dp._wake_cost)
 
     def read(self, fd, nbytes):
+        """Blocking `DP.read`."""
         _check_count(nbytes)
         return self._call(lambda e: self.node.syscall_path(self.proc, "read", (fd, nbytes), e), fd,
                           self._dp._wake_cost)
 
     def dp_read(self, fd, nbytes=65536):
+        """Blocking `DP.dp_read`."""
         _check_count(nbytes)
         ep = self._dp._endpoint(fd)
         return self._call(lambda e: ep.dp.read_path(ep, nbytes), fd, self._dp._poll_cost)
 
     def dp_read_token(self, fd):
+        """Blocking `DP.dp_read_token`."""
         ep = self._dp._endpoint(fd)
         return self._call(lambda e: ep.dp.take_path(ep), fd, self._dp._poll_cost)
 
     def close(self, fd):
+        """Blocking `DP.close`."""
         return self._call(lambda e: self.node.syscall_path(self.proc, "close", (fd,), e), None, 0.0)
 
     def set_blocking(self, fd, blocking):
+        """`DP.set_blocking`."""
         self._dp.set_blocking(fd, blocking)
 
     def _call(self, make_path, fd, wake_cost):
@@ -186,26 +227,33 @@ class Endpoint:
     """A Pythonic DP endpoint over the same calls: ``await ep.send(b"..")``."""
 
     def __init__(self, dp: DP, fd: int, ep: int):
+        """Wrap an open endpoint: its `DP`, fd and endpoint number (`DP.endpoint` makes one)."""
         self.dp = dp
         self.fd = fd
         self.ep = ep
 
     def fileno(self) -> int:
+        """The fd, for select/poll in real mode and trio's wait_readable."""
         return self.fd
 
     async def target(self, nid: int, ep: int) -> None:
+        """`DP.dp_target` on this endpoint."""
         await self.dp.dp_target(self.fd, nid, ep)
 
     async def send(self, data) -> int:
+        """`DP.dp_write` on this endpoint."""
         return await self.dp.dp_write(self.fd, data)
 
     async def recv(self, nbytes: int = 65536) -> bytes:
+        """`DP.dp_read` on this endpoint."""
         return await self.dp.dp_read(self.fd, nbytes)
 
     async def recv_token(self):
+        """`DP.dp_read_token` on this endpoint."""
         return await self.dp.dp_read_token(self.fd)
 
     async def aclose(self) -> None:
+        """Close the endpoint (also at the end of ``async with``)."""
         await self.dp.close(self.fd)
 
     async def __aenter__(self):

@@ -3,22 +3,64 @@
 Each is an ordinary DP program -- ``async def program(dp, rank, size, ...)`` -- so the
 same code runs in modeled time (all ranks in one trio run on the engine's clock) and
 in real time (one OS process per rank, frames on a real transport).
+
+DP is unreliable and has no flow control (DP-C02: a full Token Buffer Pool drops), so
+every wait here is bounded and every loss is counted, never retried forever:
+
+- `pingpong`: where a message can be lost, a ping whose echo has not come within
+  PING_TIMEOUT_S is a *lost sample*: counted in the row, not resent.
+- `bandwidth` and `bibw`: the OSU window benchmark (osu_bw, osu_bibw). The sender
+  posts a window of W messages; the receiver answers each window with one short
+  acknowledgement carrying how many messages it has read so far. Where a message of the
+  window was lost the acknowledgement does not come: after a wait scaled to the window
+  the sender asks with a small *mark*, which the receiver answers at once; a mark is sent
+  a bounded number of times, and a window whose acknowledgement never comes is counted,
+  not hung on. The rows
+  say how many messages were sent, delivered and dropped, and where the receiving node's
+  own counters saw them dropped (`DROP_COUNTERS`).
+- `_handshake`: a bounded number of hellos; then OSError(ETIMEDOUT) saying how many
+  were lost.
+
+Message kinds on a benchmark endpoint: data are zero bytes; a hello is empty; marks,
+acknowledgements and the end mark start with a byte 1, 2 or 3 (never zero).
 """
 from __future__ import annotations
 
+import errno
+import math
+
 import trio
 
-__all__ = ["pingpong", "bandwidth", "DEFAULT_SIZES"]
+__all__ = ["pingpong", "bandwidth", "bibw", "DEFAULT_SIZES", "DEFAULT_WINDOW", "default_sizes",
+           "drop_counters"]
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 1500)
+DEFAULT_WINDOW = 64             # osu_bw's window
 PINGPONG_EP = 0x5050
 BANDWIDTH_EP = 0x4200
-HANDSHAKE_TIMEOUT_S = 0.05
-END_MARK_RETRY_S = 200e-6      # a lost end mark costs at most this much of the measured time
-PING_RETRY_S = 0.01            # lossy media: a ping whose echo has not come by then is sent again
-END_MARK = b"\x01"             # data messages are zeros; hellos of the handshake are empty
-ECHO_IDLE_S = 0.2              # the echo side stops after this long without a ping
+BIBW_EP = 0x4400
+HANDSHAKE_TIMEOUT_S = 0.05      # one hello's wait for an answer
+HANDSHAKE_ATTEMPTS = 100        # then the peer is unreachable: ETIMEDOUT
+PING_TIMEOUT_S = 0.1            # lossy media: a ping whose echo has not come by then is a lost sample...
+PING_TIMEOUT_MAX_S = 1.0        # ... or 4 times the slowest round trip seen at this size, up to this
+FIRST_PING_TIMEOUT_S = 1.0      # the first ping of a size, before any round trip is known
+LINGER_S = 0.05                 # after the end mark, a receiver lets late frames land this long
+ECHO_IDLE_S = 3.0               # the echo side stops after this long without a ping (or at the end mark)
+ACK_TIMEOUT_MIN_S = 0.0005      # a window mark's wait for its ack, at least; see _ack_timeout
+ACK_ATTEMPTS = 8                # marks sent per window before the window counts as unacknowledged
+RECV_IDLE_S = 1.0               # a receiver that hears nothing for this long ends the size
 FAULT_KEYS = ("fault.loss", "fault.corrupt", "fault.duplicate", "fault.reorder")
+
+MARK, ACK, END = 1, 2, 3
+END_MARK = bytes([END])
+
+
+def default_sizes(max_message: int) -> list[int]:
+    """DEFAULT_SIZES cut to a NIC's largest DP message (which is added if it was cut off)."""
+    sizes = [n for n in DEFAULT_SIZES if n <= max_message]
+    if max_message not in sizes and max_message < DEFAULT_SIZES[-1]:
+        sizes.append(max_message)
+    return sizes
 
 
 def _lossy(dp) -> bool:
@@ -27,82 +69,39 @@ def _lossy(dp) -> bool:
     return not dp.node.modeled or any(p.get(k, 0.0) for k in FAULT_KEYS)
 
 
-async def _handshake(dp, fd, rank):
+async def _read_within(dp, fd, timeout: float, nbytes: int = 65536):
+    """The next message, or None if none came within `timeout` seconds."""
+    with trio.move_on_after(timeout):
+        return await dp.dp_read(fd, nbytes)
+    return None
+
+
+async def _handshake(dp, fd, rank, peer):
     """Make sure the peer's endpoint is open before measuring (DP itself is unreliable).
 
-    Rank 0 sends empty "hello" messages until rank 1 answers; rank 1 lets stray hellos
-    land, drains them, then answers once.
+    The initiator (lower rank) sends empty hellos until an answer comes, at most
+    HANDSHAKE_ATTEMPTS; the other side lets stray hellos land, drains them, answers
+    once (a benchmark's receive loop answers any later hello again).
     """
-    if rank == 0:
-        while True:
+    wait = HANDSHAKE_TIMEOUT_S
+    if rank < peer:
+        for _ in range(HANDSHAKE_ATTEMPTS):
             await dp.dp_write(fd, b"")
-            with trio.move_on_after(HANDSHAKE_TIMEOUT_S) as scope:
-                await dp.dp_read(fd, 16)
-            if not scope.cancelled_caught:
+            if await _read_within(dp, fd, wait, 16) is not None:
                 return
-    else:
-        await dp.dp_read(fd, 16)
-        await trio.sleep(HANDSHAKE_TIMEOUT_S / 10)
-        dp.set_blocking(fd, False)
-        try:
-            while True:
-                await dp.dp_read(fd, 16)
-        except BlockingIOError:
-            pass
-        dp.set_blocking(fd, True)
-        await dp.dp_write(fd, b"")
-
-
-async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10):
-    """Round trips between ranks 0 and 1: write, then read the echo (DP-A07, DP-A08).
-
-    Rank 1 echoes whatever arrives until the pings stop. Where a message can be lost,
-    rank 0 drops stale echoes before each ping and sends a ping again if its echo has
-    not come within PING_RETRY_S; the rows count those retries (each one's wait is part
-    of the measured time).
-    """
-    if rank > 1:
-        return None
-    fd = await dp.dp_open(PINGPONG_EP)
-    await dp.dp_target(fd, 1 - rank, PINGPONG_EP)
-    await _handshake(dp, fd, rank)
-    lossy = _lossy(dp)
-    if rank == 1:
-        # Nothing lost: exactly one ping per iteration. Lossy: echo until pings stop.
-        echoed = await _echo(dp, fd, None if lossy else len(sizes) * (warmup + iters))
-        await dp.close(fd)
-        return {"echoed": echoed}
-    rows = []
-    for n in sizes:
-        msg = bytes(n)
-        retries = 0
-        t0 = dp.now()
-        for i in range(warmup + iters):
-            if i == warmup:
-                t0 = dp.now()
-            if not lossy:
-                await dp.dp_write(fd, msg)
-                await dp.dp_read(fd, n)
-                continue
-            await _drain(dp, fd)                # late or duplicated echoes of earlier pings
-            await dp.dp_write(fd, msg)
-            while True:
-                with trio.move_on_after(PING_RETRY_S) as scope:
-                    await dp.dp_read(fd, n)
-                if not scope.cancelled_caught:
-                    break
-                retries += 1
-                await dp.dp_write(fd, msg)
-        rtt = (dp.now() - t0) / iters
-        row = {"size": n, "rtt_us": rtt * 1e6, "one_way_us": rtt * 1e6 / 2}
-        if lossy:
-            row["retries"] = retries
-        rows.append(row)
-    await dp.close(fd)
-    return rows
+        raise OSError(errno.ETIMEDOUT, f"handshake with node {peer} failed: {HANDSHAKE_ATTEMPTS} hellos sent, "
+                                       f"no answer within {wait * 1e3:g} ms of any (all lost, or node {peer} "
+                                       f"is not there)")
+    if await _read_within(dp, fd, wait * (HANDSHAKE_ATTEMPTS + 2), 16) is None:
+        raise OSError(errno.ETIMEDOUT, f"handshake with node {peer} failed: none of its "
+                                       f"{HANDSHAKE_ATTEMPTS} hellos arrived")
+    await trio.sleep(wait / 10)
+    await _drain(dp, fd)
+    await dp.dp_write(fd, b"")
 
 
 async def _drain(dp, fd) -> None:
+    """Read and forget whatever is queued on `fd` (late or duplicated messages)."""
     dp.set_blocking(fd, False)
     try:
         while True:
@@ -113,14 +112,158 @@ async def _drain(dp, fd) -> None:
         dp.set_blocking(fd, True)
 
 
+# --------------------------------------------------------------------------- where drops happen
+
+# Counters the kernel, the drivers and the device models already keep on the receiving
+# node, by what their leaf name says: a Token Buffer Pool with no free slot (DP-C02),
+# a receive ring or FIFO with no free entry, a frame that failed its link check (CRC,
+# HEC, malformed header -- what corruption becomes).
+DROP_COUNTERS = {
+    "tbp_full": ("dropped_full",),
+    "ring_full": ("rx_missed", "rx_overflow", "rx_fifo_overflow", "supply_overflow", "halted_drops"),
+    "corrupt": ("rx_crc_errors", "crc_errors", "hec_errors", "rx_malformed", "protocol_errors"),
+}
+
+
+def drop_counters(stats: dict) -> dict[str, int]:
+    """Sum a node's statistics tree into the DROP_COUNTERS categories."""
+    out = dict.fromkeys(DROP_COUNTERS, 0)
+    leaf_to = {leaf: cat for cat, leaves in DROP_COUNTERS.items() for leaf in leaves}
+
+    def walk(t):
+        for k, v in t.items():
+            if isinstance(v, dict):
+                walk(v)
+            elif k in leaf_to and isinstance(v, int) and not isinstance(v, bool):
+                out[leaf_to[k]] += v
+    walk(stats)
+    return out
+
+
+def _drops_since(dp, before: dict) -> dict[str, int]:
+    after = drop_counters(dp.node.stats())
+    return {k: after[k] - before[k] for k in after}
+
+
+def where_dropped(row: dict, lossy_medium: bool) -> dict[str, int]:
+    """Split a row's dropped messages by the receiver's counters; the rest were lost on the way."""
+    seen = {k: row.get(f"dropped_{k}", 0) for k in DROP_COUNTERS}
+    rest = max(0, row.get("dropped", 0) - sum(seen.values()))
+    return {**seen, ("medium" if lossy_medium else "other"): rest}
+
+
+# --------------------------------------------------------------------------- ping-pong
+
+
+async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, full=False, on_row=None):
+    """Round trips between ranks 0 and 1: write, then read the echo (DP-A07, DP-A08).
+
+    Rank 1 echoes whatever arrives. Rows: ``size``, ``rtt_us``, ``one_way_us`` (the mean
+    over `iters` round trips after `warmup`); with `full`, ``min_us``, ``max_us`` and
+    ``stddev_us`` of the one-way latency. Where a message can be lost, each ping waits
+    a bounded time for its echo (PING_TIMEOUT_S, or four times the slowest round trip
+    seen at that size, at most PING_TIMEOUT_MAX_S; pings of 4 bytes or more carry a
+    sequence number so that a late echo is not taken for the next one): rows then also
+    count ``samples`` and ``lost``
+    (the mean is over the samples that came back; None if none did).
+    """
+    if rank > 1:
+        return None
+    fd = await dp.dp_open(PINGPONG_EP)
+    await dp.dp_target(fd, 1 - rank, PINGPONG_EP)
+    await _handshake(dp, fd, rank, 1 - rank)
+    lossy = _lossy(dp)
+    if rank == 1:
+        # Nothing lost: exactly one ping per iteration. Lossy: echo until the end mark or silence.
+        echoed = await _echo(dp, fd, None if lossy else len(sizes) * (warmup + iters))
+        await dp.close(fd)
+        return {"echoed": echoed}
+    rows = []
+    seq = 0
+    for n in sizes:
+        msg = bytes(n)
+        samples: list[float] = []
+        lost = 0
+        timeout, slowest = FIRST_PING_TIMEOUT_S, 0.0
+        t0 = dp.now()
+        for i in range(warmup + iters):
+            if i == warmup:
+                t0 = dp.now()
+            ts = dp.now()
+            if not lossy:
+                await dp.dp_write(fd, msg)
+                await dp.dp_read(fd, n)
+            else:
+                await _drain(dp, fd)                # late or duplicated echoes of earlier pings
+                seq += 1
+                tag = seq.to_bytes(4, "big") if n >= 4 else b""     # a late echo cannot pass for this one
+                ts = dp.now()
+                await dp.dp_write(fd, tag + msg[len(tag):])
+                if not await _await_echo(dp, fd, tag, n, timeout):
+                    lost += i >= warmup
+                    continue
+                slowest = max(slowest, dp.now() - ts)
+                timeout = min(PING_TIMEOUT_MAX_S, max(PING_TIMEOUT_S, 4 * slowest))
+            if i >= warmup and (full or lossy):
+                samples.append(dp.now() - ts)
+        if lossy:
+            rtt = sum(samples) / len(samples) if samples else None
+        else:
+            rtt = (dp.now() - t0) / iters
+        row = {"size": n, "rtt_us": _us(rtt), "one_way_us": _us(rtt, 0.5)}
+        if lossy:
+            row.update(samples=len(samples), lost=lost)
+        if full:
+            row.update(_spread([s / 2 for s in samples]))
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    if lossy:
+        # One end mark: the echo side stops at it, or when idle if it was lost (nothing may
+        # follow it, or frames would reach a node that has stopped counting).
+        await dp.dp_write(fd, END_MARK)
+        while await _read_within(dp, fd, LINGER_S) is not None:    # late echoes land and are counted
+            pass
+    await dp.close(fd)
+    return rows
+
+
+async def _await_echo(dp, fd, tag: bytes, n: int, timeout: float) -> bool:
+    """Did the echo of the ping tagged `tag` come within `timeout` (others are skipped)?"""
+    with trio.move_on_after(timeout):
+        while True:
+            m = await dp.dp_read(fd, max(n, 16))
+            if len(m) == n and m[:len(tag)] == tag:
+                return True
+    return False
+
+
+def _us(seconds, factor=1.0):
+    return None if seconds is None else seconds * 1e6 * factor
+
+
+def _spread(values: list[float], key="us", scale=1e6) -> dict:
+    """min / max / stddev of per-sample figures (None without samples)."""
+    if not values:
+        return {f"min_{key}": None, f"max_{key}": None, f"stddev_{key}": None}
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    return {f"min_{key}": min(values) * scale, f"max_{key}": max(values) * scale, f"stddev_{key}": sd * scale}
+
+
 async def _echo(dp, fd, count) -> int:
-    """Send back `count` messages, or (None) every message until none has come for ECHO_IDLE_S."""
+    """Send back `count` messages, or (None) every message until the end mark or ECHO_IDLE_S of silence."""
     echoed = 0
     while count is None or echoed < count:
         if count is None:
-            with trio.move_on_after(ECHO_IDLE_S) as scope:
-                m = await dp.dp_read(fd, 65536)
-            if scope.cancelled_caught:
+            m = await _read_within(dp, fd, ECHO_IDLE_S)
+            if m is None:
+                return echoed
+            if m == END_MARK:
+                # Frames held back on the way (reordering) may still come: let them land and be
+                # counted by this node before it stops.
+                while await _read_within(dp, fd, LINGER_S) is not None:
+                    pass
                 return echoed
         else:
             m = await dp.dp_read(fd, 65536)
@@ -129,50 +272,182 @@ async def _echo(dp, fd, count) -> int:
     return echoed
 
 
-async def bandwidth(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=0):
-    """One-way streaming: `iters` messages per size, then an end mark until acknowledged.
+# --------------------------------------------------------------------------- window bandwidth
 
-    The receiver counts what arrived (DP may drop when a pool is full) until the end
-    mark and returns the byte count in its acknowledgement; bandwidth is delivered bytes over the time from
-    the first write to the acknowledgement, MB = 10^6 bytes.
+
+async def bandwidth(dp, rank, size, sizes=DEFAULT_SIZES, iters=16, window=DEFAULT_WINDOW, warmup=1, full=False,
+                    on_row=None):
+    """OSU-style bandwidth from rank 0 to rank 1: `iters` windows of `window` messages per size.
+
+    Rank 0 returns one row per size: ``size``, ``mbytes_per_s`` (delivered payload over
+    the time from the first measured message to the last window's acknowledgement, MB =
+    10^6 bytes), ``messages`` sent, ``delivered``, ``dropped``, ``windows``,
+    ``unacked_windows``; with `full`, the min/max/stddev of the per-window bandwidth
+    (``min_mbytes_per_s`` ...). Rank 1 returns its drop counters per size
+    (``{"size", "tbp_full", "ring_full", "corrupt"}``); `merge_window_results` joins the two.
+    ``iters=1, window=N`` is a plain stream of N messages closed by one acknowledgement.
     """
     if rank > 1:
         return None
-    rows = []
+    out = {"sent": [], "received": []}
     for k, n in enumerate(sizes):
         if n == 0:
             continue
-        ep = BANDWIDTH_EP + k
-        fd = await dp.dp_open(ep)
-        await dp.dp_target(fd, 1 - rank, ep)
-        await _handshake(dp, fd, rank)
-        msg = bytes(n)
-        if rank == 0:
-            t0 = dp.now()
-            for _ in range(iters):
-                await dp.dp_write(fd, msg)
-            while True:
-                await dp.dp_write(fd, END_MARK)
-                with trio.move_on_after(END_MARK_RETRY_S) as scope:
-                    ack = await dp.dp_read(fd, 16)
-                if not scope.cancelled_caught:
-                    break
-            elapsed = dp.now() - t0
-            got = int.from_bytes(ack[:8], "big")
-            rows.append({"size": n, "mbytes_per_s": got / elapsed / 1e6, "messages": iters,
-                         "delivered": got // n})
-        else:
-            got = 0
-            while True:
-                m = await dp.dp_read(fd, n)
-                if m == END_MARK:
-                    break
-                got += len(m)                               # a late empty hello adds nothing
-            while True:                                     # acknowledge every end mark seen
-                await dp.dp_write(fd, got.to_bytes(8, "big"))
-                with trio.move_on_after(HANDSHAKE_TIMEOUT_S * 2) as scope:
-                    await dp.dp_read(fd, 16)
-                if scope.cancelled_caught:
-                    break
+        await _window_size(dp, rank, 1 - rank, BANDWIDTH_EP + k, n, iters, window, warmup, full, rank == 0, out)
+        if rank == 0 and on_row is not None:
+            on_row(out["sent"][-1])
+    return out["sent"] if rank == 0 else out["received"]
+
+
+async def bibw(dp, rank, size, sizes=DEFAULT_SIZES, iters=16, window=DEFAULT_WINDOW, warmup=1, full=False,
+               on_row=None):
+    """OSU-style bidirectional bandwidth: ranks 0 and 1 each send windows to the other at once.
+
+    Each rank returns ``{"sent": rows, "received": drop counters}`` of its own direction as
+    `bandwidth` does; `merge_window_results` sums both directions per size.
+    """
+    if rank > 1:
+        return None
+    out = {"sent": [], "received": []}
+    for k, n in enumerate(sizes):
+        if n == 0:
+            continue
+        async with trio.open_nursery() as nursery:
+            # Endpoint BIBW_EP + 2k carries rank 0's windows, + 2k + 1 rank 1's.
+            for sender in (0, 1):
+                nursery.start_soon(_window_size, dp, rank, 1 - rank, BIBW_EP + 2 * k + sender, n, iters, window,
+                                   warmup, full, rank == sender, out)
+        if rank == 0 and on_row is not None:
+            on_row(out["sent"][-1])
+    return out
+
+
+def _ack_timeout(post_s: float) -> float:
+    """How long a mark waits for its ack: the window drains about as fast as it was posted
+    (the transmit ring throttles the writer), so twice the posting time, and at least
+    ACK_TIMEOUT_MIN_S -- slow links (``--param link.rate_bps=1e6``) get longer."""
+    return max(ACK_TIMEOUT_MIN_S, 2 * post_s)
+
+
+async def _window_size(dp, rank, peer, ep, n, iters, window, warmup, full, sending, out):
+    """One size of the window benchmark, on one endpoint, as its sender or its receiver."""
+    before = drop_counters(dp.node.stats())
+    fd = await dp.dp_open(ep)
+    await dp.dp_target(fd, peer, ep)
+    await _handshake(dp, fd, rank, peer)
+    if sending:
+        row = await _send_windows(dp, fd, n, iters, window, warmup, full)
+        row["messages_per_window"] = window
+        out["sent"].append(row)
         await dp.close(fd)
+    else:
+        await _receive_windows(dp, fd, n, window)
+        await dp.close(fd)
+        out["received"].append({"size": n, **_drops_since(dp, before)})
+
+
+async def _send_windows(dp, fd, n, iters, window, warmup, full) -> dict:
+    msg = bytes(n)
+    acks: list[tuple[float, int]] = []        # (time the ack came, messages read so far) per acked window
+    base = (dp.now(), 0)                      # where the measured windows start
+    first = 0                                 # index in acks of the first measured window's ack
+    unacked = 0
+    for w in range(warmup + iters):
+        if w == warmup:
+            base, first = (dp.now(), acks[-1][1] if acks else 0), len(acks)
+        tw = dp.now()
+        for _ in range(window):
+            await dp.dp_write(fd, msg)
+        got = await _close_window(dp, fd, w, _ack_timeout(dp.now() - tw))
+        if got is None:
+            unacked += w >= warmup
+        else:
+            acks.append((dp.now(), got))
+    await dp.dp_write(fd, END_MARK)           # the receiver may stop now (it also stops when idle)
+    measured = acks[first:]
+    last_t, last_count = measured[-1] if measured else base
+    delivered = max(0, last_count - base[1])
+    elapsed = last_t - base[0]
+    sent = window * iters
+    row = {"size": n, "mbytes_per_s": delivered * n / elapsed / 1e6 if elapsed > 0 else 0.0,
+           "messages": sent, "delivered": delivered, "dropped": sent - delivered,
+           "windows": iters, "unacked_windows": unacked}
+    if full:
+        rates, prev = [], base
+        for t, c in measured:
+            rates.append((c - prev[1]) * n / (t - prev[0]))
+            prev = (t, c)
+        row.update(_spread(rates, "mbytes_per_s", 1e-6))
+    return row
+
+
+async def _close_window(dp, fd, w: int, timeout: float):
+    """Wait for window `w`'s ack; when it does not come within `timeout`, send the window's
+    mark (at most ACK_ATTEMPTS times) to ask for it. The count read so far, or None."""
+    mark = bytes([MARK]) + w.to_bytes(4, "big")
+    for attempt in range(ACK_ATTEMPTS + 1):
+        if attempt:
+            await dp.dp_write(fd, mark)
+        deadline = trio.current_time() + timeout
+        while True:
+            with trio.move_on_at(deadline):
+                m = await dp.dp_read(fd, 16)
+                if len(m) == 9 and m[0] == ACK and int.from_bytes(m[1:5], "big") == w:
+                    return int.from_bytes(m[5:9], "big")
+                continue                      # a stale ack, a late hello answer: keep waiting
+            break
+    return None
+
+
+async def _receive_windows(dp, fd, n, window) -> None:
+    """Count data messages and acknowledge each window, with (window, count so far): when
+    `window` messages of it have come (as osu_bw), or when its mark asks (some were lost).
+    Stop at the end mark or after RECV_IDLE_S of silence."""
+    count = in_window = w = 0
+    while True:
+        m = await _read_within(dp, fd, RECV_IDLE_S, max(n, 16))
+        if m is None or m == END_MARK:
+            return
+        if not m:                             # a hello whose answer was lost: answer again
+            await dp.dp_write(fd, b"")
+            continue
+        if m[0] == MARK and len(m) == 5:
+            w = int.from_bytes(m[1:5], "big")
+        else:
+            count += 1
+            in_window += 1
+            if in_window < window:
+                continue
+        await dp.dp_write(fd, bytes([ACK]) + w.to_bytes(4, "big") + count.to_bytes(4, "big"))
+        w, in_window = w + 1, 0
+
+
+def merge_window_results(results: list, lossy_medium: bool) -> list[dict]:
+    """The rows of `bandwidth` or `bibw` from every rank's result: the senders' rows per
+    size (both directions summed for bibw) with the receivers' drop counters, and the
+    dropped messages no counter saw as ``dropped_medium`` (lossy) or ``dropped_other``."""
+    sent: dict[int, list[dict]] = {}
+    drops: dict[int, dict[str, int]] = {}
+    for res in results:
+        if not res:
+            continue
+        parts = (res["sent"] + res["received"]) if isinstance(res, dict) else res
+        for row in parts:
+            if "messages" in row:
+                sent.setdefault(row["size"], []).append(row)
+            else:
+                acc = drops.setdefault(row["size"], dict.fromkeys(DROP_COUNTERS, 0))
+                for k in DROP_COUNTERS:
+                    acc[k] += row.get(k, 0)
+    rows = []
+    for n, parts in sent.items():
+        row = dict(parts[0])
+        if len(parts) > 1:                    # bibw: both directions
+            for key in ("mbytes_per_s", "messages", "delivered", "dropped", "windows", "unacked_windows"):
+                row[key] = sum(p[key] for p in parts)
+        for cat, v in drops.get(n, dict.fromkeys(DROP_COUNTERS, 0)).items():
+            row[f"dropped_{cat}"] = v
+        rest = "medium" if lossy_medium else "other"
+        row[f"dropped_{rest}"] = where_dropped(row, lossy_medium)[rest]
+        rows.append(row)
     return rows

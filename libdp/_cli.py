@@ -13,17 +13,21 @@ traceback instead.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
-__all__ = ["main", "build_parser", "common_parsers", "FAMILIES"]
+from libdp._argtypes import positive_int
+
+__all__ = ["main", "build_parser", "common_parsers", "run_captured", "FAMILIES"]
 
 # The command families, in the order ``dp --help`` lists them.
 FAMILIES = (
-    "libdp._dp_cli",        # pingpong, bandwidth
+    "libdp._dp_cli",        # pingpong, bandwidth, bibw
     "libdp._am_cli",        # am-pingpong, am-bandwidth
     "libdp._fm_cli",        # fm-pingpong, fm-bandwidth
     "libdp._info_cli",      # profile, modules, modinfo
+    "libdp._tools_cli",     # reproduce, plot
 )
 
 
@@ -31,8 +35,10 @@ def common_parsers() -> dict[str, argparse.ArgumentParser]:
     """Parent parsers for options shared across families (``parents=[common["model"]]``).
 
     ``model``: what every modeled run takes -- ``--platform``, ``--param``, ``--load``,
-    ``--seed``, ``--stats``, ``--json``. Families set their own ``--platform`` default
-    and help through `set_defaults` when the NIC fixes it.
+    ``--seed``; the output options ``--stats``, ``--json``, ``--plot``, ``--quiet``; and
+    the sweep options ``--sweep``, ``--jobs``, ``--scheduler`` (`libdp._sweep` runs the
+    command once per point; a family does nothing for it). Families set their own
+    ``--platform`` default and help through `set_defaults` when the NIC fixes it.
     """
     from kernelsim import available_profiles
 
@@ -48,11 +54,31 @@ def common_parsers() -> dict[str, argparse.ArgumentParser]:
     out = model.add_argument_group("output")
     out.add_argument("--stats", action="store_true", help="also print the counters of every ring, pool and queue")
     out.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    out.add_argument("--plot", metavar="FILE.png|svg", default=None,
+                     help="also draw the results (with the published figures beside them) into FILE "
+                          "(needs matplotlib: pip install 'dp[plot]')")
+    out.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    sw = model.add_argument_group("sweeps")
+    sw.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,...",
+                    help="run once per value of a profile (or module) parameter; repeatable: every "
+                         "combination; one merged JSON document, table and plot")
+    sw.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+                    help="with --sweep: run the points in N local processes (default 1)")
+    sw.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                    help="with --sweep: run the points on this Dask cluster (tcp://host:8786; "
+                         "needs pip install 'dp[cluster]')")
     return {"model": model}
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line on stderr (status 2), not a usage block."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dp", description="Directed Point, rebuilt: modeled and real cluster "
+    parser = _Parser(prog="dp", description="Directed Point, rebuilt: modeled and real cluster "
                                                             "messaging")
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error (accepted anywhere on the command line)")
@@ -76,6 +102,11 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
+        if getattr(args, "sweep", None):
+            from libdp._sweep import run_sweep
+            return run_sweep(args, argv)
+        if getattr(args, "jobs", 1) != 1 or getattr(args, "scheduler", None):
+            raise OSError(errno.EINVAL, "--jobs and --scheduler run the points of a --sweep: give --sweep KEY=V1,V2")
         return func(args)
     except KeyboardInterrupt:
         return 130
@@ -85,6 +116,29 @@ def main(argv=None) -> int:
             raise
         print(f"dp: {'; '.join(dict.fromkeys(_one_line(e) for e in leaves))}", file=sys.stderr)
         return 1
+
+
+def run_captured(argv) -> tuple[dict, object]:
+    """Run ``dp ARGV`` in this process; return its (document, `Table` or None) unprinted.
+
+    What sweeps and ``dp reproduce`` run for each point (also in a worker process or on
+    a Dask worker); errors propagate as OSError/ValueError.
+    """
+    from libdp._report import capture
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit:
+        raise ValueError(f"dp {' '.join(argv)}: bad arguments") from None
+    args.debug, args.sweep, args.plot, args.jobs, args.scheduler = False, [], None, 1, None
+    if getattr(args, "func", None) is None:
+        raise ValueError(f"dp {' '.join(argv)}: no command")
+    with capture() as got:
+        args.func(args)
+    if not got:
+        raise ValueError(f"dp {' '.join(argv)} printed no document")
+    return got[-1]
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

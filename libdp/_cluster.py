@@ -21,12 +21,24 @@ from nic_drivers import nic as nic_package
 __all__ = ["Cluster", "build_profile"]
 
 
+MAX_NODES = 65536          # node ids are 16-bit in the Directed Message header
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def build_profile(platform: str = "p133", params=()):
     """Load a platform profile and apply KEY=VALUE overrides (strings or pairs)."""
     prof = load_profile(platform)
     items = params.items() if isinstance(params, dict) else params
     for item in items:
-        key, value = parse_param(item) if isinstance(item, str) else item
+        if isinstance(item, str):
+            key, value = parse_param(item)
+        elif isinstance(item, (tuple, list)) and len(item) == 2:
+            key, value = item
+        else:
+            raise OSError(errno.EINVAL, f"a profile override is 'KEY=VALUE' or (key, value), not {item!r}")
         prof.override(key, value)
     return prof
 
@@ -63,9 +75,19 @@ def _sole(group: BaseExceptionGroup) -> BaseException:
     return leaves[0] if len(leaves) == 1 else group
 
 
+def _load_spec(spec) -> tuple[str, dict]:
+    """One entry of ``load=``: ``"NAME[:k=v,...]"`` or ``(name, {params})``."""
+    if isinstance(spec, str):
+        return parse_load(spec)
+    if isinstance(spec, (tuple, list)) and len(spec) == 2 and isinstance(spec[0], str) \
+            and isinstance(spec[1], dict):
+        return spec[0], spec[1]
+    raise OSError(errno.EINVAL, f"a module to load is 'NAME[:key=value,...]' or (name, {{params}}), not {spec!r}")
+
+
 def boot_modules(node, driver: str, load=()) -> None:
     """Load the NIC driver, DP, then the extras; ``load`` may give any of them parameters."""
-    specs = [parse_load(s) if isinstance(s, str) else tuple(s) for s in load]
+    specs = [_load_spec(s) for s in load]
     given = {name: params for name, params in specs}
     for name in (driver, "dp"):
         node.modules.modprobe(name, **given.pop(name, {}))
@@ -77,8 +99,10 @@ def boot_modules(node, driver: str, load=()) -> None:
 class Cluster:
     def __init__(self, nodes: int = 2, platform: str | None = None, nic: str | None = None, params=(),
                  seed: int = 0, load=()):
-        if not isinstance(nodes, int) or nodes < 1:
-            raise OSError(errno.EINVAL, f"a cluster needs at least one node, not {nodes!r}")
+        if not _is_int(nodes) or not 1 <= nodes <= MAX_NODES:
+            raise OSError(errno.EINVAL, f"a cluster has 1..{MAX_NODES} nodes, not {nodes!r}")
+        if not _is_int(seed):
+            raise OSError(errno.EINVAL, f"a seed is an int, not {seed!r}")
         platform, nic = resolve_platform(platform, nic)
         self.profile = build_profile(platform, params)
         self.nic_name = nic
@@ -114,13 +138,17 @@ class Cluster:
         return node
 
     def node(self, nid: int) -> Node:
-        return self.nodes[nid]
+        """Node `nid`'s kernel (modules, statistics): the administrator's handle."""
+        return self.nodes[self._nid(nid)]
 
     def process(self, nid: int, name: str = "proc") -> DP:
         """A new process on node `nid`, with DP bound to it."""
-        if not 0 <= nid < len(self.nodes):
-            raise OSError(errno.EINVAL, f"no node {nid} in a {len(self.nodes)}-node cluster")
-        return DP(self.nodes[nid].spawn(name))
+        return DP(self.nodes[self._nid(nid)].spawn(name))
+
+    def _nid(self, nid) -> int:
+        if not _is_int(nid) or not 0 <= nid < len(self.nodes):
+            raise OSError(errno.EINVAL, f"no node {nid!r} in a {len(self.nodes)}-node cluster")
+        return nid
 
     def run(self, async_fn, *args):
         """Run `async_fn(*args)` under trio in this cluster's modeled time.

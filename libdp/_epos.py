@@ -1,4 +1,4 @@
-"""The EPOS pipeline's bandwidth over Myrinet, as a measurement (FACTS 5A, 5C).
+"""The EPOS pipeline's bandwidth over Myrinet, as a measurement (EP-A01..A20, EP-C01..C08).
 
 `bulk_pingpong` is an SPMD program for ``Cluster.run_spmd``: ranks 0 and 1 bounce a bulk
 message through the Myrinet driver's pipeline (`nic_drivers.myrinet.pipeline`), and the

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from libdp import Cluster
 from libdp.am import AM
 from protocols.am import AM_PROTO
-from protocols.am import _engine as E
+from protocols.am import _wire as E
 from libdp.am_stress import run_stress
 
 H_SINK, H_ECHO, H_REPLY = 1, 2, 3
@@ -97,7 +97,7 @@ def test_malformed_packets_are_dropped_and_counted_and_traffic_goes_on():
     assert got == want
     assert seen == []
     # The channel from node 0 is intact: its next real request (seq 1) arrives.
-    a.ep.peers[1].tx_req.next_seq = 1
+    a.ep.peer(1).tx_req.next_seq = 1
     a.sync.am_request_2(1, H_SINK, 7, 8)
     b.sync.poll_until(lambda: seen)
     assert seen == [(7, 8)]

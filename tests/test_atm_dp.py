@@ -7,6 +7,8 @@ id) + 8 (Directed Message header) + n bytes, padded with its 8-byte trailer to w
 """
 from __future__ import annotations
 
+import functools
+
 import json
 
 import pytest
@@ -47,7 +49,8 @@ def rtt_us(sizes, iters=20, params=(), driver=None, nodes=2):
 
 
 def bw_mbs(sizes, iters=150, params=()):
-    rows = Cluster(nodes=2, nic="atm", params=params).run_spmd(bandwidth, list(sizes), iters)[0]
+    stream = functools.partial(bandwidth, iters=1, window=iters, warmup=0)
+    rows = Cluster(nodes=2, nic="atm", params=params).run_spmd(stream, list(sizes))[0]
     return {r["size"]: r["mbytes_per_s"] for r in rows}
 
 
@@ -187,13 +190,16 @@ def test_lost_duplicated_and_reordered_cells_never_deliver_a_wrong_message():
 
 
 def test_the_cli_reports_crc_and_hec_drops(capsys):
-    assert main(["bandwidth", "--nic", "atm", "--sizes", "1500", "--iters", "100", "--param", "fault.corrupt=0.05",
+    assert main(["bandwidth", "--nic", "atm", "--sizes", "1500", "--iters", "1", "--window", "100",
+                 "--param", "fault.corrupt=0.05",
                  "--json", "--stats"]) == 0
     doc = json.loads(capsys.readouterr().out)
     dev = doc["stats"]["node1"]["atm0"]["device"]
     assert doc["platform"] == "p133_atm" and doc["params"]["fault.corrupt"] == 0.05
     assert dev["phy"]["hec_errors"] > 0 and dev["aal5"]["crc_errors"] > 0
-    assert doc["results"][0]["delivered"] < 100
+    row = doc["results"][0]
+    assert row["delivered"] < row["messages"] == 100
+    assert row["dropped_corrupt"] > 0        # the receiver's HEC and CRC counters place the drops
 
 
 # --------------------------------------------------------------------------- many nodes

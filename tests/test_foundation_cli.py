@@ -41,19 +41,21 @@ def test_pingpong_json(capsys):
 
 
 def test_bandwidth_json(capsys):
-    doc = run_json(capsys, ["bandwidth", "--sizes", "512,1500", "--iters", "200"])
+    doc = run_json(capsys, ["bandwidth", "--sizes", "512,1500", "--iters", "4"])
     assert doc["time"] == "modeled"
     assert [r["size"] for r in doc["results"]] == [512, 1500]
     for r in doc["results"]:
-        assert set(r) >= {"size", "mbytes_per_s", "messages", "delivered"}
-        assert r["messages"] == 200 and 0 < r["delivered"] <= 200
+        assert set(r) >= {"size", "mbytes_per_s", "messages", "delivered", "dropped", "dropped_tbp_full",
+                          "dropped_ring_full", "dropped_corrupt"}
+        assert r["messages"] == 4 * 64 and 0 < r["delivered"] <= r["messages"]
+        assert r["dropped"] == r["messages"] - r["delivered"]
         assert r["mbytes_per_s"] > 0
     assert doc["results"][1]["mbytes_per_s"] == pytest.approx(12.2, rel=0.05)
 
 
 def test_param_override_shows_in_the_json_and_in_the_figures(capsys):
-    base = run_json(capsys, ["bandwidth", "--sizes", "1500", "--iters", "100"])
-    slow = run_json(capsys, ["bandwidth", "--sizes", "1500", "--iters", "100", "--param", "link.rate_bps=10e6"])
+    base = run_json(capsys, ["bandwidth", "--sizes", "1500", "--iters", "2"])
+    slow = run_json(capsys, ["bandwidth", "--sizes", "1500", "--iters", "2", "--param", "link.rate_bps=10e6"])
     assert slow["params"]["link.rate_bps"] == 10e6
     assert slow["overrides"] == {"link.rate_bps": 10e6}
     assert base["overrides"] == {}
@@ -73,7 +75,7 @@ def test_pingpong_table_output(capsys):
 
 
 def test_bandwidth_table_output(capsys):
-    rc, out, err = run(capsys, ["bandwidth", "--sizes", "1500", "--iters", "50"])
+    rc, out, err = run(capsys, ["bandwidth", "--sizes", "1500", "--iters", "2"])
     assert rc == 0
     assert out.startswith("# DP bandwidth")
     assert any(ln.split()[0] == "1500" for ln in out.splitlines() if ln and not ln.startswith("#"))

@@ -1,4 +1,4 @@
-"""The EPOS communication pipeline over the Myrinet driver (FACTS 5A, 5C)."""
+"""The EPOS communication pipeline over the Myrinet driver (EP-A01..A20, EP-C01..C08)."""
 from __future__ import annotations
 
 import errno

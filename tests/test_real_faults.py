@@ -32,7 +32,7 @@ def test_loss_on_a_real_transport_is_injected_and_survived(transport):
     results, stats = run_real_spmd(libdp.pingpong, [1], 60, transport=transport, timeout=TIMEOUT,
                                    params=[("fault.loss", 0.3)], seed=3)
     row = results[0][0]
-    assert row["retries"] > 0                           # pings were lost, and sent again
+    assert row["lost"] > 0 and row["samples"] + row["lost"] == 60    # pings were lost: lost samples
     for node in ("node0", "node1"):
         f = stats[node]["real_port0"]["faults"]
         assert f["applied_by"] == "injector" and f["lost"] > 0
@@ -42,10 +42,12 @@ def test_loss_on_a_real_transport_is_injected_and_survived(transport):
 def test_corruption_on_a_real_transport_fails_the_nic_crc():
     results, stats = run_real_spmd(libdp.pingpong, [64], 60, timeout=TIMEOUT,
                                    params=[("fault.corrupt", 0.2), ("fault.reorder", 0.1)], seed=1)
-    assert results[0][0]["retries"] > 0
+    assert results[0][0]["lost"] > 0
     corrupted = sum(stats[n]["real_port0"]["faults"]["corrupted"] for n in ("node0", "node1"))
     crc_errors = sum(stats[n]["eth0"]["device"]["rx_crc_errors"] for n in ("node0", "node1"))
-    assert corrupted > 0 and crc_errors == corrupted     # every damaged frame was caught, none passed
+    # Every damaged frame was caught, none passed; in real time one may still be on its way
+    # (held back by reordering) when its receiver stops, and is then checked by no one.
+    assert corrupted > 0 and corrupted - 1 <= crc_errors <= corrupted
     assert sum(stats[n]["real_port0"]["faults"]["reordered"] for n in ("node0", "node1")) > 0
 
 
@@ -99,7 +101,7 @@ def test_faults_on_the_packet_transport_use_netem_or_say_why_not():
         pytest.skip(why)
     results, stats = run_real_spmd(libdp.pingpong, [1], 60, transport="packet", timeout=TIMEOUT,
                                    params=[("fault.loss", 0.3)], seed=5)
-    assert results[0][0]["retries"] > 0
+    assert results[0][0]["lost"] > 0
     f = _faults(stats)
     if f["applied_by"] == "netem":
         assert f["loss"] == 0.3
@@ -168,7 +170,7 @@ def test_a_dead_rank_is_one_line_from_the_cli(capsys, monkeypatch):
     assert err.count("\n") == 1 and "died" in err and "Traceback" not in err
 
 
-async def _killer_pingpong(dp, rank, size, sizes, iters):
+async def _killer_pingpong(dp, rank, size, *args, **kwargs):
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     await trio.sleep_forever()

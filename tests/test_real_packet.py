@@ -204,9 +204,9 @@ def test_real_pingpong_over_packet_transport(netns_ok):
     assert [r["size"] for r in rows] == [1, 1500]
     for r in rows:
         assert r["rtt_us"] > 0 and r["one_way_us"] == pytest.approx(r["rtt_us"] / 2)
-        assert r["retries"] >= 0
+        assert r["samples"] + r["lost"] == 30      # a real transport may lose: a lost ping is a lost sample
     warm = 10                                       # pingpong's warm-up round trips per size
-    assert results[1]["echoed"] >= 2 * (warm + 30)  # every ping came back (retries add more)
+    assert results[1]["echoed"] >= sum(r["samples"] for r in rows)
     for node in ("node0", "node1"):
         eth = stats[node]["eth0"]
         assert eth["tx_frames"] >= 2 * (warm + 30) and eth["rx_frames"] >= 2 * (warm + 30)

@@ -1,6 +1,6 @@
 """Modeled Fast Ethernet: a full-duplex cable between two NICs (back to back).
 
-Per frame on the wire (HARDWARE.md, Ethernet framing): preamble and start delimiter,
+Per frame on the wire (HW-ETH): preamble and start delimiter,
 the frame padded to the 64-byte minimum, the FCS, then the inter-frame gap before the
 next frame may start. The last bit reaches the far end one propagation delay after it
 left. Each direction is its own wire (full duplex), so no collisions.

@@ -1,7 +1,7 @@
 """Raw Ethernet frames on a Linux interface: the AF_PACKET transport.
 
 :class:`PacketPort` is one ``AF_PACKET``/``SOCK_RAW`` socket bound to one interface
-and one EtherType (DP's 0x88B5 by default: HARDWARE.md, the IEEE 802 "local
+and one EtherType (DP's 0x88B5 by default: HW-ETH, the IEEE 802 "local
 experimental" EtherType). It has the port interface of :mod:`kernelsim.media.real`
 (``send``, ``recv_into``, ``pending``, ``fileno``, ``prepare_to_sleep``, ...), so a
 :class:`~kernelsim.media.backend.DevicePort` can put a DEC 21140 model on a real wire:
@@ -30,7 +30,7 @@ from kernelsim.media.real import SocketPort
 
 __all__ = ["PacketPort", "DP_ETHERTYPE", "ETH_HLEN"]
 
-DP_ETHERTYPE = 0x88B5          # HARDWARE.md: IEEE 802 local experimental EtherType 1
+DP_ETHERTYPE = 0x88B5          # HW-ETH: IEEE 802 local experimental EtherType 1
 ETH_HLEN = 14
 
 _SOL_PACKET = getattr(socket, "SOL_PACKET", 263)

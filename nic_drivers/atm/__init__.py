@@ -44,7 +44,7 @@ def _exit(kernel, devs) -> None:
 MODULE = Module(
     name="atm",
     description="OC-3c ATM adapter driver (PCA-200E-style host queues, AAL5 SAR on the card, one VC per node pair)",
-    sources=("HARDWARE.md: ATM", "FACTS.md section 4 (P-133/ATM)"),
+    sources=("HW-ATM", "DP-B08", "DP-B09"),
     params={
         "mtu": Param(int, 1536, "AAL5 MTU of every VC, link header included (DP needs 2 + 8 + 1500)",
                      min=64, max=65535),

@@ -3,7 +3,7 @@
 
 A fiber direction (`CellPort`) is a serial line that carries one 53-byte cell per cell
 time (424 bits at the cell rate: 2.83 us at 149.76 Mb/s, the STS-3c payload of the
-155.52 Mb/s line -- HARDWARE.md). The cell's last bit reaches the far end one
+155.52 Mb/s line -- HW-ATM). The cell's last bit reaches the far end one
 propagation delay after it left; that is the receive event at the sink. Cells on one
 fiber arrive in the order they were sent, so in the common case (no fault injection)
 a fiber keeps the cells in flight in a small ring of raw bytes and schedules one event

@@ -11,9 +11,9 @@ HEC and clocks it out at the cell rate. On receive, the framer checks the HEC, t
 looks the VPI/VCI up in its connection table, reassembles each connection's PDU in
 card memory, checks the CRC-32 and the length when the last cell arrives, DMAs the
 payload into buffers the host supplied beforehand -- the first part into one *small*
-buffer, the rest into *large* ones, as the firmware does (HARDWARE.md; the sizing
+buffer, the rest into *large* ones, as the firmware does (HW-ATM; the sizing
 comment of Linux's fore200e.h) -- writes a receive PDU descriptor and a completion
-status word into host memory, and interrupts the host. (HARDWARE.md, ATM.)
+status word into host memory, and interrupts the host. (HW-ATM.)
 
 Host and cp talk through queues that live in *card* memory and are written by the
 host with programmed I/O across PCI: a command queue (16 entries), a transmit queue

@@ -8,7 +8,7 @@ each queue entry's status address into card memory, hands every receive descript
 the card, supplies the receive buffers in blocks, enables the interrupt and opens the
 VCs with activate commands. Any failure stops the card and frees what was taken.
 
-Addressing (the NART entry for ATM is a VPI/VCI, HARDWARE.md): every ordered pair of
+Addressing (the NART entry for ATM is a VPI/VCI, HW-ATM): every ordered pair of
 nodes has its own VC. Node d is reached on VPI 0, VCI 32 + d (VCIs 0-31 are reserved
 for signalling and OAM), the same VCI for every sender -- so ``hwaddr_for(d)`` does not
 depend on who asks, as the NART filled from the cluster description needs. On a cell

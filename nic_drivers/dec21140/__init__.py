@@ -39,7 +39,7 @@ def _exit(kernel, devs) -> None:
 MODULE = Module(
     name="dec21140",
     description="DEC 21140 Fast Ethernet driver (tulip-style rings, call-gate friendly transmit)",
-    sources=("DP-A02", "HARDWARE.md: DEC 21140"),
+    sources=("DP-A02", "HW-21140"),
     params={
         "tx_ring": Param(int, 32, "transmit descriptors (Linux tulip: 32)", min=2, max=512),
         "rx_ring": Param(int, 128, "receive descriptors (Linux tulip: 128)", min=2, max=1024),

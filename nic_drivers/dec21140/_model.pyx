@@ -6,7 +6,7 @@ table, transmit and receive ring walkers, a DMA copier, the CSR5/CSR7 interrupt
 summary, a backend adapter to the medium -- plus what QEMU leaves out: time. Every
 bus transaction and every byte on the wire takes the time the profile says, so the
 driver's and DP's choices (burst length, store-and-forward, interrupt on completion)
-move the modeled figures as they would on the card (HARDWARE.md, DEC 21140).
+move the modeled figures as they would on the card (HW-21140).
 
 Descriptors and buffers live in the node's physical memory and are reached only by
 DMA through the addresses the driver wrote into CSR3/CSR4 and the descriptors.
@@ -149,7 +149,7 @@ cdef class Dec21140:
         return v
 
     cpdef csr_write(self, int n, unsigned int value):
-        """The write-semantics table of HARDWARE.md's CSR list."""
+        """The write-semantics table of CSR list of HW-21140."""
         if n == 0:
             if value & SWR:
                 self._reset()

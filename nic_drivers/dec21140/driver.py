@@ -1,7 +1,7 @@
 """The DEC 21140 driver: the kernel side, in the manner of Linux's ``tulip``.
 
 Open sets up the descriptor rings in physical memory (32 transmit entries, 128
-receive entries with 1536-byte buffers: HARDWARE.md's Linux driver practice), writes
+receive entries with 1536-byte buffers: HW-21140's Linux driver practice), writes
 the bus mode, list bases, interrupt mask and operating mode, and takes an IRQ line.
 Transmit fills the next descriptor's buffer (the protocol writes the frame there
 itself), sets the length with FS|LS, asks for an interrupt only at the half-ring
@@ -78,7 +78,7 @@ class TulipNetDevice(NetDevice):
         """Queue a setup frame: the 21140 receives unicast only for addresses it was given.
 
         Sixteen perfect-filter entries of three longwords, two address bytes in the low
-        half of each (HARDWARE.md); ours first, broadcast in every other entry.
+        half of each (HW-21140); ours first, broadcast in every other entry.
         """
         mem = self.node.mem
         buf = self.tx_bufs[0]

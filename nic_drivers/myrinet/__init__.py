@@ -73,7 +73,7 @@ MODULE = Module(
     name="myrinet",
     description="Myrinet LANai driver with DP's control program, PIO/DMA sends and the EPOS bulk pipeline",
     sources=("LCI-A15..A35", "LCI-A40..A48", "LCI-C02", "LCI-C08", "LCI-C09", "LCI-C25", "LCI-C27",
-             "FM-A02..A07", "FM-C01", "FM-C06", "FM-C07", "EP-A01..A20", "EP-C01..C08", "HARDWARE.md: Myrinet"),
+             "FM-A02..A07", "FM-C01", "FM-C06", "FM-C07", "EP-A01..A20", "EP-C01..C08", "HW-MYRI"),
     params={
         "tx_ring": Param(int, 16, "send descriptors, each with an NI send buffer and a pinned host buffer",
                          min=2, max=256),

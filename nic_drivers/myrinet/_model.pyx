@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The Myrinet network interface (a LANai 4.x / 9.x board): the hardware side.
 
-A Myrinet NI is a small computer on a PCI card (HARDWARE.md, Myrinet; FACTS LCI-A22..A26,
+A Myrinet NI is a small computer on a PCI card (HW-MYRI; LCI-A22..A26,
 EP-A05). Its SRAM (1 MB on the LANai 4.1, 2 MB on the LANai 9.2) holds the control
 program and every packet in transit: nothing reaches the wire except from SRAM, and
 nothing reaches the host except through SRAM (LCI-C25, FM-C01). Three DMA engines work
@@ -25,7 +25,9 @@ What is modeled, and why each piece is there:
   does not drop: the link's flow control holds the packet in the network, which is how
   Myrinet's back-pressure reaches the sender (LCI-C25). The CRC is checked in hardware
   as the packet's tail comes in; a bad packet is dropped and counted and the buffer
-  stays armed.
+  stays armed. A control program that must know (LCI's base variant aborts on a bad
+  CRC, LCI-C03) defines ``on_crc_error``: the board posts it, with the packet's length,
+  as it posts ``on_packet`` for a good one.
 * **The NI processor** runs the control program's event handlers one at a time. A
   handler is a generator that yields the NI cycles its work takes (at the LANai clock);
   its effects -- programming a DMA, raising a host interrupt -- take place when those
@@ -360,6 +362,10 @@ cdef class LanaiNI:
                 self.post(self._watch_run, entry)
             w += 4
 
+    cpdef double rtc(self):
+        """Firmware: the board's real-time clock (seconds), for time stamps."""
+        return self.engine.now
+
     def timer(self, double delay, fn, arg=None):
         """Firmware: post `fn(arg)` after `delay` seconds (the LANai's interval timer)."""
         self._next_timer += 1
@@ -617,6 +623,9 @@ cdef class LanaiNI:
             return
         if not crc_ok:
             self.rx_crc_errors += 1          # hardware CRC check: dropped, buffer stays armed
+            hook = getattr(self.firmware, "on_crc_error", None)
+            if hook is not None:
+                self.post(hook, n, True)
             return
         if n == 0 or data[0] & ROUTE_BIT:
             self.rx_misrouted += 1           # route bytes left over: not for this NI

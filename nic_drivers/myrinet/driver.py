@@ -288,7 +288,7 @@ class MyrinetNetDevice(NetDevice):
         elif self.rx_ring <= addr < self.rx_ring + self.nrx * self.slot_bytes:
             self.rx_poll_space.wake()
 
-    # -- the EPOS bulk-transfer interface (FACTS 5A, 5C): see pipeline.py ------------------
+    # -- the EPOS bulk-transfer interface (EP-A01..A20, EP-C01..C08): see pipeline.py ------------------
 
     def bulk_send_op(self, dest_nid: int, data, packet_bytes="adaptive"):
         """A bulk message to `dest_nid` (bytes, or a byte count of zeros), cut into packets of

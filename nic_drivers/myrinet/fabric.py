@@ -1,7 +1,7 @@
 """The modeled Myrinet network: links, crossbar switches, source routing, flow control.
 
-Myrinet is a switched network of full-duplex point-to-point links (HARDWARE.md, Myrinet;
-FACTS LCI-C25). A packet carries its own route: one byte per switch, most significant
+Myrinet is a switched network of full-duplex point-to-point links (HW-MYRI;
+LCI-C25). A packet carries its own route: one byte per switch, most significant
 bit set, naming the output port; each switch consumes the first byte and forwards the
 rest. Switching is cut-through (wormhole): the head goes on as soon as the output port
 is free, after the switch's per-hop delay (LCI-A29, EP-A10), and the packet occupies
@@ -17,7 +17,7 @@ a chain never turn back, so they are deadlock-free, which Myrinet requires.
 
 The *mapper* (``map_routes``) explores the switch graph breadth-first from each node
 and writes, into each NI's route table, the route bytes to every node: the role of
-Myricom's mapper, which loads per-node routes into the NIs (HARDWARE.md). Drivers read
+Myricom's mapper, which loads per-node routes into the NIs (HW-MYRI). Drivers read
 routes from their NI and put them into the packets they send.
 
 Timing of one packet of ``n`` bytes (route, type, payload, plus the CRC trailer): its

@@ -9,6 +9,8 @@ generator that yields the NI cycles its work takes:
     start(ni)             the host set CTRL_RUN: read the configuration, arm the receiver
     on_host_send(off)     the host rang the send doorbell (an SRAM word the program watches)
     on_packet((off, n))   the receive DMA engine put a packet of n bytes at SRAM[off]
+    on_crc_error(n)       optional: the hardware CRC check rejected a packet of n bytes
+                          (it was dropped and counted; the armed buffer stays armed)
     detach(ni)            the program is being replaced or the board released
 
 plus whatever doorbell words it asks the board to ``watch`` and the completions of the
@@ -49,9 +51,9 @@ __all__ = ["Firmware", "DPFirmware", "MYRI_TYPE_DP", "BULK_PROTO", "ROUTE_MAX",
            "CB_WATCHDOG_NS", "CB_TX_DONE", "DESC_BASE", "DESC_BYTES", "DESC_PIO", "RX_MODES", "TRAILER_FULL"]
 
 # A locally assigned Myrinet packet type: first byte with the most significant bit clear
-# (HARDWARE.md); Myricom's registry values are not in our sources.
+# (HW-MYRI); Myricom's registry values are not in our sources.
 MYRI_TYPE_DP = 0x0DB5
-BULK_PROTO = 0x88B6            # HARDWARE.md: the second IEEE 802 local experimental EtherType
+BULK_PROTO = 0x88B6            # HW-ETH: the second IEEE 802 local experimental EtherType
 ROUTE_MAX = 16                 # route bytes a frame has room for (LCI-A30: at most 10 hops on PPro)
 
 # Control block in SRAM: words the host writes (doorbells are watched) and reads.

@@ -1,4 +1,4 @@
-"""The EPOS communication pipeline on the Myrinet driver (FACTS 5A, 5C).
+"""The EPOS communication pipeline on the Myrinet driver (EP-A01..A20, EP-C01..C08).
 
 EPOS moves a long message between two hosts by cutting it into packets that flow
 through five stages at once (EP-C03): (1) the sender's CPU copies the packet into a
@@ -30,7 +30,7 @@ length computed once: a message whose P_optimal lies between sqrt(2) P/2 and sqr
 travels in packets of P, P a power of two up to what an SRAM buffer holds. The b and t
 of the choice are the profile's ``epos.beta*`` / ``epos.tau*`` (on the Athlon, EPOS's
 own regression, Table 1, with KB = 1024); the model's stages run at the machine's rates
-above. On the Athlon they differ where FACTS N3 says Table 1 is inconsistent: the
+above. On the Athlon they differ where N3 says Table 1 is inconsistent: the
 network stage runs at the 160 MB/s link (EP-A08), not at Table 1's tau3.
 
 Bulk packets travel as DP's Myrinet packets with link protocol ``BULK_PROTO`` and a

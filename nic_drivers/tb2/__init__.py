@@ -68,11 +68,11 @@ MODULE = Module(
     name="tb2",
     description="IBM SP switch adapter (TB2): send/receive FIFOs for DP or one user process",
     sources=("SP-A14", "SP-A15", "SP-A16", "SP-A17", "SP-A18", "SP-A19", "SP-A20", "SP-A21", "SP-A22", "SP-A23",
-             "SP-A24", "SP-C02", "SP-C03", "SP-C04", "HARDWARE.md: IBM SP switch adapter (TB2)"),
+             "SP-A24", "SP-C02", "SP-C03", "SP-C04", "HW-TB2"),
     params={
         "pop_every": Param(int, DEFAULT_POP_EVERY,
                            "receive entries consumed before they are popped back to the adapter (SP-C04 "
-                           "'a fixed number'; FACTS N7: unvalued, modeling choice)", min=1, max=64),
+                           "'a fixed number'; N7: unvalued, modeling choice)", min=1, max=64),
         "budget": Param(int, 64, "receive entries the interrupt handler takes per pass", min=1, max=4096),
         "irq_holdoff_us": Param(float, 40.0, "after a pass that found a backlog (2+ packets), mask the arrival "
                                 "interrupt this long so processes run (0: interrupt per arrival, which livelocks "

@@ -21,7 +21,7 @@ The costs charged are the host's, as SP-C03/SP-C04 list them:
   see a stale cached copy); a hit copies the data out, clears the status word and
   flushes the entry's lines so the next lap of the FIFO is read from memory; the
   entries are popped back to the adapter only every `pop_every` messages, since each
-  pop is a MicroChannel access (SP-C04; FACTS N7 leaves the number open).
+  pop is a MicroChannel access (SP-C04; N7 leaves the number open).
 """
 from __future__ import annotations
 

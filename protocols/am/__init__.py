@@ -13,9 +13,10 @@ protocol's defining choice, and the papers behind dp made three different ones:
   kept that firmware and wrote AM as a user library over it. So the adapter half of
   this module is *nothing*: ``nic_drivers/tb2/_model.pyx`` runs IBM's firmware
   unchanged (the i860 walks the packet-length array, DMAs, receives into host
-  memory). The per-packet engine -- header, sequence numbers, windows, chunk
-  assembly -- is ``_engine.pyx`` (Cython: it runs for every packet); the library
-  around it is ``endpoint.py``: paths charged as process time.
+  memory). What every packet touches -- header, sequence numbers, windows, chunk
+  assembly -- is ``_wire.pyx`` (Cython: it runs for every packet); the library
+  around it is the endpoint, one file per mechanism (``endpoint.py``, ``window.py``,
+  ``bulk.py``, ``keepalive.py``): paths charged as process time.
 * FM (HPVM) runs a control program on the Myrinet NI (the LANai's "LCP") and a
   user library; its module installs the firmware through the NI's firmware slot
   (``nic_drivers/myrinet/firmware.py``: ``ni.load_firmware(fw)``) at ``insmod``
@@ -155,12 +156,12 @@ MODULE = Module(
                                min=1, max=64),
         "ack_div": Param(int, 4, "explicit ack once 1/ack_div of the sender's window is unacknowledged (SP-A29)",
                          min=1, max=127),
-        "keepalive_polls": Param(int, 500, "unsuccessful polls before a keep-alive forces NACKs (SP-A33, FACTS N7: "
+        "keepalive_polls": Param(int, 500, "unsuccessful polls before a keep-alive forces NACKs (SP-A33, N7: "
                                  "unvalued; modeling choice: about 0.65 ms of spinning, some 13 round trips)",
                                  min=1, max=10**9),
         "max_keepalives": Param(int, 200, "keep-alives unanswered before a call fails with ETIMEDOUT (SP AM does "
                                 "not recover from crashes, SP-C01; modeling choice)", min=1, max=10**9),
-        "pop_every": Param(int, DEFAULT_POP_EVERY, "receive entries consumed per lazy pop (SP-C04; FACTS N7: "
+        "pop_every": Param(int, DEFAULT_POP_EVERY, "receive entries consumed per lazy pop (SP-C04; N7: "
                            "unvalued, the tb2 module's default)", min=1, max=64),
         "displace_dp": Param(bool, True, "unload an idle DP from the node at insmod and load it back at rmmod "
                              "(0: refuse with EBUSY while DP is loaded)"),

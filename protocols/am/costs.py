@@ -1,6 +1,6 @@
 """SP AM's own software costs, derived from the paper's per-call figures.
 
-The SP AM paper times its calls on a thin node (FACTS SP-A32, SP-A35..SP-A38). Those
+The SP AM paper times its calls on a thin node (SP-A32, SP-A35..SP-A38). Those
 times are *totals*: AM's own instructions plus the FIFO work underneath -- writing the
 send entry, flushing its cache lines, the sync, the MicroChannel store of the packet
 length, the receive-entry copy and flush, the lazy pop. In this model the FIFO work is
@@ -53,7 +53,7 @@ from functools import lru_cache
 __all__ = ["PAPER", "HDR_CYCLES", "derive", "fifo_send_s", "fifo_empty_poll_s", "fifo_take_s",
            "fifo_chunk_s", "copy_s", "DEFAULT_POP_EVERY"]
 
-# The paper's figures (seconds), by FACTS id.
+# The paper's figures (seconds), by source id.
 PAPER = {
     "SP-A32": 175e-6,                                   # overhead to send one 8064-byte chunk
     "SP-A35": 1.3e-6,                                   # am_poll, empty network
@@ -66,7 +66,7 @@ HDR_BYTES = 32                  # TB2 packet header (SP-A22); AM's 16 bytes ride
 AM_HDR_BYTES = 16
 PKT_DATA = 224                  # SP-A22
 CHUNK_PACKETS = 36              # SP-A26
-DEFAULT_POP_EVERY = 8           # the tb2 module's default lazy-pop interval (FACTS N7)
+DEFAULT_POP_EVERY = 8           # the tb2 module's default lazy-pop interval (N7)
 
 
 def copy_s(p, n: int) -> float:

@@ -1,5 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""SP AM's per-packet machinery: the packet header, and both ends of a sequenced channel.
+"""SP AM on the wire: the packet header, and both ends of a sequenced channel.
+
+(The event engine is ``kernelsim._engine``; this module is what AM puts into packets
+and what it keeps about them, per packet, in Cython because it runs for every one.)
 
 Every packet SP AM sends is one TB2 packet: 32 bytes of header, up to 224 of data
 (SP-A22). The TB2 header carries destination, route, length and the link-level
@@ -32,6 +35,8 @@ acknowledged (the explicit-ack threshold, a quarter window), and whether it has 
 NACKed the current gap (one NACK per gap, so a lost packet in front of a 36-packet chunk
 costs one go-back, not 36).
 """
+from collections import deque
+
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 # -- packet kinds and flags --------------------------------------------------------------
@@ -112,9 +117,6 @@ cpdef tuple words(const unsigned char[::1] data):
 
 cdef class Header:
     """One parsed header; an endpoint reuses a single instance for every packet."""
-    cdef public int kind, flags, handler, seq, ack_req, ack_rep, idx, npkts, tail, dlen
-    cdef public unsigned int addr, arg
-    cdef public long long chunk_base, chunk_len, end   # bulk: the chunk's range and the transfer's end
 
     cpdef int parse(self, const unsigned char[::1] user, Py_ssize_t dlen, int max_chunk=36):
         """Decode and check a header against the packet's data length; 0 or a MAL_* code.
@@ -182,11 +184,6 @@ cdef class Msg:
     """One sequenced message as its sender keeps it until acknowledged: a short message
     (its data kept), a chunk of a bulk transfer (its source read again on every send,
     so a retransmission needs no copy), a get request, or a NOP placeholder."""
-    cdef public int seq, kind, flags, handler, npkts, tail, sends
-    cdef public unsigned int addr, arg
-    cdef public object data          # short: the argument bytes; bulk: a callable(off, n) -> bytes
-    cdef public long long src_off    # bulk: this chunk's offset in the transfer
-    cdef public object xfer          # the Transfer a chunk or get request belongs to
 
     def __init__(self, int kind, int flags=0, int handler=0, object data=b"", int npkts=1, int tail=0,
                  unsigned int addr=0, unsigned int arg=0, long long src_off=0, object xfer=None):
@@ -209,10 +206,6 @@ cdef class Msg:
 
 cdef class TxChannel:
     """The sending end of one channel to one node."""
-    cdef public int window, next_seq, inflight, resend
-    cdef public list unacked          # Msg, oldest first; unacked[resend:] are still to be (re)sent
-    cdef public object pending        # collections.deque of Msg not yet given a sequence number
-    cdef public long long retransmitted, goback
 
     def __init__(self, int window, pending):
         self.window = window
@@ -290,10 +283,6 @@ cdef class TxChannel:
 
 cdef class RxChannel:
     """The receiving end of one channel from one node."""
-    cdef public int expected, unacked, threshold, chunk_npkts, chunk_got
-    cdef public bint nacked, ack_owed
-    cdef unsigned long long bits
-    cdef public long long accepted, duplicates, ahead
 
     def __init__(self, int threshold):
         self.expected = 0
@@ -352,3 +341,40 @@ cdef class RxChannel:
         """What we accepted has just been acknowledged (piggybacked or explicit)."""
         self.unacked = 0
         self.ack_owed = False
+
+
+cdef class Peer:
+    """Everything an endpoint keeps about one other node: a channel each way for
+    requests and for replies, the control packets it owes it, the gets it awaits
+    from it, the store arriving from it, and the keep-alive's count of its silence.
+
+    An endpoint makes a Peer the first time it talks to a node or hears from one, so a
+    node's idle state does not grow with the size of the machine."""
+
+    def __init__(self, int nid, int route, int req_window, int rep_window, int ack_div):
+        self.nid = nid
+        self.route = route
+        self.tx_req = TxChannel(req_window, deque())
+        self.tx_rep = TxChannel(rep_window, deque())
+        # The receiver's explicit-ack threshold is a quarter of the *sender's* window (SP-C05).
+        self.rx_req = RxChannel((req_window + ack_div - 1) // ack_div)
+        self.rx_rep = RxChannel((rep_window + ack_div - 1) // ack_div)
+        self.ctl = deque()            # control packets to send: (kind, flags, seq, arg)
+        self.gets = deque()           # my am_gets to this node, in the order it serves them
+        self.in_base = -1             # the store arriving from this node: base address, bytes so far
+        self.in_total = 0
+        self.mark = 0                 # poll count when its oldest unacked message last made progress
+        self.keepalives = 0           # keep-alives sent since it was last heard from
+        self.queued = False
+
+    cpdef bint unacked(self):
+        return bool(self.tx_req.unacked) or bool(self.tx_rep.unacked)
+
+    cpdef bint busy(self):
+        """Something to send (or to wait for) on the way to this node."""
+        cdef TxChannel t = self.tx_req, r = self.tx_rep
+        return bool(self.ctl or t.pending or r.pending or t.resend < len(t.unacked) or r.resend < len(r.unacked)
+                    or self.rx_req.ack_owed or self.rx_rep.ack_owed or t.unacked or r.unacked)
+
+    def __repr__(self):
+        return f"<Peer node {self.nid}>"

@@ -1,0 +1,61 @@
+# SP AM on the wire: declarations (the implementation and the header layout are in _wire.pyx).
+
+cpdef bytes pack(int kindflags, int handler, int seq, int ack_req, int ack_rep, int idx, int npkts, int tail,
+                 unsigned int addr, unsigned int arg)
+cpdef tuple words(const unsigned char[::1] data)
+
+
+cdef class Header:
+    cdef public int kind, flags, handler, seq, ack_req, ack_rep, idx, npkts, tail, dlen
+    cdef public unsigned int addr, arg
+    cdef public long long chunk_base, chunk_len, end   # bulk: the chunk's range and the transfer's end
+
+    cpdef int parse(self, const unsigned char[::1] user, Py_ssize_t dlen, int max_chunk=*)
+    cdef int _bulk(self, Py_ssize_t dlen, int max_chunk)
+
+
+cdef class Msg:
+    cdef public int seq, kind, flags, handler, npkts, tail, sends
+    cdef public unsigned int addr, arg
+    cdef public object data          # short: the argument bytes; bulk: a callable(off, n) -> bytes
+    cdef public long long src_off    # bulk: this chunk's offset in the transfer
+    cdef public object xfer          # the Transfer a chunk or get request belongs to
+
+
+cdef class TxChannel:
+    cdef public int window, next_seq, inflight, resend
+    cdef public list unacked          # Msg, oldest first; unacked[resend:] are still to be (re)sent
+    cdef public object pending        # collections.deque of Msg not yet given a sequence number
+    cdef public long long retransmitted, goback
+
+    cpdef bint can_send(self, int npkts)
+    cpdef assign(self, Msg m)
+    cpdef list ack(self, int cum)
+    cpdef int go_back(self, int seq)
+    cpdef int index(self, int seq)
+    cpdef int nop(self, Msg m)
+
+
+cdef class RxChannel:
+    cdef public int expected, unacked, threshold, chunk_npkts, chunk_got
+    cdef public bint nacked, ack_owed
+    cdef unsigned long long bits
+    cdef public long long accepted, duplicates, ahead
+
+    cpdef int where(self, int seq)
+    cpdef int take(self, int idx, int npkts)
+    cpdef advance(self, int npkts)
+    cpdef acked(self)
+
+
+cdef class Peer:
+    cdef public int nid, route, keepalives
+    cdef public TxChannel tx_req, tx_rep
+    cdef public RxChannel rx_req, rx_rep
+    cdef public object ctl            # collections.deque of control packets to send: (kind, flags, seq, arg)
+    cdef public object gets           # collections.deque of my am_gets to this node, in the order it serves them
+    cdef public long long in_base, in_total, mark
+    cdef public bint queued           # on the endpoint's work queue
+
+    cpdef bint unacked(self)
+    cpdef bint busy(self)

@@ -1,0 +1,227 @@
+"""Chunked bulk transfer: am_store, am_store_async and am_get (SP-C06, SP-A25..A31).
+
+A transfer is cut into chunks of 8064 bytes -- 36 packets of 224 data bytes (SP-A25,
+SP-A26). A chunk is one message on its channel: all its packets share one sequence
+number and the window slides by the chunk's packet count; the receiver places each
+packet by the address it carries, so duplicates and reordering inside a chunk do no
+harm, and completes the chunk when every packet is there. The window holds two chunks
+(SP-A27, SP-C07), so two go at the start and chunk N leaves once chunk N-2 is
+acknowledged (SP-A30) -- usually before N-1's ack is back, which keeps the pipeline
+full because sending a chunk takes longer than a round trip (SP-A32).
+
+Stores travel on the request channel; an am_get is a request (GETREQ) whose target
+answers with chunks on its reply channel (GETDATA). FIRST/LAST flags mark a
+transfer's ends so the receiver runs the handler once everything has landed, and
+every chunk but the last carries the transfer's end address, so any one packet lets
+the receiver check the whole rest of the transfer against its registered segments
+before a byte is written: memory outside them is refused (REJECT, EFAULT at the
+initiator) and the target is never touched.
+
+A store's source is read again when a chunk is resent (the sender keeps no copy of
+bulk data), so the source can be reused once the last chunk is acknowledged: that is
+when a blocking am_store returns and when am_store_async's completion function runs.
+"""
+from __future__ import annotations
+
+import errno
+
+from protocols.am import _wire as W
+from protocols.am._checks import check_count, check_remote, handler_index, pack_words, word
+
+__all__ = ["Bulk", "Transfer"]
+
+
+class Transfer:
+    """An am_store / am_store_async / am_get in progress (as its initiator sees it)."""
+
+    __slots__ = ("kind", "dest", "nbytes", "remote", "local", "handler", "arg", "on_done", "done_arg",
+                 "blocking", "done", "error")
+
+    def __init__(self, kind, dest, nbytes, remote, local, handler, arg, on_done=None, done_arg=None, blocking=False):
+        self.kind = kind
+        self.dest = dest
+        self.nbytes = nbytes
+        self.remote = remote
+        self.local = local
+        self.handler = handler
+        self.arg = arg
+        self.on_done = on_done
+        self.done_arg = done_arg
+        self.blocking = blocking
+        self.done = False
+        self.error = None
+
+    def __repr__(self):
+        state = "failed" if self.error else "done" if self.done else "in flight"
+        return f"<Transfer {self.kind} {self.nbytes} B with node {self.dest}: {state}>"
+
+
+class Bulk:
+    """The bulk-transfer half of an AM endpoint (a mixin of `AmEndpoint`)."""
+
+    def _init_bulk(self, params: dict) -> None:
+        self.chunk_packets = params["chunk_packets"]
+        self.chunk_bytes = self.chunk_packets * W.PKT_DATA
+
+    # -- the initiator ---------------------------------------------------------------------
+
+    def store(self, dest, src, nbytes, raddr, handler, arg, on_done=None, done_arg=None, blocking=False) -> Transfer:
+        peer = self.peer(dest)
+        check_count(nbytes)
+        handler = handler_index(handler)
+        arg = word(arg)
+        if on_done is not None and not callable(on_done):
+            raise OSError(errno.EINVAL, "the completion function must be callable")
+        check_remote(raddr, nbytes)
+        if isinstance(src, (bytes, bytearray, memoryview)):
+            data = bytes(src)
+            if len(data) < nbytes:
+                raise OSError(errno.EFAULT, f"the source holds {len(data)} bytes, not {nbytes}")
+            read = (lambda off, n, d=data: d[off:off + n])
+            local = None
+        else:
+            local = self.local_range(src, nbytes)
+            read = (lambda off, n, a=local, mem=self.mem: mem.read(a + off, n))
+        x = Transfer("store", dest, nbytes, raddr, local, handler, arg, on_done, done_arg, blocking)
+        self._chunks(peer.tx_req, W.K_STORE, handler, read, nbytes, raddr, arg, x)
+        self.stats_c["stores"] += 1
+        return x
+
+    def get(self, dest, raddr, lbuf, nbytes, handler, arg, blocking=False) -> Transfer:
+        peer = self.peer(dest)
+        check_count(nbytes)
+        handler = handler_index(handler)
+        arg = word(arg)
+        check_remote(raddr, nbytes)
+        local = self.local_range(lbuf, nbytes)
+        x = Transfer("get", dest, nbytes, raddr, local, handler, arg, blocking=blocking)
+        m = W.Msg(W.K_GETREQ, 0, handler, pack_words((raddr, nbytes, local)), xfer=x)
+        peer.tx_req.pending.append(m)
+        peer.gets.append(x)
+        self.stats_c["gets"] += 1
+        return x
+
+    def _chunks(self, ch, kind, handler, read, nbytes, addr, arg, x, flags=0):
+        """Cut a transfer into chunks of 36 packets (SP-C06): each one message, one
+        sequence number; FIRST/LAST mark the ends so the receiver can run the handler
+        once all has landed. Every non-last chunk carries the transfer's end address,
+        so any one packet lets the receiver check the whole rest of the transfer."""
+        cb = self.chunk_bytes
+        count = max(1, -(-nbytes // cb))
+        end = addr + nbytes
+        for j in range(count):
+            off = j * cb
+            c = min(cb, nbytes - off)
+            npk = max(1, -(-c // W.PKT_DATA))
+            last = j == count - 1
+            f = flags | (W.F_FIRST if j == 0 else 0) | (W.F_LAST if last else 0)
+            ch.pending.append(W.Msg(kind, f, handler, read, npk, c - (npk - 1) * W.PKT_DATA, addr + off,
+                                    arg if last else end, off, x))
+
+    def _finish(self, x: Transfer) -> None:
+        """A store's last chunk is acknowledged: the data has landed and the remote
+        handler has run; the source may be reused. Run the completion function."""
+        x.done = True
+        self.stats_c["stores_completed"] += 1
+        if x.on_done is not None:
+            self._handler_depth += 1
+            try:
+                x.on_done(x.done_arg)
+            finally:
+                self._handler_depth -= 1
+
+    def _transfer_refused(self, peer, x: Transfer) -> None:
+        """The target refused `x` (its remote memory is outside the target's segments)."""
+        if x.kind == "get":
+            try:
+                peer.gets.remove(x)
+            except ValueError:
+                pass
+        what = "am_store to" if x.kind == "store" else "am_get from"
+        x.error = OSError(errno.EFAULT, f"{what} node {x.dest}: [{x.remote:#x}, {x.remote + x.nbytes:#x}) is "
+                                        "outside the target's registered segments (nothing was written there)")
+        x.done = True
+        if not x.blocking:
+            self.pending_errors.append(x.error)
+
+    # -- the target and the receiver of data ------------------------------------------------
+
+    def _rx_getreq(self, peer, rx, h, data):
+        raddr, nbytes, laddr = W.words(data)
+        if not self.in_segments(raddr, raddr + nbytes):
+            self._refuse(peer, rx, 0, h.seq)
+            return
+        rx.advance(1)
+        self.stats_c["gets_served"] += 1
+        read = (lambda off, n, a=raddr, mem=self.mem: mem.read(a + off, n))
+        self._chunks(peer.tx_rep, W.K_GETDATA, 0, read, nbytes, laddr, 0, None)
+
+    def _rx_store(self, peer, rx, h, data):
+        """A packet of a store chunk: checked against our segments before a byte is
+        written (the whole rest of the transfer at once), then placed by its offset."""
+        st = self.stats_c
+        if not self.in_segments(h.chunk_base, h.end):
+            self._refuse(peer, rx, 0, h.seq)
+            return
+        if not self._accept_chunk_packet(rx, h, data):
+            return
+        rx.ack_owed = True                         # one acknowledgement per chunk (SP-A31)
+        st["chunks_received"] += 1
+        if h.flags & W.F_FIRST or peer.in_base < 0:
+            peer.in_base = h.chunk_base
+            peer.in_total = 0
+        peer.in_total += h.chunk_len
+        if h.flags & W.F_LAST:
+            base, total = peer.in_base, peer.in_total
+            peer.in_base = -1
+            st["stores_received"] += 1
+            st["bytes_stored"] += total
+            fn = self.handlers[h.handler]
+            if fn is None:
+                self.malformed["bad_handler"] += 1
+                return
+            yield from self._run_handler(peer, fn, True, (base, total, h.arg))
+
+    def _rx_getdata(self, peer, rx, h, data):
+        st = self.stats_c
+        g = peer.gets[0] if peer.gets else None
+        if g is None or h.chunk_base < g.local or h.end > g.local + g.nbytes:
+            self.malformed["bad_offset"] += 1
+            return
+        if not self._accept_chunk_packet(rx, h, data):
+            return
+        rx.ack_owed = True
+        st["chunks_received"] += 1
+        if h.flags & W.F_LAST:
+            peer.gets.popleft()
+            g.done = True
+            st["gets_completed"] += 1
+            fn = self.handlers[g.handler]
+            if fn is None:
+                self.malformed["bad_handler"] += 1
+                return
+            yield from self._run_handler(peer, fn, False, (g.local, g.nbytes, g.arg))
+
+    def _accept_chunk_packet(self, rx, h, data) -> bool:
+        """Place one packet of a chunk by its offset; True once the chunk is complete."""
+        r = rx.take(h.idx, h.npkts)
+        if r == W.DUP:
+            self.stats_c["duplicates"] += 1
+            return False
+        if r == W.BAD:
+            self.malformed["bad_offset"] += 1
+            return False
+        if data:
+            self.mem.write(h.addr, data)
+        if r != W.COMPLETE:
+            return False
+        rx.advance(h.npkts)
+        return True
+
+    def _refuse(self, peer, rx, flags, seq) -> None:
+        """The expected message names memory we did not register: refuse it, once per
+        episode, and write nothing. The sender turns it into a NOP and fails it."""
+        if not rx.nacked:
+            rx.nacked = True
+            peer.ctl.append((W.K_REJECT, flags, seq, errno.EFAULT))
+            self.stats_c["rejects_sent"] += 1

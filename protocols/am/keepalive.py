@@ -1,0 +1,128 @@
+"""The keep-alive: how an SP AM endpoint notices a lost last packet, or a node that is gone (SP-C08).
+
+Go-back-N needs a packet *after* a loss to reveal the gap. When nothing follows -- the
+last request of a burst is lost, or the NACK for it is -- messages stay unacknowledged
+and nothing else happens. After "a long period of time" the sender sends a keep-alive
+that carries its next sequence numbers on both channels; the receiver compares them
+with what it expects and NACKs what it lacks, or, with no gap, just acknowledges.
+
+Timeouts are emulated by counting unsuccessful polls (SP-A33, footnote 2): a peer is
+due once ``keepalive_polls`` polls have passed since its oldest unacknowledged message
+last made progress (its `mark`). N7 leaves the number unvalued; the module's
+default is a modeling choice. After ``max_keepalives`` in a row unanswered the call
+fails with ETIMEDOUT: SP AM does not recover from crashes or partitions (SP-C01).
+
+Only peers with unacknowledged messages can be due. The endpoint keeps them in
+`settling` and a lower bound of the poll count at which the first may fall due, so a
+poll costs nothing here until then, whatever the number of nodes. A caller about to
+wait arms a timer for that moment (its spin would make one poll every `full_poll`).
+"""
+from __future__ import annotations
+
+import errno
+
+from protocols.am import _wire as W
+
+__all__ = ["KeepAlive"]
+
+_NEVER = float("inf")
+
+
+class KeepAlive:
+    """The keep-alive half of an AM endpoint (a mixin of `AmEndpoint`)."""
+
+    def _init_keepalive(self, params: dict) -> None:
+        self.keepalive_polls = params["keepalive_polls"]
+        self.max_keepalives = params["max_keepalives"]
+        self.settling: dict = {}              # peers with unacked messages (an ordered set)
+        self._ka_due = _NEVER                 # no peer falls due before this poll count
+        self._timer = -1
+
+    def _unsettled(self, peer) -> None:
+        """`peer` is about to have its first unacknowledged message."""
+        self.settling[peer] = None
+        due = self.polls + self.keepalive_polls
+        if due < self._ka_due:
+            self._ka_due = due
+
+    def _settled(self, peer) -> None:
+        """Every message to `peer` is acknowledged."""
+        self.settling.pop(peer, None)
+        if not self.settling:
+            self._ka_due = _NEVER
+
+    def _next_due(self) -> float:
+        """The exact poll count at which the first peer falls due (and the new bound)."""
+        due = _NEVER
+        k = self.keepalive_polls
+        for peer in self.settling:
+            d = peer.mark + k
+            if d < due:
+                due = d
+        self._ka_due = due
+        return due
+
+    def _keepalive_check(self) -> None:
+        """In a pump: queue every peer that is due (they send a keep-alive when pumped)."""
+        if self.polls < self._ka_due:
+            return
+        k = self.keepalive_polls
+        for peer in self.settling:
+            if self.polls - peer.mark >= k:
+                self._kick(peer)
+        self._next_due()
+
+    def _keepalive_path(self, peer):
+        """The end of a peer's pump: a keep-alive if one is due (SP-C08)."""
+        if not peer.unacked() or self.polls - peer.mark < self.keepalive_polls:
+            return True
+        if peer.keepalives >= self.max_keepalives:
+            raise OSError(errno.ETIMEDOUT, f"node {peer.nid} has not answered {peer.keepalives} keep-alives "
+                                           "(SP AM does not recover from crashes or partitions)")
+        ok = yield from self._send_ctl(peer, W.K_KEEPALIVE, 0, 0, 0,
+                                       (peer.tx_req.next_seq << 8) | peer.tx_rep.next_seq)
+        if not ok:
+            return False
+        peer.mark = self.polls
+        peer.keepalives += 1
+        self.stats_c["keepalives_sent"] += 1
+        return True
+
+    def _rx_keepalive(self, peer, h) -> None:
+        """A keep-alive carries the sender's next sequence numbers, so whatever it sent
+        before it and we lack is a gap: NACK what we expect (it is resent from there).
+        No gap: an ack is all it needs. Cleared suppression lets a refused chunk be
+        refused again if the first refusal was lost."""
+        st = self.stats_c
+        st["keepalives_received"] += 1
+        gap = False
+        for rx, fl, horizon in ((peer.rx_req, 0, h.addr >> 8 & 0xFF), (peer.rx_rep, W.F_REPCH, h.addr & 0xFF)):
+            rx.nacked = False
+            if rx.expected != horizon:
+                peer.ctl.append((W.K_NACK, fl, rx.expected, 0))
+                st["nacks_sent"] += 1
+                gap = True
+        if not gap:
+            peer.rx_req.ack_owed = True
+
+    # -- the waiting caller's timer ------------------------------------------------------------
+
+    def arm_timer(self) -> None:
+        """Before the caller waits: wake it when a keep-alive falls due (SP-C08). The
+        timeout is counted in polls; a spinning caller makes one every `full_poll`."""
+        if self._timer >= 0:
+            self.engine.cancel(self._timer)
+            self._timer = -1
+        if not self.settling:
+            return
+        left = self._next_due() - self.polls
+        self._timer = self.engine.after(max(1, left) * self.full_poll, self._timer_fired, None)
+
+    def _timer_fired(self, _arg) -> None:
+        self._timer = -1
+        self.events.wake()
+
+    def _cancel_timer(self) -> None:
+        if self._timer >= 0:
+            self.engine.cancel(self._timer)
+            self._timer = -1

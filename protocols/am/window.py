@@ -1,0 +1,259 @@
+"""The sliding window and its acknowledgements: how an SP AM endpoint sends (SP-C05, SP-C07).
+
+Per pair of nodes and per direction there are two sequenced channels, requests
+(window 75 packets) and replies (76), SP-A28; a reply never waits behind a request, so
+a request handler can always answer. The sender keeps every message until it is
+acknowledged (``TxChannel.unacked``) and sends a new one only while the window has room
+for all its packets (a bulk chunk counts every packet, SP-C06).
+
+Acknowledgements are cumulative sequence numbers, one per channel, and ride on every
+packet an endpoint sends (piggybacked, SP-C05). A receiver that has nothing to send
+acknowledges explicitly once a quarter of the sender's window is unacknowledged
+(SP-A29); ``bulk.py`` adds one explicit ack per bulk chunk (SP-A31). A receiver that
+finds a gap drops the packet and NACKs the sequence number it expects, once per gap;
+the sender goes back to it and resends it and everything after it (go-back-N). A
+refusal (REJECT, EFAULT) turns a transfer into NOPs that keep their sequence numbers.
+
+**Who gets pumped.** The endpoint keeps a work queue of the peers that have something
+to send -- control packets, resends, new messages, an ack owed -- and a poll pumps
+only those, in the order they got work. A peer whose window is full leaves the queue
+until an ack opens it; a peer that only waits for acks is the keep-alive's business
+(``keepalive.py``). So the work of a poll does not grow with the number of nodes.
+
+Costs: AM's header work is paid before a packet's length is stored (the critical path
+of a round trip); its retransmission copy and window bookkeeping after it (see
+``costs.py``).
+"""
+from __future__ import annotations
+
+import errno
+from collections import deque
+
+from kernelsim import WouldBlock
+
+from nic_drivers.tb2 import _model as hw
+from protocols.am import _wire as W
+from protocols.am._checks import U32
+
+__all__ = ["Window", "AM_PROTO"]
+
+AM_PROTO = 0x414D            # "AM": the link-level protocol id in the TB2 header
+
+
+
+class Window:
+    """The sending half of an AM endpoint (a mixin of `AmEndpoint`)."""
+
+    def _init_window(self, params: dict) -> None:
+        self.req_window = params["request_window"]
+        self.rep_window = params["reply_window"]
+        self.ack_div = params["ack_div"]
+        self.peers: dict[int, W.Peer] = {}       # made on first contact (see `peer`)
+        self.work: deque = deque()              # peers with something to send, in the order they got it
+        self.tx_need = 0
+
+    # -- peers -----------------------------------------------------------------------------
+
+    def peer(self, dest) -> W.Peer:
+        """The Peer for node `dest` (EINVAL for a bad node id, EHOSTUNREACH off the switch)."""
+        if not isinstance(dest, int) or isinstance(dest, bool):
+            raise OSError(errno.EINVAL, f"destination node must be an int, not {dest!r}")
+        p = self.peers.get(dest)
+        if p is None:
+            p = self._new_peer(dest)
+            if p is None:
+                raise OSError(errno.EHOSTUNREACH, f"node {dest} is not on this node's SP switch")
+        return p
+
+    def _new_peer(self, nid: int):
+        """A Peer for a node on the switch, or None."""
+        addrs = self.node.hosts.get(nid)
+        hwaddr = addrs.get("tb2") if addrs else None
+        if hwaddr is None:
+            return None
+        p = W.Peer(nid, hwaddr[2] if len(hwaddr) > 2 else 0, self.req_window, self.rep_window, self.ack_div)
+        self.peers[nid] = p
+        return p
+
+    def _kick(self, peer: W.Peer) -> None:
+        """`peer` has something to send: the next pump visits it."""
+        if not peer.queued:
+            peer.queued = True
+            self.work.append(peer)
+
+    # -- acknowledgements, NACKs, refusals on the sending side ---------------------------------
+
+    def _acked(self, peer, ch, cum) -> None:
+        done = ch.ack(cum)
+        if not done:
+            return
+        peer.mark = self.polls
+        if not peer.unacked():
+            self._settled(peer)
+        if ch.pending:
+            self._kick(peer)                        # the window has room again
+        for m in done:
+            x = m.xfer
+            if x is not None and m.kind == W.K_STORE and m.flags & W.F_LAST and not x.done:
+                self._finish(x)
+
+    def _nacked(self, peer, h) -> None:
+        """A NACK: everything before `h.seq` arrived; go back and resend from it."""
+        self.stats_c["nacks_received"] += 1
+        ch = peer.tx_rep if h.flags & W.F_REPCH else peer.tx_req
+        self._acked(peer, ch, h.seq)
+        if ch.go_back(h.seq):
+            self.stats_c["gobacks"] += 1
+
+    def _rejected(self, peer, ch, seq, _err) -> None:
+        """The target refused message `seq` (its memory is not in the target's segments;
+        REJECT carries EFAULT, the only refusal there is): everything before it arrived;
+        it and the rest of its transfer become NOPs, which keep their sequence numbers,
+        and the channel goes back to resend from it."""
+        self._acked(peer, ch, seq)
+        if not ch.unacked or ch.unacked[0].seq != seq:
+            return                                  # stale: already handled
+        m = ch.unacked[0]
+        x = m.xfer
+        if x is None or m.kind == W.K_NOP:
+            return
+        for m2 in ch.unacked:
+            if m2.xfer is x and m2.kind != W.K_NOP:
+                ch.nop(m2)
+        ch.pending = deque(m2 for m2 in ch.pending if m2.xfer is not x)
+        ch.resend = 0                               # the receiver dropped everything after seq
+        self._transfer_refused(peer, x)
+
+    # -- send -----------------------------------------------------------------------------
+
+    def _pump_path(self):
+        """Send what the peers on the work queue are owed; False when the send FIFO is full."""
+        self._keepalive_check()
+        work = self.work
+        while work:
+            peer = work.popleft()
+            peer.queued = False
+            ok = yield from self._pump_peer(peer)
+            if not ok:
+                if not peer.queued:
+                    peer.queued = True
+                    work.appendleft(peer)
+                return False
+        return True
+
+    def _pump_peer(self, peer):
+        """Send what this peer is owed, in order: control packets, the reply channel
+        (resends, then new messages the window admits), the request channel, an
+        explicit ack if one is still owed, a keep-alive if one is due."""
+        st = self.stats_c
+        while peer.ctl:
+            kind, flags, seq, arg = peer.ctl[0]
+            ok = yield from self._send_ctl(peer, kind, flags, seq, arg)
+            if not ok:
+                return False
+            peer.ctl.popleft()
+        for ch in (peer.tx_rep, peer.tx_req):
+            while ch.resend < len(ch.unacked):
+                ok = yield from self._send_msg(peer, ch, ch.unacked[ch.resend])
+                if not ok:
+                    return False
+                ch.resend += 1
+            pending = ch.pending
+            while pending and ch.can_send(pending[0].npkts):
+                m = pending.popleft()
+                if not peer.unacked():
+                    self._unsettled(peer)
+                if not ch.unacked:
+                    peer.mark = self.polls
+                ch.assign(m)
+                ok = yield from self._send_msg(peer, ch, m)
+                if not ok:
+                    return False
+                ch.resend += 1
+        if peer.rx_req.ack_owed or peer.rx_rep.ack_owed:
+            ok = yield from self._send_ctl(peer, W.K_ACK, 0, 0, 0)
+            if not ok:
+                return False
+            st["acks_sent"] += 1
+        return (yield from self._keepalive_path(peer))
+
+    def _send_ctl(self, peer, kind, flags, seq, arg, addr=0):
+        hdr = W.pack(kind | flags, 0, seq, peer.rx_req.expected, peer.rx_rep.expected, 0, 1, 0, addr, arg)
+        ok = yield from self._send_packets(peer, ((hdr, b""),), self.c_hdr)
+        if ok:
+            peer.rx_req.acked()
+            peer.rx_rep.acked()
+        return ok
+
+    def _send_msg(self, peer, ch, m):
+        first = m.sends == 0
+        ack_req, ack_rep = peer.rx_req.expected, peer.rx_rep.expected
+        kind = m.kind
+        post = 0.0
+        if kind == W.K_STORE or kind == W.K_GETDATA:
+            read, npk, base, off = m.data, m.npkts, m.addr, m.src_off
+            pkts = []
+            for i in range(npk):
+                n = W.PKT_DATA if i < npk - 1 else m.tail
+                hdr = W.pack(kind | m.flags, m.handler, m.seq, ack_req, ack_rep, i, npk, m.tail,
+                             base + i * W.PKT_DATA, m.arg)
+                pkts.append((hdr, read(off + i * W.PKT_DATA, n)))
+            pre = self.c_bulk * npk
+        else:
+            data = m.data
+            hdr = W.pack(kind | m.flags, m.handler, m.seq, ack_req, ack_rep, 0, 1, 0, 0, 0)
+            pkts = ((hdr, data),)
+            words = len(data) >> 2
+            pre = self.c_hdr + (self.c_word * (words - 1) if words > 1 else 0.0)
+            if first and kind != W.K_NOP:
+                # After the length store: keep the packet for retransmission (SP-C05)
+                # and do the window bookkeeping; a request does more of it (SP-A37).
+                post = self.costs.copy(W.AM_HDR + len(data)) + self.c_post
+                if kind != W.K_REP:
+                    post += self.c_request
+        ok = yield from self._send_packets(peer, pkts, pre)
+        if not ok:
+            return False
+        peer.rx_req.acked()
+        peer.rx_rep.acked()
+        if not first:
+            self.stats_c["retransmitted_packets"] += m.npkts
+            ch.retransmitted += m.npkts
+        m.sends += 1
+        if post:
+            yield post
+        return True
+
+    def _send_packets(self, peer, pkts, pre: float):
+        """Hand packets to the adapter as ``UserFifos.bulk_send_path`` does (entries,
+        their flushes, one sync, several lengths per MicroChannel store, SP-C03) but
+        with AM's own header in each packet. `pre` is AM's work before the hand-over.
+        False, with the caller's state untouched, when the send FIFO is full."""
+        uf = self.uf
+        f = uf.fifos
+        if uf.closed:
+            raise OSError(errno.EBADF, "the TB2 FIFOs are closed")
+        k = len(pkts)
+        try:
+            yield from uf._room_path(k)
+        except WouldBlock:
+            self.tx_need = k
+            self.stats_c["fifo_full"] += 1
+            return False
+        costs = self.costs
+        first = f.tx_next % f.send_count
+        dest, route = peer.nid, peer.route
+        units = []
+        cost = pre + f.c_sync
+        for i, (hdr, data) in enumerate(pkts):
+            units.append(uf._write_entry(f.send_entry(i), dest, route, AM_PROTO, hdr, data))
+            n = len(data)
+            cost += uf.c_send + f.flush_cost(hw.HDR_BYTES + n) + (costs.copy(n) if n else 0.0)
+        for off, value, width in f.length_stores(first, units):
+            yield cost + costs.pci_write
+            cost = 0.0
+            self.adapter.reg_write(off, value, width)
+        f.tx_next = (f.tx_next + k) & U32
+        uf.sent += k
+        self.stats_c["packets_sent"] += k
+        return True
