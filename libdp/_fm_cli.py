@@ -31,7 +31,6 @@ def add_commands(sub, common) -> None:
         p = sub.add_parser(name, help=help_text, parents=parents,
                            description=f"{help_text}. Default platform: {DEFAULT_PLATFORM} (the assumed HPVM 1.9 "
                                        "machine). --param fm.KEY=VALUE sets a parameter of the fm module.")
-        p.set_defaults(platform=DEFAULT_PLATFORM)
         p.add_argument("--transport", choices=("myrinet", "smt"), default="myrinet",
                        help="myrinet: two hosts; smt: two processes of one host over shared memory")
         p.add_argument("--notify", choices=("memory", "pci"), default=None,
@@ -84,6 +83,7 @@ def _cluster(args):
     from libdp._fm_bench import placement_for
     profile, module, others = _fm_params(args)
     placement = placement_for(args.transport)
+    args.platform = args.platform or DEFAULT_PLATFORM     # (the shared --platform's default is the NIC's)
     cluster = Cluster(nodes=max(placement) + 1, platform=args.platform, nic="myrinet", params=profile,
                       seed=args.seed, load=[*others, ("fm", module)])
     return cluster, module, placement
