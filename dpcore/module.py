@@ -22,9 +22,7 @@ def _init(kernel, tbp_slots: int, netdev: str):
         mods.module_get(dev.driver_module)          # a NIC carrying DP keeps its driver loaded
         mods.on_unload(lambda dev=dev: mods.module_put(dev.driver_module))
         dp.netdevs.append(dev)
-        for nid, addrs in kernel.hosts.items():
-            if dev.kind in addrs and nid not in dp.nart:
-                dp.nart.add(nid, dev, addrs[dev.kind])
+    dp.nart.learn(kernel.hosts, dp.netdevs)           # entries are made as peers are first addressed
     kernel.register_syscall("dp_open", dp.sys_open)
     kernel.register_syscall("dp_target", dp.sys_target)
     kernel.register_callgate("dp_write", dp.gate_write)

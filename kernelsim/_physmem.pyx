@@ -6,8 +6,13 @@ physical address, as on the real machine: the driver writes a descriptor's buffe
 address, the device model reads it back and DMAs through it. Allocation is a bump
 allocator with a free list per size: kernel memory of a simulated node is set up once
 at module load and returned at unload.
+
+The bytes are anonymous pages (``anonymous_pages``), not a zero-filled bytearray: a
+node's 16 MB of physical memory and a LANai's SRAM become resident only where they are
+touched, so an idle modeled node costs little host memory and a 1024-node cluster fits.
 """
 import errno
+import mmap
 
 from libc.string cimport memcpy, memmove, memset
 
@@ -20,13 +25,25 @@ cdef int span_check(Py_ssize_t off, Py_ssize_t n, Py_ssize_t size, str what) exc
     return 0
 
 
+def anonymous_pages(Py_ssize_t nbytes):
+    """A writable memoryview of `nbytes` zero bytes that take host memory only once touched.
+
+    Private anonymous mmap: the kernel maps every page to the shared zero page until the
+    first write, and a fork copies on write exactly as it would a bytearray.
+    """
+    if nbytes <= 0:
+        raise OSError(errno.EINVAL, f"anonymous memory needs a positive size, not {nbytes}")
+    return memoryview(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                                prot=mmap.PROT_READ | mmap.PROT_WRITE))
+
+
 cdef class PhysMem:
     # buf: the bytes; view: a memoryview of them for slicing; _free: size -> [addr];
     # _live: addr -> size (declared in _physmem.pxd)
 
     def __cinit__(self, Py_ssize_t size=4 << 20):
         self.size = size
-        self.view = memoryview(bytearray(size))
+        self.view = anonymous_pages(size)
         self.buf = self.view
         self._top = 64          # address 0 stays unused so that 0 can mean "none"
         self._free = {}

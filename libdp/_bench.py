@@ -155,8 +155,12 @@ def where_dropped(row: dict, lossy_medium: bool) -> dict[str, int]:
 # --------------------------------------------------------------------------- ping-pong
 
 
-async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, full=False, on_row=None):
+async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, full=False, on_row=None,
+                   peer=None):
     """Round trips between ranks 0 and 1: write, then read the echo (DP-A07, DP-A08).
+
+    `peer` is the other side's node id when it is not ``1 - rank``: two nodes of a larger
+    cluster, rank 0 pinging and rank 1 echoing (the lower node id starts the handshake).
 
     Rank 1 echoes whatever arrives. Rows: ``size``, ``rtt_us``, ``one_way_us`` (the mean
     over `iters` round trips after `warmup`); with `full`, ``min_us``, ``max_us`` and
@@ -170,8 +174,12 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, f
     if rank > 1:
         return None
     fd = await dp.dp_open(PINGPONG_EP)
-    await dp.dp_target(fd, 1 - rank, PINGPONG_EP)
-    await _handshake(dp, fd, rank, 1 - rank)
+    if peer is None:
+        await dp.dp_target(fd, 1 - rank, PINGPONG_EP)
+        await _handshake(dp, fd, rank, 1 - rank)
+    else:
+        await dp.dp_target(fd, peer, PINGPONG_EP)
+        await _handshake(dp, fd, dp.node.nid, peer)
     lossy = _lossy(dp)
     if rank == 1:
         # Nothing lost: exactly one ping per iteration. Lossy: echo until the end mark or silence.

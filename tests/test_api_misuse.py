@@ -30,9 +30,9 @@ def _cases(fa, fb):
     """(call name, args, errno) for process a, which owns fa (fb belongs to process b)."""
     rows = [("dp_open", (v,), E.EINVAL) for v in BAD_INTS + [65536]]
     rows += [("dp_open", (5,), E.EADDRINUSE)]
-    rows += [("dp_target", (fa, v, 5), E.EINVAL) for v in ["1", None, 1.0]]
+    rows += [("dp_target", (fa, v, 5), E.EINVAL) for v in [True, False, "1", None, 1.0, -1, 65536, -2**70]]
     rows += [("dp_target", (fa, 99, 5), E.EHOSTUNREACH)]
-    rows += [("dp_target", (fa, 1, v), E.EINVAL) for v in [-1, 65536, "x", None, 2.0]]
+    rows += [("dp_target", (fa, 1, v), E.EINVAL) for v in [True, False, -1, 65536, "x", None, 2.0]]
     rows += [("dp_target", (v, 1, 5), E.EBADF) for v in [-1, 999, None, "3", 2**70]]
     rows += [("dp_target", (fb, 1, 5), E.EBADF)]                       # b's endpoint: not in a's table
     rows += [("dp_write", (fa, v), E.EFAULT) for v in ["hello", None, 123, [1, 2], object()]]

@@ -58,7 +58,7 @@ ERROR_CASES = [
     ("write_too_long", errno.EMSGSIZE, lambda api, f: api.write(f.targeted, bytes(4000))),
     ("target_nid_not_in_nart", errno.EHOSTUNREACH, lambda api, f: api.dp_target(f.untargeted, 2, 1)),
     ("target_nid_65535", errno.EHOSTUNREACH, lambda api, f: api.dp_target(f.untargeted, 65535, 1)),
-    ("target_nid_negative", errno.EHOSTUNREACH, lambda api, f: api.dp_target(f.untargeted, -1, 1)),
+    ("target_nid_negative", errno.EINVAL, lambda api, f: api.dp_target(f.untargeted, -1, 1)),
     ("target_ep_out_of_range", errno.EINVAL, lambda api, f: api.dp_target(f.untargeted, 1, 65536)),
     ("open_in_use", errno.EADDRINUSE, lambda api, f: api.dp_open(1)),
     ("open_65536", errno.EINVAL, lambda api, f: api.dp_open(65536)),

@@ -174,7 +174,8 @@ def test_same_inputs_same_figures():
 
 
 def test_each_switch_adds_its_delay_its_cable_and_a_route_byte():
-    one, three = rtt_us(params=[("switch.hops", 1)])[1], rtt_us(params=[("switch.hops", 3)])[1]
+    chain = ("switch.topology", "chain")
+    one, three = rtt_us(params=[chain, ("switch.hops", 1)])[1], rtt_us(params=[chain, ("switch.hops", 3)])[1]
     per_switch = 0.1 + 0.05 + 8 / 1.28e9 * 1e6      # LCI-A29 hop, cable, one route byte on the wire
     assert three - one == pytest.approx(2 * 2 * per_switch, rel=1e-6)
 

@@ -109,7 +109,7 @@ def test_pio_is_slower_on_32_bit_pci_and_bursts_count():
 def test_link_and_switch_timing_of_one_packet():
     """A frame's one-way time grows by one switch delay plus one cable per added hop."""
     def one_way(hops):
-        c = cluster(params=[("switch.hops", hops)])
+        c = cluster(params=[("switch.topology", "chain"), ("switch.hops", hops)])
         got = collector(c.nodes[1])
         t0 = c.engine.now
         send_frames(c.nodes[0], 1, [b"x" * 1000])
@@ -129,7 +129,7 @@ def test_link_and_switch_timing_of_one_packet():
 
 
 def test_the_mapper_writes_source_routes_one_byte_per_hop():
-    c = cluster(nodes=5, params=[("switch.hops", 3)])
+    c = cluster(nodes=5, params=[("switch.topology", "chain"), ("switch.hops", 3)])
     tables = [n.pci_devices[0].route_table for n in c.nodes]
     for src, table in enumerate(tables):
         assert set(table) == set(range(5))
@@ -140,7 +140,7 @@ def test_the_mapper_writes_source_routes_one_byte_per_hop():
 
 
 def test_routes_carry_frames_between_every_pair():
-    c = cluster(nodes=5, params=[("switch.hops", 3)])
+    c = cluster(nodes=5, params=[("switch.topology", "chain"), ("switch.hops", 3)])
     got = [collector(n) for n in c.nodes]
     for src in range(5):
         send_frames(c.nodes[src], (src + 2) % 5, [f"from {src}".encode()])

@@ -161,7 +161,8 @@ def test_impossible_profile_values_are_refused(key, value):
 
 
 def test_too_many_nodes_for_the_switches_is_einval():
+    chain = ("switch.topology", "chain")
     with pytest.raises(OSError) as ei:
-        Cluster(nodes=9, nic="myrinet")             # one 8-port switch
+        Cluster(nodes=9, nic="myrinet", params=[chain])             # one 8-port switch
     assert ei.value.errno == errno.EINVAL
-    Cluster(nodes=9, nic="myrinet", params=[("switch.hops", 2)])
+    Cluster(nodes=9, nic="myrinet", params=[chain, ("switch.hops", 2)])

@@ -162,18 +162,33 @@ def test_bad_lengths_and_lying_headers_are_counted_and_skipped():
 
 
 def test_send_timing_is_notice_firmware_dma_then_switch():
+    """The MSMU starts a packet onto the link once the DMA's first burst is in its FIFO
+    (cut-through): the DMA of a full packet and its link transfer overlap."""
     r = Rig()
     p = r.prof
     r.send(0, 1, bytes(224))
     r.run()
     dma = p["pci.dma_setup_s"] + 3 * p["pci.burst_overhead_s"] + 256 / p["pci.dma_rate_Bps"]
-    start = p["tb2.notice_s"] + p["tb2.i860_tx_s"] + dma
+    first_burst = p["pci.dma_setup_s"] + 64 / p["pci.dma_rate_Bps"]
+    start = p["tb2.notice_s"] + p["tb2.i860_tx_s"] + first_burst
     link = r.switch.ports[0].inject
     assert link.free_at == pytest.approx(start + 256 / p["switch.link_Bps"])
+    assert start + 256 / p["switch.link_Bps"] > p["tb2.notice_s"] + p["tb2.i860_tx_s"] + dma
     # receive: notice, firmware, the packet's DMA, then the status word's own transaction
     arrive = start + p["switch.latency_s"] + 256 / p["switch.link_Bps"]
     status = p["pci.dma_setup_s"] + 4 / p["pci.dma_rate_Bps"]
     assert r.eng.now == pytest.approx(arrive + p["tb2.notice_s"] + p["tb2.i860_rx_s"] + dma + status)
+
+
+def test_the_link_never_overtakes_a_slower_dma():
+    """With a DMA slower than the link, cut-through would run the link dry: the packet's
+    last byte leaves when the DMA has brought it in, not before."""
+    r = Rig(params=[("pci.dma_rate_Bps", 20e6)])
+    p = r.prof
+    r.send(0, 1, bytes(224))
+    r.run()
+    dma = p["pci.dma_setup_s"] + 3 * p["pci.burst_overhead_s"] + 256 / p["pci.dma_rate_Bps"]
+    assert r.switch.ports[0].inject.free_at == pytest.approx(p["tb2.notice_s"] + p["tb2.i860_tx_s"] + dma)
 
 
 def test_a_stream_overlaps_firmware_dma_and_link():
@@ -199,9 +214,10 @@ def test_small_msmu_fifo_stalls_the_send_dma():
             rig.send(0, 1, bytes(224))
         rig.run()
     assert tiny.devs[0].fifo_stalls > 0 and big.devs[0].fifo_stalls == 0
-    # With room for one packet the DMA of the next waits for the link: no overlap, even
-    # with a six times faster i860.
-    assert tiny.eng.now > 1.5 * big.eng.now
+    # With room for one packet the DMA of the next waits for the link to take the last
+    # byte of the one before, so every packet adds its DMA set-up to the link's time,
+    # even with a six times faster i860.
+    assert tiny.eng.now > big.eng.now + 19 * big.prof["pci.dma_setup_s"]
 
 
 # --------------------------------------------------------------------------- receive side

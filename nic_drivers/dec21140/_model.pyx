@@ -11,8 +11,15 @@ move the modeled figures as they would on the card (HW-21140).
 Descriptors and buffers live in the node's physical memory and are reached only by
 DMA through the addresses the driver wrote into CSR3/CSR4 and the descriptors.
 """
-from kernelsim._engine cimport Engine
+from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._physmem cimport PhysMem
+
+# What each engine event of the card is (EventTarget.on_event's `what`).
+DEF TX_FETCHED = 0
+DEF TX_LOADED = 1
+DEF TX_WIRE_DONE = 2
+DEF RX_DONE = 3
+DEF TX_SETUP_DONE = 4
 
 # CSR5 status bits (write 1 to clear) and CSR7 enables: same positions.
 TI = 1 << 0
@@ -73,33 +80,10 @@ ETH_MIN_FRAME = 60      # without FCS: the 21140 pads short frames
 ETH_MAX_FRAME = 1514    # without FCS
 
 
-cdef class Dec21140:
+cdef class Dec21140(EventTarget):
     """One 21140 on one node's PCI bus."""
     vendor_id = 0x1011
     device_id = 0x0009
-
-    cdef public object driver
-    cdef Engine engine
-    cdef PhysMem mem
-    cdef unsigned int csr[16]
-    cdef public object port                # medium backend: transmit(frame, t) -> (start, end)
-    cdef public object irq_sink            # callable(bool): the INTA# line
-    cdef bint _line
-    # timing
-    cdef double dma_rate, dma_setup, burst_overhead, tx_poll_s
-    cdef int burst_bytes
-    # ring walkers
-    cdef Py_ssize_t tx_cur, rx_cur
-    cdef int tx_state, rx_state
-    cdef bint tx_pending_kick
-    cdef double rx_free_at
-    cdef set _filter                      # perfect filter: MACs loaded by a setup frame
-    cdef set _rx_inflight                 # descriptors holding a frame not yet handed over
-    cdef readonly bytes hwaddr
-    cdef object _tx_fetched_cb, _tx_loaded_cb, _tx_wire_done_cb, _rx_done_cb   # bound once
-    # statistics
-    cdef readonly long long tx_frames, rx_frames, rx_missed, rx_crc_errors, rx_too_long
-    cdef readonly long long tx_bytes, rx_bytes, dma_bytes, irq_raised, rx_filtered
 
     def __cinit__(self, Engine engine, PhysMem mem, bytes hwaddr, profile):
         self.engine = engine
@@ -112,10 +96,6 @@ cdef class Dec21140:
         self.dma_setup = profile["pci.dma_setup_s"]
         self.burst_overhead = profile["pci.burst_overhead_s"]
         self.tx_poll_s = profile["nic.tx_poll_s"]
-        self._tx_fetched_cb = self._tx_fetched
-        self._tx_loaded_cb = self._tx_loaded
-        self._tx_wire_done_cb = self._tx_wire_done
-        self._rx_done_cb = self._rx_done
         self._reset()
 
     cdef _reset(self):
@@ -227,19 +207,32 @@ cdef class Dec21140:
             return
         if self.tx_state == TS_SUSPENDED:
             self.tx_state = TS_FETCHING
-            self.engine.after(self.tx_poll_s + self.dma_time(16), self._tx_fetched_cb, None)
+            self.engine.post(self.engine.now + (self.tx_poll_s + self.dma_time(16)), self, TX_FETCHED, None)
         else:
             self.tx_pending_kick = True       # busy: look again when this frame is done
 
     cdef Py_ssize_t _next_desc(self, Py_ssize_t cur, unsigned int des1, unsigned int end_bit,
-                               unsigned int chain_bit, Py_ssize_t base):
+                               unsigned int chain_bit, Py_ssize_t base) except? -1:
         if des1 & end_bit:
             return base
         if des1 & chain_bit:
             return self.mem.rd32(cur + 12)
         return cur + 16 + ((self.csr[0] >> 2) & 0x1F) * 4
 
-    def _tx_fetched(self, _):
+    cdef int on_event(self, int what, object arg) except -1:
+        if what == TX_FETCHED:
+            self._tx_fetched()
+        elif what == TX_LOADED:
+            self._tx_loaded(<Py_ssize_t> arg)
+        elif what == TX_WIRE_DONE:
+            self._tx_wire_done(<Py_ssize_t> arg)
+        elif what == RX_DONE:
+            self._rx_done(arg)
+        else:
+            self._tx_setup_done(<Py_ssize_t> arg)
+        return 0
+
+    cdef _tx_fetched(self):
         cdef Py_ssize_t d = self.tx_cur
         cdef unsigned int des0 = self.mem.rd32(d)
         cdef unsigned int des1
@@ -260,14 +253,14 @@ cdef class Dec21140:
         self.tx_state = TS_READING
         if des1 & TDES1_SET:
             # Setup frame: loads the address filter; we accept and complete it.
-            self.engine.after(self.dma_time(length), self._tx_setup_done, d)
+            self.engine.post(self.engine.now + self.dma_time(length), self, TX_SETUP_DONE, d)
             return
         # Store and forward waits for the whole frame; otherwise the wire starts once
         # the FIFO holds the transmit threshold (128 bytes at 100 Mb/s).
-        self.engine.after(self.dma_time(length if self.csr[6] & SF else min(length, 128)),
-                          self._tx_loaded_cb, d)
+        self.engine.post(self.engine.now + self.dma_time(length if self.csr[6] & SF else min(length, 128)),
+                         self, TX_LOADED, d)
 
-    def _tx_setup_done(self, Py_ssize_t d):
+    cdef _tx_setup_done(self, Py_ssize_t d):
         """Load the 16-entry perfect filter: each address in three longwords' low halves."""
         cdef Py_ssize_t buf = self.mem.rd32(d + 8), i, w
         cdef unsigned int des1 = self.mem.rd32(d + 4)
@@ -281,7 +274,7 @@ cdef class Dec21140:
         self._tx_complete(d, des1)
         self._tx_advance(d, self.engine.now)
 
-    def _tx_loaded(self, Py_ssize_t d):
+    cdef _tx_loaded(self, Py_ssize_t d):
         """The frame is in the FIFO (store and forward): put it on the wire."""
         cdef unsigned int des1 = self.mem.rd32(d + 4)
         cdef Py_ssize_t length = des1 & 0x7FF
@@ -301,10 +294,10 @@ cdef class Dec21140:
         self.tx_bytes += length
         # The FIFO holds one frame beyond the one on the wire: fetch the next one as
         # this one starts, complete this one when its last bit has left.
-        self.engine.at(end, self._tx_wire_done_cb, d)
+        self.engine.post(end, self, TX_WIRE_DONE, d)
         self._tx_advance(d, start)
 
-    def _tx_wire_done(self, Py_ssize_t d):
+    cdef _tx_wire_done(self, Py_ssize_t d):
         cdef unsigned int des1 = self.mem.rd32(d + 4)
         self._tx_complete(d, des1)
 
@@ -319,7 +312,7 @@ cdef class Dec21140:
         self.tx_cur = self._next_desc(d, des1, TDES1_TER, TDES1_TCH, self.csr[4])
         self.tx_pending_kick = False
         self.tx_state = TS_FETCHING
-        self.engine.at(t + self.dma_time(16), self._tx_fetched_cb, None)
+        self.engine.post(t + self.dma_time(16), self, TX_FETCHED, None)
 
     # -- receive ring walker (the backend calls rx_frame at the frame's last bit) --------
 
@@ -369,9 +362,9 @@ cdef class Dec21140:
         self.rx_frames += 1
         self.rx_bytes += n
         self._rx_inflight.add(d)
-        self.engine.at(t, self._rx_done_cb, (d, status))
+        self.engine.post(t, self, RX_DONE, (d, status))
 
-    cdef bint _accepts(self, const unsigned char[::1] frame):
+    cdef bint _accepts(self, const unsigned char[::1] frame) except -1:
         """Address filtering: promiscuous, multicast with PM, or a perfect-filter hit."""
         if self.csr[6] & PR:
             return True
@@ -379,7 +372,7 @@ cdef class Dec21140:
             return bool(self.csr[6] & PM) or bytes(frame[0:6]) == b"\xff\xff\xff\xff\xff\xff"
         return bytes(frame[0:6]) in self._filter
 
-    def _rx_done(self, arg):
+    cdef _rx_done(self, arg):
         d, status = arg
         self._rx_inflight.discard(d)
         self.mem.wr32(d, status)                      # OWN cleared: the host's now

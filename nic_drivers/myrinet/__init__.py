@@ -49,7 +49,7 @@ def make_device(node):
 
 
 def connect(engine, profile, devices, rng=None):
-    """Cable the boards to a chain of ``switch.hops`` crossbars and map the routes."""
+    """Cable the boards to the profile's ``switch.topology`` (chain, grid, clos) and map the routes."""
     _check_profile(profile)
     fabric = MyrinetFabric(engine, profile, rng)
     fabric.build(devices)

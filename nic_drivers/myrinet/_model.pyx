@@ -12,7 +12,7 @@ into SRAM. The processor -- a slow RISC core, an order of magnitude slower than 
 
 What is modeled, and why each piece is there:
 
-* **SRAM** as real bytes. The host writes into it by programmed I/O (the SRAM is
+* **SRAM** as real bytes (anonymous pages: an idle board's SRAM costs no host memory). The host writes into it by programmed I/O (the SRAM is
   mapped into the host's address space); write-combining turns a stream of stores into
   32-byte PCI bursts (EP-A20, LCI-A47/C15), so a PIO costs the host CPU one bus burst
   per 32 bytes. PIO reads are modeled but dear, which is why nobody uses them (LCI-A48).
@@ -57,6 +57,7 @@ from libc.string cimport memcpy
 from kernelsim._engine cimport Engine
 from kernelsim._pcibus cimport PciBus
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
+from kernelsim._physmem import anonymous_pages
 
 # Host-visible registers (byte offsets in the register window)
 REG_ISR = 0x00
@@ -146,7 +147,7 @@ cdef class LanaiNI:
         if self.sram_bytes < 4096 or self.buffer_bytes < 64 or self.firmware_bytes < 1024 \
                 or self.firmware_bytes + 2 * self.buffer_bytes > self.sram_bytes:
             raise ValueError("lanai.sram_bytes must hold the control program and at least two packet buffers")
-        self.sram_view = memoryview(bytearray(self.sram_bytes))
+        self.sram_view = anonymous_pages(self.sram_bytes)     # resident only where touched
         self.sram = self.sram_view
         self.hz = profile["lanai.hz"]
         self.cycle_s = 1.0 / self.hz

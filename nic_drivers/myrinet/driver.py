@@ -7,9 +7,10 @@ board; writes the ring addresses into the control block in SRAM; unmasks the int
 the receive mode wants and starts the LANai. Anything that fails unwinds in reverse.
 
 Addresses. The NART holds the destination's Myrinet node id (``hwaddr_for``); the route
-to it -- one byte per switch -- comes from the NI's route table, which the mapper wrote
-when the network was built (``fabric.map_routes``), and the driver copies it at open,
-as GM's driver reads the routes its mapper computed. ``write_link_header`` puts the
+to it -- one byte per switch -- comes from the NI's route table, which the mapper loaded
+when the network was built (``fabric.map_routes``); the driver reads it from the NI, as
+GM's driver reads the routes its mapper computed (``stats()`` shows the routes used).
+``write_link_header`` puts the
 route right-aligned in a fixed 16-byte route area, then the Myrinet packet type and the
 link protocol number; the NI sends from the first route byte.
 
@@ -36,6 +37,7 @@ import errno
 from kernelsim import NetDevice, WaitQueue, WouldBlock
 
 from nic_drivers.myrinet import _model as hw
+from nic_drivers.myrinet.fabric import RouteTable
 from nic_drivers.myrinet.firmware import (
     CB_BULK_CONS, CB_BULK_RING, CB_BULK_SLOTS, CB_RX_CONS, CB_RX_MODE, CB_RX_RING, CB_RX_SLOTS,
     CB_SEND_PROD, CB_SLOT_BYTES, CB_TX_DONE, CB_TX_WAIT, CB_TXDONE_ADDR, CB_WATCHDOG_NS, DESC_BASE, DESC_BYTES,
@@ -73,7 +75,7 @@ class MyrinetNetDevice(NetDevice):
         self.c_desc = c.cycles(p["drv.desc_cycles"])
         self.c_isr = c.cycles(p["drv.isr_cycles"])
         self.desc_pio_s = dev.pio_time(12) + dev.pio_time(4)    # descriptor words, then the producer word
-        self.routes: dict = {}
+        self.routes = RouteTable(None, ())
         self.cur_tx = self.dirty_tx = 0
         self.cur_rx = 0
         self.cur_bulk = 0
@@ -108,12 +110,16 @@ class MyrinetNetDevice(NetDevice):
         except BaseException:
             self.stop()
             raise
-        self.routes = dict(dev.route_table)
-        if not self.routes:
+        table = dev.route_table
+        if not table:
             # No mapper ran (a real transport carries the packets): one crossbar, node n
             # on port n, for every node of the cluster description.
-            self.routes = {nid: bytes([0x80 | nid]) for nid, addrs in node.hosts.items()
-                           if self.kind in addrs and isinstance(nid, int) and 0 <= nid < 0x80}
+            table = RouteTable(lambda nid: bytes([0x80 | nid]),
+                               [nid for nid, addrs in node.hosts.items()
+                                if self.kind in addrs and isinstance(nid, int) and 0 <= nid < 0x80])
+        elif not isinstance(table, RouteTable):         # routes written by hand: a plain mapping
+            table = RouteTable(table.get, list(table))
+        self.routes = table
         dev.irq_sink = self.set_irq
         dev.host_write_sink = self._host_write
         w = dev.pio_write32
@@ -309,7 +315,7 @@ class MyrinetNetDevice(NetDevice):
         out = super().stats()
         out.update(tx_ring=self.ntx, rx_ring=self.nrx, bulk_ring=self.nbulk, rx_mode=self.rx_mode,
                    tx_queued=self.cur_tx - self.dirty_tx, tx_pio=self.tx_pio, tx_dma=self.tx_dma,
-                   polls=self.polls, irq=self.irq_line, routes={k: v.hex() for k, v in sorted(self.routes.items())},
+                   polls=self.polls, irq=self.irq_line, routes={k: v.hex() for k, v in sorted(self.routes.used().items())},
                    device=self.dev.stats(), firmware=self.fw.stats() if self.fw else None,
                    bulk=self.bulk.stats() if self.bulk else None)
         return out

@@ -44,6 +44,7 @@ import errno
 from collections import deque
 
 from nic_drivers.myrinet._model import ISR_RX, ISR_TX
+from nic_drivers.myrinet.fabric import MAX_ROUTE_BYTES
 
 __all__ = ["Firmware", "DPFirmware", "MYRI_TYPE_DP", "BULK_PROTO", "ROUTE_MAX",
            "CB_SEND_PROD", "CB_RX_CONS", "CB_BULK_CONS", "CB_TX_WAIT", "CB_RX_RING", "CB_RX_SLOTS",
@@ -54,7 +55,7 @@ __all__ = ["Firmware", "DPFirmware", "MYRI_TYPE_DP", "BULK_PROTO", "ROUTE_MAX",
 # (HW-MYRI); Myricom's registry values are not in our sources.
 MYRI_TYPE_DP = 0x0DB5
 BULK_PROTO = 0x88B6            # HW-ETH: the second IEEE 802 local experimental EtherType
-ROUTE_MAX = 16                 # route bytes a frame has room for (LCI-A30: at most 10 hops on PPro)
+ROUTE_MAX = MAX_ROUTE_BYTES    # route bytes a frame has room for: 24 (PPro's grid reaches 22 at 1024 nodes)
 
 # Control block in SRAM: words the host writes (doorbells are watched) and reads.
 CB_SEND_PROD = 0x00            # host: descriptors posted (a count)            [watched]

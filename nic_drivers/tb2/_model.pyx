@@ -39,7 +39,10 @@ What is modeled, and when each effect becomes visible:
   direction. On receive the status word is a second, separate transaction written
   after the packet, so the host never sees a half-written entry.
 * The 4 KB FIFO between MicroChannel and MSMU holds whole packets; when the switch
-  link is backed up it fills and the send DMA waits for a packet to leave. On
+  link is backed up it fills and the send DMA waits for a packet to leave. The MSMU
+  starts a packet onto the link once its first DMA burst is in the FIFO (cut-through),
+  so a full packet's DMA and its link transfer overlap; the link never overtakes the
+  DMA (the switch is told when the last byte will be in). On
   receive the MSMU's buffering is not bounded here: the i860 and the receive DMA
   each take less per full packet than the link (6.4 µs), so arrivals never pile up
   there, and the losses are where SP-C05 puts them -- the host's receive FIFO.
@@ -291,10 +294,14 @@ cdef class Tb2Adapter:
     # -- DMA across the MicroChannel ----------------------------------------------------
 
     cpdef double dma_time(self, Py_ssize_t nbytes):
+        """One DMA transaction of `nbytes` (counted in the statistics)."""
+        self.dma_bytes += nbytes
+        return self._dma_span(nbytes)
+
+    cdef double _dma_span(self, Py_ssize_t nbytes):
         cdef Py_ssize_t bursts = 1
         if self.burst_bytes > 0 and nbytes > self.burst_bytes:
             bursts = (nbytes + self.burst_bytes - 1) // self.burst_bytes
-        self.dma_bytes += nbytes
         return self.dma_setup + (bursts - 1) * self.burst_overhead + nbytes / self.dma_rate
 
     # -- send side: the i860 walks the send FIFO ------------------------------------------
@@ -339,11 +346,14 @@ cdef class Tb2Adapter:
 
     def _tx_dma_start(self, arg):
         """The i860 has programmed the DMA: it runs once the engine is free and the
-        MSMU FIFO slot it fills has been emptied onto the switch link."""
+        MSMU FIFO slot it fills has been emptied onto the switch link. The MSMU starts
+        the packet onto the link as soon as the first burst is in the FIFO (cut-through:
+        the DMA keeps filling while the link drains), so a packet's DMA and its link
+        transfer overlap; the link is never allowed to overtake the DMA."""
         cdef unsigned int epoch
         cdef int entry, slot
         cdef Py_ssize_t nbytes
-        cdef double start
+        cdef double start, first, end
         epoch, entry, nbytes, slot = arg
         if epoch != self.epoch:
             return
@@ -354,8 +364,15 @@ cdef class Tb2Adapter:
         if start < self.fifo_out[slot]:
             start = self.fifo_out[slot]
             self.fifo_stalls += 1
-        self.dma_tx_free = start + self.dma_time(nbytes)
-        self.engine.at(self.dma_tx_free, self._tx_dma_done, (epoch, entry, nbytes, slot))
+        end = start + self.dma_time(nbytes)
+        self.dma_tx_free = end
+        first = start + self._dma_span(nbytes if nbytes < self.burst_bytes or self.burst_bytes <= 0
+                                       else self.burst_bytes)
+        if first < end:
+            self.engine.at(first, self._tx_link, (epoch, entry, nbytes, slot, end))
+            self.engine.at(end, self._tx_dma_done, (epoch, entry, 0, slot, end))
+        else:                                 # one burst: the whole packet is in before it starts
+            self.engine.at(end, self._tx_dma_done, (epoch, entry, nbytes, slot, end))
 
     def _tx_next(self, unsigned int epoch):
         """The i860 is done with one entry: on to the next if its length is there."""
@@ -374,19 +391,33 @@ cdef class Tb2Adapter:
         self._tx_free_entry(entry)
         self._tx_next(epoch)
 
+    def _tx_link(self, arg):
+        """The packet's head is in the MSMU FIFO: onto the link (cut-through)."""
+        epoch, entry, nbytes, slot, ready = arg
+        if epoch == self.epoch:
+            self._send_entry(entry, nbytes, slot, ready, False)
+
     def _tx_dma_done(self, arg):
-        """The packet is in the MSMU FIFO: stamp the source, hand it to the switch."""
-        cdef unsigned int epoch
-        cdef int entry, slot
-        cdef Py_ssize_t nbytes, dlen, addr
-        cdef bytearray pkt
-        epoch, entry, nbytes, slot = arg
+        """The DMA has read the whole entry: it is free for the host again (and a packet
+        of one burst starts onto the link now)."""
+        epoch, entry, nbytes, slot, ready = arg
         if epoch != self.epoch:
             return
+        if nbytes:
+            self._send_entry(entry, nbytes, slot, ready, True)
+        else:
+            self._tx_free_entry(entry)
+
+    cdef _send_entry(self, int entry, Py_ssize_t nbytes, int slot, double ready, bint free):
+        """Stamp the source and hand the packet to the switch (its last byte leaves no
+        earlier than `ready`, when the DMA has brought it all in)."""
+        cdef Py_ssize_t dlen, addr
+        cdef bytearray pkt
         addr = self.send_base + <Py_ssize_t> entry * ENTRY_BYTES
         pkt = bytearray(self.mem.buf[addr:addr + nbytes])
         dlen = (pkt[H_LEN] << 8) | pkt[H_LEN + 1]
-        self._tx_free_entry(entry)
+        if free:
+            self._tx_free_entry(entry)
         if dlen > DATA_MAX or HDR_BYTES + dlen > nbytes:
             self.tx_errors += 1               # header and length array disagree: not sent
             return
@@ -396,7 +427,7 @@ cdef class Tb2Adapter:
         if self.port is None:
             self.tx_errors += 1
             return
-        start, end = self.port.transmit(bytes(pkt[:HDR_BYTES + dlen]), self.engine.now)
+        start, end = self.port.transmit(bytes(pkt[:HDR_BYTES + dlen]), self.engine.now, ready)
         self.fifo_out[slot] = end             # the slot is empty once the link has taken it all
         self.tx_packets += 1
         self.tx_bytes += dlen

@@ -64,9 +64,11 @@ class SwitchPort:
         self.inject = _Link(f"node{nid}->board")
         self.eject = _Link(f"board->node{nid}")
 
-    def transmit(self, packet: bytes, t: float) -> tuple[float, float]:
-        """Send `packet` no earlier than `t`; (start, end) on the node's own link."""
-        return self.switch._send(self, packet, t)
+    def transmit(self, packet: bytes, t: float, ready: float = 0.0) -> tuple[float, float]:
+        """Send `packet` no earlier than `t`, and so that its last byte leaves no earlier
+        than `ready` (when the adapter's DMA has brought it all in: cut-through);
+        (start, end) on the node's own link."""
+        return self.switch._send(self, packet, t, ready)
 
     def _arrive(self, item) -> None:
         if self.device is not None:
@@ -107,9 +109,11 @@ class Tb2Switch:
             link = table[key] = _Link(name)
         return link
 
-    def _send(self, src: SwitchPort, packet: bytes, t: float) -> tuple[float, float]:
+    def _send(self, src: SwitchPort, packet: bytes, t: float, ready: float = 0.0) -> tuple[float, float]:
         n = len(packet)
         wire = n * self.byte_s
+        if ready - wire > t:
+            t = ready - wire                     # the link would run dry before the last byte is in
         start = src.inject.take(t, wire, n)
         end = start + wire
         dst = (packet[0] << 8) | packet[1] if n >= 3 else -1

@@ -63,7 +63,11 @@ and all later ones. Acks ride on every packet; an explicit one goes when a quart
 the window is unacknowledged, and one per completed bulk chunk. Bulk data moves in
 chunks of 8064 bytes (36 packets of 224) sharing one sequence number, placed by their
 offsets; the window holds two chunks, so chunk N leaves once chunk N-2 is
-acknowledged (SP-A30). A keep-alive, timed in unsuccessful polls, forces NACKs when
+acknowledged (SP-A30). The host hands a chunk over a few packets at a time -- one
+length store per four entries, as it prepares them (SP-C03) -- so the adapter sends
+the first packets while the host prepares the rest. A store of one packet is a short
+message: copied like a request's words, acknowledged like one, its source free as
+soon as it is handed over. A keep-alive, timed in unsuccessful polls, forces NACKs when
 messages stay unacknowledged too long. Receive-FIFO entries are popped lazily and
 flushed (SP-C04, in ``fifos.py``). Remote addresses must lie in the target's
 registered segments: a transfer that does not is refused by the target before any

@@ -16,8 +16,9 @@ cdef class Header:
 
 cdef class Msg:
     cdef public int seq, kind, flags, handler, npkts, tail, sends
+    cdef public bint kept            # a store or get reply of one packet: its data copied, sent as a short message
     cdef public unsigned int addr, arg
-    cdef public object data          # short: the argument bytes; bulk: a callable(off, n) -> bytes
+    cdef public object data          # short or kept: the bytes; bulk: a callable(off, n) -> bytes
     cdef public long long src_off    # bulk: this chunk's offset in the transfer
     cdef public object xfer          # the Transfer a chunk or get request belongs to
 

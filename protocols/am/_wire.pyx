@@ -183,10 +183,13 @@ cdef class Header:
 cdef class Msg:
     """One sequenced message as its sender keeps it until acknowledged: a short message
     (its data kept), a chunk of a bulk transfer (its source read again on every send,
-    so a retransmission needs no copy), a get request, or a NOP placeholder."""
+    so a retransmission needs no copy), a get request, or a NOP placeholder. A store
+    or get reply that fits in one packet is `kept`: its data is copied like a short
+    message's, so its source is free at once and it is acknowledged like one."""
 
     def __init__(self, int kind, int flags=0, int handler=0, object data=b"", int npkts=1, int tail=0,
-                 unsigned int addr=0, unsigned int arg=0, long long src_off=0, object xfer=None):
+                 unsigned int addr=0, unsigned int arg=0, long long src_off=0, object xfer=None,
+                 bint kept=False):
         self.seq = -1
         self.kind = kind
         self.flags = flags
@@ -199,6 +202,7 @@ cdef class Msg:
         self.src_off = src_off
         self.xfer = xfer
         self.sends = 0
+        self.kept = kept
 
     def __repr__(self):
         return f"<Msg kind={self.kind} seq={self.seq} npkts={self.npkts} sends={self.sends}>"
@@ -277,6 +281,7 @@ cdef class TxChannel:
         m.flags = F_REPCH if m.flags & F_REPCH else 0
         m.npkts = 1
         m.tail = 0
+        m.kept = False
         m.data = b""
         return 0
 

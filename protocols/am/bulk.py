@@ -20,6 +20,12 @@ initiator) and the target is never touched.
 A store's source is read again when a chunk is resent (the sender keeps no copy of
 bulk data), so the source can be reused once the last chunk is acknowledged: that is
 when a blocking am_store returns and when am_store_async's completion function runs.
+A store (or get reply) that fits in one packet is not bulk: its data is copied with
+the packet, as a request's words are (SP-C05: the sender keeps unacknowledged
+messages), so it is acknowledged like a request -- piggybacked, or explicitly once a
+quarter of the window is unacknowledged -- and its source is free once it has been
+handed over: a blocking am_store of up to 224 bytes returns then, without waiting
+for a round trip; a refusal of it comes out of a later call.
 """
 from __future__ import annotations
 
@@ -105,22 +111,31 @@ class Bulk:
         """Cut a transfer into chunks of 36 packets (SP-C06): each one message, one
         sequence number; FIRST/LAST mark the ends so the receiver can run the handler
         once all has landed. Every non-last chunk carries the transfer's end address,
-        so any one packet lets the receiver check the whole rest of the transfer."""
+        so any one packet lets the receiver check the whole rest of the transfer.
+
+        A transfer that fits in one packet is not bulk: its data is copied now and it
+        travels as a short message (acknowledged by the window's rules, its source free
+        as soon as it is handed over)."""
+        if nbytes <= W.PKT_DATA:
+            ch.pending.append(W.Msg(kind, flags | W.F_FIRST | W.F_LAST, handler, read(0, nbytes), 1, nbytes, addr,
+                                    arg, 0, x, True))
+            return
         cb = self.chunk_bytes
-        count = max(1, -(-nbytes // cb))
+        count = -(-nbytes // cb)
         end = addr + nbytes
         for j in range(count):
             off = j * cb
             c = min(cb, nbytes - off)
-            npk = max(1, -(-c // W.PKT_DATA))
+            npk = -(-c // W.PKT_DATA)
             last = j == count - 1
             f = flags | (W.F_FIRST if j == 0 else 0) | (W.F_LAST if last else 0)
             ch.pending.append(W.Msg(kind, f, handler, read, npk, c - (npk - 1) * W.PKT_DATA, addr + off,
                                     arg if last else end, off, x))
 
     def _finish(self, x: Transfer) -> None:
-        """A store's last chunk is acknowledged: the data has landed and the remote
-        handler has run; the source may be reused. Run the completion function."""
+        """The store's source may be reused: its last chunk is acknowledged (the data
+        has landed and the remote handler has run), or, for a one-packet store, its
+        data has been copied and handed over. Run the completion function."""
         x.done = True
         self.stats_c["stores_completed"] += 1
         if x.on_done is not None:
@@ -138,10 +153,11 @@ class Bulk:
             except ValueError:
                 pass
         what = "am_store to" if x.kind == "store" else "am_get from"
+        returned = x.done                          # a one-packet store has already returned
         x.error = OSError(errno.EFAULT, f"{what} node {x.dest}: [{x.remote:#x}, {x.remote + x.nbytes:#x}) is "
                                         "outside the target's registered segments (nothing was written there)")
         x.done = True
-        if not x.blocking:
+        if not x.blocking or returned:
             self.pending_errors.append(x.error)
 
     # -- the target and the receiver of data ------------------------------------------------
@@ -165,7 +181,8 @@ class Bulk:
             return
         if not self._accept_chunk_packet(rx, h, data):
             return
-        rx.ack_owed = True                         # one acknowledgement per chunk (SP-A31)
+        if h.npkts > 1 or not h.flags & W.F_FIRST or not h.flags & W.F_LAST:
+            rx.ack_owed = True                     # one acknowledgement per bulk chunk (SP-A31)
         st["chunks_received"] += 1
         if h.flags & W.F_FIRST or peer.in_base < 0:
             peer.in_base = h.chunk_base
@@ -190,7 +207,8 @@ class Bulk:
             return
         if not self._accept_chunk_packet(rx, h, data):
             return
-        rx.ack_owed = True
+        if h.npkts > 1 or not h.flags & W.F_FIRST or not h.flags & W.F_LAST:
+            rx.ack_owed = True                     # one acknowledgement per bulk chunk (SP-A31)
         st["chunks_received"] += 1
         if h.flags & W.F_LAST:
             peer.gets.popleft()

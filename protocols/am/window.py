@@ -179,7 +179,7 @@ class Window:
 
     def _send_ctl(self, peer, kind, flags, seq, arg, addr=0):
         hdr = W.pack(kind | flags, 0, seq, peer.rx_req.expected, peer.rx_rep.expected, 0, 1, 0, addr, arg)
-        ok = yield from self._send_packets(peer, ((hdr, b""),), self.c_hdr)
+        ok = yield from self._send_packets(peer, 1, lambda i: (hdr, b""), self.c_hdr, 0.0)
         if ok:
             peer.rx_req.acked()
             peer.rx_rep.acked()
@@ -190,28 +190,33 @@ class Window:
         ack_req, ack_rep = peer.rx_req.expected, peer.rx_rep.expected
         kind = m.kind
         post = 0.0
-        if kind == W.K_STORE or kind == W.K_GETDATA:
-            read, npk, base, off = m.data, m.npkts, m.addr, m.src_off
-            pkts = []
-            for i in range(npk):
-                n = W.PKT_DATA if i < npk - 1 else m.tail
-                hdr = W.pack(kind | m.flags, m.handler, m.seq, ack_req, ack_rep, i, npk, m.tail,
-                             base + i * W.PKT_DATA, m.arg)
-                pkts.append((hdr, read(off + i * W.PKT_DATA, n)))
-            pre = self.c_bulk * npk
+        if (kind == W.K_STORE or kind == W.K_GETDATA) and not m.kept:
+            read, npk, base, off, flags, tail = m.data, m.npkts, m.addr, m.src_off, kind | m.flags, m.tail
+
+            def packet(i):
+                n = W.PKT_DATA if i < npk - 1 else tail
+                return (W.pack(flags, m.handler, m.seq, ack_req, ack_rep, i, npk, tail, base + i * W.PKT_DATA, m.arg),
+                        read(off + i * W.PKT_DATA, n))
+
+            ok = yield from self._send_packets(peer, npk, packet, 0.0, self.c_bulk)
         else:
             data = m.data
-            hdr = W.pack(kind | m.flags, m.handler, m.seq, ack_req, ack_rep, 0, 1, 0, 0, 0)
-            pkts = ((hdr, data),)
-            words = len(data) >> 2
-            pre = self.c_hdr + (self.c_word * (words - 1) if words > 1 else 0.0)
-            if first and kind != W.K_NOP:
-                # After the length store: keep the packet for retransmission (SP-C05)
-                # and do the window bookkeeping; a request does more of it (SP-A37).
-                post = self.costs.copy(W.AM_HDR + len(data)) + self.c_post
-                if kind != W.K_REP:
-                    post += self.c_request
-        ok = yield from self._send_packets(peer, pkts, pre)
+            if m.kept:                              # a one-packet store or get reply
+                hdr = W.pack(kind | m.flags, m.handler, m.seq, ack_req, ack_rep, 0, 1, m.tail, m.addr, m.arg)
+                pre = self.c_bulk
+                if first:
+                    post = self.costs.copy(W.AM_HDR + len(data))      # the copy kept for retransmission
+            else:
+                hdr = W.pack(kind | m.flags, m.handler, m.seq, ack_req, ack_rep, 0, 1, 0, 0, 0)
+                words = len(data) >> 2
+                pre = self.c_hdr + (self.c_word * (words - 1) if words > 1 else 0.0)
+                if first and kind != W.K_NOP:
+                    # After the length store: keep the packet for retransmission (SP-C05)
+                    # and do the window bookkeeping; a request does more of it (SP-A37).
+                    post = self.costs.copy(W.AM_HDR + len(data)) + self.c_post
+                    if kind != W.K_REP:
+                        post += self.c_request
+            ok = yield from self._send_packets(peer, 1, lambda i: (hdr, data), pre, 0.0)
         if not ok:
             return False
         peer.rx_req.acked()
@@ -222,18 +227,22 @@ class Window:
         m.sends += 1
         if post:
             yield post
+        if first and m.kept and kind == W.K_STORE and m.xfer is not None and not m.xfer.done:
+            self._finish(m.xfer)                    # its data is copied: the source is free
         return True
 
-    def _send_packets(self, peer, pkts, pre: float):
-        """Hand packets to the adapter as ``UserFifos.bulk_send_path`` does (entries,
-        their flushes, one sync, several lengths per MicroChannel store, SP-C03) but
-        with AM's own header in each packet. `pre` is AM's work before the hand-over.
-        False, with the caller's state untouched, when the send FIFO is full."""
+    def _send_packets(self, peer, k: int, packet, pre: float, each: float):
+        """Hand `k` packets to the adapter (SP-C03): ``packet(i)`` gives the i-th one's AM
+        header and data. The host prepares them a few at a time -- AM's work (`pre` once,
+        `each` per packet), the send entry, its cache flush -- syncs, and stores their
+        lengths in one MicroChannel store (a byte, halfword or word of the length array,
+        as its alignment allows), so the adapter sends the first packets while the host
+        prepares the rest. False, with the caller's state untouched, when the send FIFO
+        has no room for all `k`."""
         uf = self.uf
         f = uf.fifos
         if uf.closed:
             raise OSError(errno.EBADF, "the TB2 FIFOs are closed")
-        k = len(pkts)
         try:
             yield from uf._room_path(k)
         except WouldBlock:
@@ -241,19 +250,21 @@ class Window:
             self.stats_c["fifo_full"] += 1
             return False
         costs = self.costs
-        first = f.tx_next % f.send_count
         dest, route = peer.nid, peer.route
-        units = []
-        cost = pre + f.c_sync
-        for i, (hdr, data) in enumerate(pkts):
-            units.append(uf._write_entry(f.send_entry(i), dest, route, AM_PROTO, hdr, data))
-            n = len(data)
-            cost += uf.c_send + f.flush_cost(hw.HDR_BYTES + n) + (costs.copy(n) if n else 0.0)
-        for off, value, width in f.length_stores(first, units):
-            yield cost + costs.pci_write
+        pkts = [packet(i) for i in range(k)]
+        units = [(hw.HDR_BYTES + len(d) + hw.LEN_UNIT - 1) // hw.LEN_UNIT for _h, d in pkts]
+        cost = pre
+        i = 0
+        for off, value, width in f.length_stores(f.tx_next % f.send_count, units):
+            for hdr, data in pkts[i:i + width]:
+                uf._write_entry(f.send_entry(), dest, route, AM_PROTO, hdr, data)
+                n = len(data)
+                cost += each + uf.c_send + f.flush_cost(hw.HDR_BYTES + n) + (costs.copy(n) if n else 0.0)
+                f.tx_next = (f.tx_next + 1) & U32
+            yield cost + f.c_sync + costs.pci_write
             cost = 0.0
             self.adapter.reg_write(off, value, width)
-        f.tx_next = (f.tx_next + k) & U32
+            i += width
         uf.sent += k
         self.stats_c["packets_sent"] += k
         return True

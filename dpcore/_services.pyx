@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, annotation_typing=False
 """DP's services layer: endpoints, NART, MDR and the transmit path.
 
 The whole of DP in the kernel is this layer plus the network-interface layer below it
@@ -12,45 +13,76 @@ transmit descriptor, tells the NIC, and returns -- all on the caller's CPU time.
 Receive (DP-C06): the NIC's interrupt path hands each frame of DP's link
 protocol to the MDR, which parses the Directed Message header, finds the endpoint
 and deposits the message into its Token Buffer Pool, waking a reader.
-"""
-from __future__ import annotations
 
+The kernel's side is Cython (`DirectedPoint`, `Nart`: typed fields, the header codec
+and the pool reached by C calls); its paths stay generators that yield CPU time, as
+every kernel path does. Endpoints and tokens are what a process holds: plain classes.
+"""
 import errno
 import weakref
 
-from dpcore._codec import DM_HEADER_BYTES, DM_TYPE_DATA, dm_build_at, dm_parse_at
-from dpcore._tbp import TokenBufferPool
+from dpcore._codec cimport DmHeader, dm_build, dm_parse
+from dpcore._tbp cimport TokenBufferPool
+from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim import OpenFile, WouldBlock
+
+DEF DM_HEADER = 8
 
 __all__ = ["DP_ETHERTYPE", "DirectedPoint", "Endpoint", "Nart", "Token"]
 
 DP_ETHERTYPE = 0x88B5          # HW-ETH: IEEE 802 local experimental EtherType
 MAX_ENDPOINT = 0xFFFF
+MAX_NID = 0xFFFF               # node ids are 16-bit in the Directed Message header
 
 
-class Nart:
-    """Network Address Resolution Table: NID -> (network device, hardware address)."""
+cdef class Nart:
+    """Network Address Resolution Table: NID -> (network device, hardware address).
 
-    def __init__(self):
-        self._map: dict[int, tuple] = {}
+    Filled from the cluster description as NIDs are first looked up: ``learn(hosts,
+    devs)`` names the description (NID -> {link kind: address}) and the devices DP
+    runs on, in order of preference; an entry is made the first time its NID is
+    resolved, so a node of a 1024-node cluster holds entries only for the peers it
+    talks to. ``add`` and ``remove`` set or drop one entry by hand.
+    """
 
-    def add(self, nid: int, dev, hwaddr) -> None:
+    def __cinit__(self):
+        self._map = {}
+        self._hosts = {}
+        self._devs = ()
+
+    def learn(self, hosts: dict, devs) -> None:
+        self._hosts = hosts
+        self._devs = devs
+
+    cpdef add(self, int nid, object dev, object hwaddr):
         self._map[nid] = (dev, hwaddr)
 
-    def remove(self, nid: int) -> None:
-        self._map.pop(nid, None)
+    cpdef remove(self, int nid):
+        self._map[nid] = ()             # gone: not learned again from the description
 
-    def lookup(self, nid: int):
+    cdef object _resolve(self, object nid):
         entry = self._map.get(nid)
         if entry is None:
+            addrs = self._hosts.get(nid) if isinstance(nid, int) else None
+            if addrs:
+                for dev in self._devs:
+                    if dev.kind in addrs:
+                        entry = self._map[nid] = (dev, addrs[dev.kind])
+                        break
+        return entry or None
+
+    cpdef tuple lookup(self, object nid):
+        entry = self._resolve(nid)
+        if entry is None:
             raise OSError(errno.EHOSTUNREACH, f"node {nid} is not in the NART")
-        return entry
+        return <tuple> entry
 
     def __contains__(self, nid) -> bool:
-        return nid in self._map
+        return self._resolve(nid) is not None
 
     def entries(self) -> dict:
-        return {nid: (dev.name, hw) for nid, (dev, hw) in sorted(self._map.items())}
+        """The entries made so far."""
+        return {nid: (e[0].name, e[1]) for nid, e in sorted(self._map.items()) if e}
 
 
 class Token:
@@ -150,29 +182,33 @@ class Endpoint(OpenFile):
                 "tbp": self.tbp.stats()}
 
 
-class DirectedPoint:
+cdef class DirectedPoint:
     """DP's state in one kernel (the `dp` module's instance)."""
 
-    def __init__(self, node, tbp_slots: int, max_message: int):
+    def __init__(self, node, int tbp_slots, int max_message):
         self.node = node
+        self.nid = node.nid
+        self.mem = node.mem
         self.costs = node.costs
         p = node.profile
         self.c_open = node.costs.cycles(p["dp.open_cycles"])
         self.c_xmit = node.costs.cycles(p["dp.xmit_cycles"])
         self.c_mdr = node.costs.cycles(p["dp.mdr_cycles"])
         self.c_read = node.costs.cycles(p["dp.read_cycles"])
+        self.copy_base = node.costs.copy_base
+        self.copy_rate = node.costs.copy_rate
         self.tbp_slots = tbp_slots
         self.max_message = max_message
         self.nart = Nart()
-        self.endpoints: dict[int, Endpoint] = {}
-        self.netdevs: list = []
-        self.types: dict = {}           # message type -> protocol handler (protocol modules)
+        self.endpoints = {}
+        self.netdevs = []
+        self.types = {}                 # message type -> protocol handler (protocol modules)
         self.rx_malformed = 0
         self.rx_no_endpoint = 0
         self.rx_unknown_type = 0
         self.local_deliveries = 0
         self.closed_totals = {k: 0 for k in ("deposited", "taken", "released", "dropped_full", "dropped_too_long")}
-        self.closed_endpoints: list = []      # the last few, for --stats after a benchmark
+        self.closed_endpoints = []      # the last few, for --stats after a benchmark
 
     # -- system calls ------------------------------------------------------------------
 
@@ -195,10 +231,10 @@ class DirectedPoint:
         """dp_target(fd, nid, ep): the destination of this endpoint's writes."""
         yield self.c_open
         e = self._endpoint(proc, fd)
-        if not isinstance(ep, int) or not 0 <= ep <= MAX_ENDPOINT:
+        if not isinstance(ep, int) or isinstance(ep, bool) or not 0 <= ep <= MAX_ENDPOINT:
             raise OSError(errno.EINVAL, f"endpoint number must be 0..{MAX_ENDPOINT}, not {ep!r}")
-        if not isinstance(nid, int):
-            raise OSError(errno.EINVAL, f"node id must be an int, not {nid!r}")
+        if not isinstance(nid, int) or isinstance(nid, bool) or not 0 <= nid <= MAX_NID:
+            raise OSError(errno.EINVAL, f"node id must be an int 0..{MAX_NID}, not {nid!r}")
         self.nart.lookup(nid)
         e.target = (nid, ep)
         return 0
@@ -207,7 +243,7 @@ class DirectedPoint:
         """dp_write through the call gate: no VFS, straight to the transmit path."""
         return (yield from self.write_path(self._endpoint(proc, fd), data))
 
-    def _endpoint(self, proc, fd) -> Endpoint:
+    def _endpoint(self, proc, fd):
         f = proc.fds.get(fd)
         if not isinstance(f, Endpoint):
             raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
@@ -215,14 +251,17 @@ class DirectedPoint:
 
     # -- transmit ----------------------------------------------------------------------
 
-    def write_path(self, e: Endpoint, data):
+    def write_path(self, e, data):
+        cdef Py_ssize_t n, at
+        cdef int nid, dst_ep
+        cdef PhysMem mem = self.mem
         if e.target is None:
             raise OSError(errno.EDESTADDRREQ, f"endpoint {e.ep} has no target: call dp_target first")
         n = len(data)
         if n > self.max_message:
             raise OSError(errno.EMSGSIZE, f"message of {n} bytes exceeds DP's {self.max_message}-byte limit")
         nid, dst_ep = e.target
-        if nid == self.node.nid:
+        if nid == self.nid:
             return (yield from self._deliver_locally(e, dst_ep, data))
         dev, hw = self.nart.lookup(nid)
         try:
@@ -232,85 +271,91 @@ class DirectedPoint:
             raise
         # The frame goes straight into the transmit buffer (DP-C03); the NIC cannot see
         # it before the descriptor is handed over, so the build's time is yielded there.
-        mem = self.node.mem
         dev.write_link_header(buf, hw, DP_ETHERTYPE)
         at = buf + dev.link_header_bytes
-        dm_build_at(mem.buf, at, dst_ep, self.node.nid, e.ep, DM_TYPE_DATA, n)
-        mem.write(at + DM_HEADER_BYTES, data)
-        yield from dev.tx_commit_path(DM_HEADER_BYTES + n, self.c_xmit + self.costs.copy(n))
+        if not span_ok(at, DM_HEADER + n, mem.size):
+            span_check(at, DM_HEADER + n, mem.size, "DP transmit buffer")
+        dm_build(&mem.buf[at], dst_ep, self.nid, e.ep, 0, <int> n)
+        mem.write(at + DM_HEADER, data)
+        yield from dev.tx_commit_path(DM_HEADER + n, self.c_xmit + self.copy_cost(n))
         e.sent += 1
         return n
 
     def _deliver_locally(self, e: Endpoint, dst_ep: int, data: bytes):
         """A message to this node's own endpoint never touches the NIC (no loopback wire)."""
-        yield self.c_xmit + self.costs.copy(len(data))
+        yield self.c_xmit + self.copy_cost(len(data))
         self.local_deliveries += 1
         e.sent += 1
         dst = self.endpoints.get(dst_ep)
         if dst is None:
             self.rx_no_endpoint += 1
-        elif dst.tbp.deposit(data, 0, len(data), self.node.nid, e.ep):
+        elif (<TokenBufferPool> dst.tbp).deposit(data, 0, len(data), self.nid, e.ep):
             dst.deposited()
         return len(data)
 
-    def retire(self, e: Endpoint) -> None:
+    def retire(self, e) -> None:
         """Keep a closed endpoint's counters for statistics."""
         st = e.tbp.stats()
         for k in self.closed_totals:
             self.closed_totals[k] += st[k]
-        self.closed_endpoints = (self.closed_endpoints + [e.stats()])[-8:]
+        kept = self.closed_endpoints + [e.stats()]
+        self.closed_endpoints = kept[max(0, len(kept) - 8):]
 
     # -- receive -----------------------------------------------------------------------
 
-    def read_path(self, e: Endpoint, nbytes):
+    def read_path(self, e, nbytes):
         """Copy the next message out of the TBP (user-level work on the mapped pool)."""
-        slot = e.tbp.take()
+        cdef TokenBufferPool tbp = e.tbp
+        cdef int slot = tbp.take()
+        cdef Py_ssize_t n
         if slot < 0:
             yield self.c_read
             raise WouldBlock(e.readers, f"no message on endpoint {e.ep}")
-        n = e.tbp.length(slot)
-        data = e.tbp.copy_out(slot, nbytes)
+        n = tbp.length(slot)
+        data = tbp.copy_out(slot, nbytes)
         e.took()
-        yield self.c_read + self.costs.copy(min(n, nbytes))
-        e.tbp.release(slot)
+        yield self.c_read + self.copy_cost(min(n, nbytes))
+        tbp.release(slot)
         return data
 
-    def take_path(self, e: Endpoint):
+    def take_path(self, e):
         """Zero-copy read: hand out the slot itself as a token."""
         yield self.c_read
-        slot = e.tbp.take()
+        slot = (<TokenBufferPool> e.tbp).take()
         if slot < 0:
             raise WouldBlock(e.readers, f"no message on endpoint {e.ep}")
         e.took()
         return Token(e, slot)
 
-    def mdr_path(self, dev, addr, length):
+    def mdr_path(self, dev, Py_ssize_t addr, Py_ssize_t length):
         """The MDR: called by a NIC's interrupt path for each frame of DP's protocol.
 
         Its effects (a deposit, a wake-up) are seen only by processes of this node, which
         cannot run before the interrupt path returns; so it returns its time for the
         interrupt path to yield at its next device access.
         """
-        h = dm_parse_at(self.node.mem.buf, addr, length)
-        if h is None:
+        cdef DmHeader h
+        cdef PhysMem mem = self.mem
+        if not span_ok(addr, length, mem.size):
+            span_check(addr, length, mem.size, "MDR frame")
+        if length < DM_HEADER or dm_parse(&mem.buf[addr], length, &h) < 0:
             self.rx_malformed += 1
             return self.c_mdr
-        dst_ep, src_nid, src_ep, mtype, n = h
-        if mtype != DM_TYPE_DATA:
-            handler = self.types.get(mtype)
+        if h.mtype != 0:
+            handler = self.types.get(h.mtype)
             if handler is None:
                 self.rx_unknown_type += 1
                 return self.c_mdr
             yield self.c_mdr
             return (yield from handler(dev, addr, length))
-        e = self.endpoints.get(dst_ep)
+        e = self.endpoints.get(h.dst_ep)
         if e is None:
             self.rx_no_endpoint += 1
             return self.c_mdr
-        if not e.tbp.deposit(self.node.mem.buf, addr + DM_HEADER_BYTES, n, src_nid, src_ep):
+        if not (<TokenBufferPool> e.tbp).deposit(mem.buf, addr + DM_HEADER, h.length, h.src_nid, h.src_ep):
             return self.c_mdr
         e.deposited()
-        return self.c_mdr + self.costs.copy(n)
+        return self.c_mdr + self.copy_cost(h.length)
 
     def stats(self) -> dict:
         return {"endpoints": {ep: e.stats() for ep, e in sorted(self.endpoints.items())},

@@ -1,3 +1,4 @@
+# cython: language_level=3, annotation_typing=False
 """The DEC 21140 driver: the kernel side, in the manner of Linux's ``tulip``.
 
 Open sets up the descriptor rings in physical memory (32 transmit entries, 128
@@ -9,12 +10,28 @@ point, near full and at the ring's end, sets OWN last and writes the poll demand
 The interrupt handler acknowledges CSR5 by writing it back and loops with a work
 budget: receive ring walk (each frame to its protocol, buffer handed back), then
 transmit reclaim. Failures unwind in reverse.
-"""
-from __future__ import annotations
 
+The per-frame paths (transmit commit, interrupt, receive walk, reclaim) reach the card
+and physical memory through typed C calls; set-up and tear-down stay plain.
+"""
 from kernelsim import NetDevice
+from kernelsim._physmem cimport PhysMem
 
 from nic_drivers.dec21140 import _model as hw
+from nic_drivers.dec21140._model cimport Dec21140
+
+cdef unsigned int OWN = 1u << 31
+cdef unsigned int NIS = 1u << 16
+cdef unsigned int AIS = 1u << 15
+cdef unsigned int RI = 1u << 6
+cdef unsigned int RU = 1u << 7
+cdef unsigned int RDES0_FS = 1u << 9
+cdef unsigned int RDES0_LS = 1u << 8
+cdef unsigned int RDES0_ES = 1u << 15
+cdef unsigned int TDES1_IC = 1u << 31
+cdef unsigned int TDES1_LS = 1u << 30
+cdef unsigned int TDES1_FS = 1u << 29
+cdef unsigned int TDES1_TER = 1u << 25
 
 RX_BUF_BYTES = 1536
 ETH_HLEN = 14
@@ -103,24 +120,27 @@ class TulipNetDevice(NetDevice):
     def write_link_header(self, addr: int, dst_hw: bytes, proto: int) -> None:
         self.node.mem.write(addr, dst_hw + self.hwaddr + proto.to_bytes(2, "big"))
 
-    def tx_commit_path(self, payload_bytes: int, pending: float = 0.0):
-        mem = self.node.mem
+    def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
+        cdef PhysMem mem = self.node.mem
+        cdef Dec21140 dev = self.dev
+        cdef Py_ssize_t ntx = self.ntx, entry, d, length, queued
+        cdef unsigned int flags
         yield pending + self.c_desc + self.c.pci_write
-        entry = self.cur_tx % self.ntx
+        entry = self.cur_tx % ntx
         d = self.tx_ring + 16 * entry
         length = ETH_HLEN + payload_bytes
-        flags = hw.TDES1_FS | hw.TDES1_LS | length
+        flags = TDES1_FS | TDES1_LS | <unsigned int> length
         queued = self.cur_tx - self.dirty_tx
-        if queued == self.ntx // 2 or queued >= self.ntx - 2:
-            flags |= hw.TDES1_IC
-        if entry == self.ntx - 1:
-            flags |= hw.TDES1_TER | hw.TDES1_IC
+        if queued == ntx // 2 or queued >= ntx - 2:
+            flags |= TDES1_IC
+        if entry == ntx - 1:
+            flags |= TDES1_TER | TDES1_IC
         mem.wr32(d + 4, flags)
-        mem.wr32(d, hw.OWN)                      # OWN last: the descriptor is the NIC's now
+        mem.wr32(d, OWN)                         # OWN last: the descriptor is the NIC's now
         self.cur_tx += 1
         self.tx_frames += 1
         self.tx_bytes += length
-        self.dev.csr_write(1, 0)                 # transmit poll demand
+        dev.csr_write(1, 0)                      # transmit poll demand
 
     # -- interrupt -----------------------------------------------------------------------
 
@@ -128,64 +148,69 @@ class TulipNetDevice(NetDevice):
     # yielded just before the next one, so that each register access happens at its
     # modeled time without an engine event for every stretch of plain code.
 
-    def interrupt_path(self, pending: float = 0.0):
-        dev = self.dev
-        c = self.c
-        for _ in range(self.budget):
-            yield pending + c.pci_read
+    def interrupt_path(self, double pending=0.0):
+        cdef Dec21140 dev = self.dev
+        cdef unsigned int csr5
+        cdef double pci_read = self.c.pci_read, pci_write = self.c.pci_write
+        cdef int i
+        for i in range(self.budget):
+            yield pending + pci_read
             csr5 = dev.csr_read(5)
-            if not csr5 & (hw.NIS | hw.AIS):
+            if not csr5 & (NIS | AIS):
                 return 0.0
-            yield c.pci_write
+            yield pci_write
             dev.csr_write(5, csr5 & 0x0001FFFF)  # acknowledge what we saw
             pending = self.c_isr
-            if csr5 & (hw.RI | hw.RU):
+            if csr5 & (RI | RU):
                 pending = yield from self._rx_path(pending)
-                if csr5 & hw.RU:
-                    yield pending + c.pci_write
+                if csr5 & RU:
+                    yield pending + pci_write
                     pending = 0.0
                     dev.csr_write(2, 0)          # buffers are back: receive poll demand
             pending += self._tx_reclaim()
         return pending
 
-    def _rx_path(self, pending):
-        mem = self.node.mem
-        c = self.c
-        give_back = -1
-        for _ in range(self.nrx):
-            i = self.cur_rx % self.nrx
+    def _rx_path(self, double pending):
+        cdef PhysMem mem = self.node.mem
+        cdef double mem_miss = self.c.mem_miss, c_desc = self.c_desc
+        cdef Py_ssize_t nrx = self.nrx, d, give_back = -1, flen, buf
+        cdef unsigned int des0
+        cdef int k
+        rx_bufs = self.rx_bufs
+        for k in range(nrx):
+            i = self.cur_rx % nrx
             d = self.rx_ring + 16 * i
-            yield pending + c.mem_miss           # the NIC wrote it: not in the cache
+            yield pending + mem_miss             # the NIC wrote it: not in the cache
             pending = 0.0
             if give_back >= 0:
-                mem.wr32(give_back, hw.OWN)      # the last buffer goes back to the NIC
+                mem.wr32(give_back, OWN)         # the last buffer goes back to the NIC
                 give_back = -1
             des0 = mem.rd32(d)
-            if des0 & hw.OWN:
+            if des0 & OWN:
                 return pending
-            flen = ((des0 >> 16) & 0x3FFF) - FCS
-            if des0 & hw.RDES0_ES or (des0 & (hw.RDES0_FS | hw.RDES0_LS)) != (hw.RDES0_FS | hw.RDES0_LS) \
+            flen = <Py_ssize_t> ((des0 >> 16) & 0x3FFF) - FCS
+            if des0 & RDES0_ES or (des0 & (RDES0_FS | RDES0_LS)) != (RDES0_FS | RDES0_LS) \
                     or flen < ETH_HLEN:
                 self.rx_errors += 1
             else:
-                buf = self.rx_bufs[i]
+                buf = rx_bufs[i]
                 pending = yield from self.deliver_path(mem.rd16be(buf + 12), buf + ETH_HLEN, flen - ETH_HLEN)
             give_back = d
             self.cur_rx += 1
-            pending += self.c_desc
+            pending += c_desc
         if give_back >= 0:
             yield pending
             pending = 0.0
-            mem.wr32(give_back, hw.OWN)
+            mem.wr32(give_back, OWN)
         return pending
 
-    def _tx_reclaim(self) -> float:
+    def _tx_reclaim(self):
         """Free the transmit descriptors the NIC is done with; return the time it took."""
-        mem = self.node.mem
-        freed = 0
+        cdef PhysMem mem = self.node.mem
+        cdef Py_ssize_t freed = 0, ntx = self.ntx, d
         while self.dirty_tx < self.cur_tx:
-            d = self.tx_ring + 16 * (self.dirty_tx % self.ntx)
-            if mem.rd32(d) & hw.OWN:
+            d = self.tx_ring + 16 * (self.dirty_tx % ntx)
+            if mem.rd32(d) & OWN:
                 break
             self.dirty_tx += 1
             freed += 1

@@ -1,59 +1,75 @@
+# cython: language_level=3, annotation_typing=False
 """Modeled Fast Ethernet: a full-duplex cable between two NICs (back to back).
 
 Per frame on the wire (HW-ETH): preamble and start delimiter,
 the frame padded to the 64-byte minimum, the FCS, then the inter-frame gap before the
 next frame may start. The last bit reaches the far end one propagation delay after it
 left. Each direction is its own wire (full duplex), so no collisions.
-"""
-from __future__ import annotations
 
+Every frame crosses a port, so ports are Cython: typed timing, the arrival a typed
+engine event on the far port.
+"""
+from kernelsim._engine cimport Engine, EventTarget
 from kernelsim.media.faults import FaultInjector
 
 __all__ = ["EtherLink", "EtherPort"]
 
 
-class EtherPort:
+cdef class EtherPort(EventTarget):
     """One end of the cable: what a NIC's transmitter drives."""
 
-    __slots__ = ("link", "peer", "device", "free_at", "frames", "bytes", "busy_s")
+    cdef public EtherLink link
+    cdef public EtherPort peer
+    cdef public object device            # the receiving device model at this end
+    cdef public double free_at
+    cdef public long long frames, bytes
+    cdef public double busy_s
 
-    def __init__(self, link: "EtherLink"):
+    def __init__(self, EtherLink link):
         self.link = link
-        self.peer: EtherPort | None = None
-        self.device = None            # the receiving device model at this end
+        self.peer = None
+        self.device = None
         self.free_at = 0.0
         self.frames = 0
         self.bytes = 0
         self.busy_s = 0.0
 
-    def transmit(self, frame: bytes, t: float) -> tuple[float, float]:
+    cpdef tuple transmit(self, frame, double t):
         """Put `frame` (without FCS) on the wire no earlier than `t`; return (start, end)."""
-        link = self.link
-        on_wire = link.preamble + max(len(frame) + link.fcs, link.min_frame)
-        start = t if t > self.free_at else self.free_at
-        end = start + on_wire * link.byte_s
+        cdef EtherLink link = self.link
+        cdef Py_ssize_t n = len(frame)
+        cdef double on_wire = link.preamble + max(n + link.fcs, link.min_frame)
+        cdef double start = t if t > self.free_at else self.free_at
+        cdef double end = start + on_wire * link.byte_s
+        cdef double arrive
         self.free_at = end + link.ifg * link.byte_s
         self.frames += 1
-        self.bytes += len(frame)
+        self.bytes += n
         self.busy_s += end - start
         arrive = end + link.prop_s
         if link.faults.active:
             for data, delay, ok in link.faults.apply(frame):
-                link.engine.at(arrive + delay, self.peer._arrive, (data, ok))
+                link.engine.post(arrive + delay, self.peer, 0, (data, ok))
         else:
-            link.engine.at(arrive, self.peer._arrive, (frame, True))
+            link.engine.post(arrive, self.peer, 0, (frame, True))
         return start, end
 
-    def _arrive(self, item) -> None:
+    cdef int on_event(self, int what, object item) except -1:
         if self.device is not None:
             self.device.rx_frame(item[0], item[1])
+        return 0
 
     def stats(self) -> dict:
         return {"frames": self.frames, "bytes": self.bytes, "busy_us": self.busy_s * 1e6}
 
 
-class EtherLink:
-    def __init__(self, engine, profile, rng=None):
+cdef class EtherLink:
+    cdef public Engine engine
+    cdef public object faults
+    cdef public double byte_s, preamble, ifg, min_frame, fcs, prop_s
+    cdef public tuple ends
+
+    def __init__(self, Engine engine, profile, rng=None):
         self.engine = engine
         self.faults = FaultInjector(profile, rng)
         self.byte_s = 8.0 / profile["link.rate_bps"]

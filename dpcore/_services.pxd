@@ -1,0 +1,32 @@
+from kernelsim._physmem cimport PhysMem
+
+
+cdef class Nart:
+    cdef dict _map
+    cdef dict _hosts
+    cdef object _devs
+    cdef object _resolve(self, object nid)
+    cpdef add(self, int nid, object dev, object hwaddr)
+    cpdef remove(self, int nid)
+    cpdef tuple lookup(self, object nid)
+
+
+cdef class DirectedPoint:
+    cdef public object node
+    cdef public object costs
+    cdef PhysMem mem
+    cdef public int nid
+    cdef public double c_open, c_xmit, c_mdr, c_read
+    cdef double copy_base, copy_rate
+    cdef public int tbp_slots
+    cdef public int max_message
+    cdef public Nart nart
+    cdef public dict endpoints
+    cdef public list netdevs
+    cdef public dict types
+    cdef public long long rx_malformed, rx_no_endpoint, rx_unknown_type, local_deliveries
+    cdef public dict closed_totals
+    cdef public list closed_endpoints
+
+    cdef inline double copy_cost(self, Py_ssize_t n):
+        return self.copy_base + n / self.copy_rate

@@ -1,0 +1,97 @@
+# cython: language_level=3, annotation_typing=False
+"""The interrupt controller: level-triggered lines, one handler chain per line.
+
+A device drives its line's level (the 21140's INTA# follows CSR5 & CSR7). While the
+line is high and not in service, the controller starts an interrupt path on the CPU:
+entry cost, every handler on the line, exit cost. When the path returns and the line
+is still high -- the device found more work meanwhile -- it runs again.
+
+Every received frame passes through here, so it is Cython: each line is a small typed
+object that is also the completion of its own interrupt path (nothing made per
+interrupt but the path's generator).
+"""
+import errno
+
+from kernelsim._cpu cimport Cpu
+
+__all__ = ["IrqController"]
+
+cdef int LEVEL_IRQ = 0
+
+
+cdef class _Line:
+    cdef public list handlers
+    cdef public bint level
+    cdef public bint in_service
+    cdef public long long count
+    cdef IrqController ctl
+
+    def __cinit__(self, IrqController ctl):
+        self.handlers = []
+        self.ctl = ctl
+
+    def __call__(self, value, exc):
+        """The line's interrupt path returned: run it again while the line stays high."""
+        self.in_service = False
+        if exc is not None:
+            raise exc
+        if self.level and self.handlers:
+            self.ctl._start(self)
+
+
+cdef class IrqController:
+    cdef readonly Cpu cpu
+    cdef readonly object costs
+    cdef double entry_s, exit_s
+    cdef list _lines
+    NLINES = 16
+
+    def __init__(self, Cpu cpu, costs):
+        self.cpu = cpu
+        self.costs = costs
+        self.entry_s = costs.irq_entry
+        self.exit_s = costs.irq_exit
+        self._lines = [_Line(self) for _ in range(16)]
+
+    def request_irq(self, int line, handler, str name):
+        """Attach `handler` to `line`.
+
+        A handler is a path function ``handler(pending)``: `pending` is CPU time already
+        spent but not yet yielded (the entry cost), which it folds into its first yield;
+        it returns whatever it spent after its last device access, for the same reason.
+        """
+        if not 0 <= line < 16:
+            raise OSError(errno.EINVAL, f"no IRQ line {line}")
+        (<_Line> self._lines[line]).handlers.append((name, handler))
+
+    def free_irq(self, int line, str name):
+        cdef _Line ln = self._lines[line]
+        ln.handlers = [(n, h) for (n, h) in ln.handlers if n != name]
+
+    def free_line(self):
+        cdef int i
+        for i in range(3, 16):                   # 0-2 are the timer, keyboard, cascade
+            if not (<_Line> self._lines[i]).handlers:
+                return i
+        raise OSError(errno.EBUSY, "no free IRQ line")
+
+    cpdef set_level(self, int line, bint high):
+        cdef _Line ln = self._lines[line]
+        ln.level = high
+        if high and not ln.in_service and ln.handlers:
+            self._start(ln)
+
+    cdef _start(self, _Line ln):
+        ln.in_service = True
+        ln.count += 1
+        self.cpu.submit(LEVEL_IRQ, self._path(ln), ln)
+
+    def _path(self, _Line ln):
+        pending = self.entry_s
+        for _name, handler in ln.handlers:
+            pending = yield from handler(pending)
+        yield pending + self.exit_s
+
+    def stats(self):
+        return {f"irq{i}": {"handlers": [n for n, _ in (<_Line> ln).handlers], "interrupts": (<_Line> ln).count}
+                for i, ln in enumerate(self._lines) if (<_Line> ln).handlers}
