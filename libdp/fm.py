@@ -183,6 +183,9 @@ class FM:
 
     async def close(self) -> None:
         """Wait until what was sent has left the NI, then end the context."""
+        # A kernel path cannot be abandoned half-way, so a cancelled caller (a run ended
+        # by a modeled deadlock, a timeout) must not start one it could never finish.
+        await trio.lowlevel.checkpoint_if_cancelled()
         if not self.ctx.closed:
             self.ctx.check_caller("close")
             await self._run(lambda since: self.ctx.close_path(since))
