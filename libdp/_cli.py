@@ -27,7 +27,9 @@ FAMILIES = (
     "libdp._am_cli",        # am-pingpong, am-bandwidth
     "libdp._fm_cli",        # fm-pingpong, fm-bandwidth
     "libdp._info_cli",      # profile, modules, modinfo
+    "libdp._fuzz",          # fuzz
     "libdp._tools_cli",     # reproduce, plot
+    "libdp._node_cli",      # node, cluster, insmod, rmmod, lsmod, run: real nodes
 )
 
 
