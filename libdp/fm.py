@@ -72,15 +72,15 @@ class FM:
     def __init__(self, dp, fd: int):
         self.dp = dp
         self.fd = fd
-        self.ctx = dp.proc.fds.get(fd)
-        self.node = dp.node
+        self.ctx = dp._proc.fds.get(fd)
+        self._node = dp._node
         self.sync = SyncFM(self)
 
     # -- opening -------------------------------------------------------------------------------
 
     @staticmethod
     def _job(dp, program, placement, vnode):
-        node = dp.node
+        node = dp._node
         if placement is None:
             placement = sorted(h for h in node.hosts) or [node.nid]
         placement = tuple(placement)
@@ -98,8 +98,8 @@ class FM:
         fm = cls(dp, fd)
         fm._install(handlers)
         while not fm.ctx.peers_ready():          # FM_initialize: the whole job is up
-            if fm.node.modeled:
-                await wait_on(fm.node, fm.ctx.service.grm.events)
+            if fm._node.modeled:
+                await wait_on(fm._node, fm.ctx.service.grm.events)
             else:
                 await trio.sleep(0.0005)
         return fm
@@ -107,12 +107,12 @@ class FM:
     @classmethod
     def open_sync(cls, dp, program: int = 1, placement=None, vnode=None, handlers=None) -> "FM":
         args = cls._job(dp, program, placement, vnode)
-        fd = dp.sync._call(lambda e: dp.node.syscall_path(dp.proc, "fm_open", args, e), None, 0.0)
+        fd = dp.sync._call(lambda e: dp._node.syscall_path(dp._proc, "fm_open", args, e), None, 0.0)
         fm = cls(dp, fd)
         fm._install(handlers)
         while not fm.ctx.peers_ready():          # FM_initialize: the whole job is up
-            if fm.node.modeled:
-                wait_on_sync(fm.node, fm.ctx.service.grm.events)
+            if fm._node.modeled:
+                wait_on_sync(fm._node, fm.ctx.service.grm.events)
             else:
                 time.sleep(0.0005)
         return fm
@@ -174,7 +174,7 @@ class FM:
         """FM_extract: handle what has arrived (up to about `max_bytes`); packets handled."""
         _check_budget(max_bytes)
         self.ctx.check_caller("extract")
-        return await run_path(self.node, self.ctx.extract_path(max_bytes), self.ctx.cpu)
+        return await run_path(self._node, self.ctx.extract_path(max_bytes), self.ctx.cpu)
 
     async def extract_until(self, pred) -> None:
         """Extract until ``pred()`` is true (checked after each extract)."""
@@ -202,7 +202,7 @@ class FM:
     async def _run(self, make_path):
         """Run a path; while it says "not yet" (WouldBlock), wait: in modeled time on the
         context's events (an arrival, a credit, a send slot), in real time by spinning."""
-        node, ctx = self.node, self.ctx
+        node, ctx = self._node, self.ctx
         since = None
         spins = 0
         while True:
@@ -228,7 +228,7 @@ class SyncFM:
 
     def _run(self, make_path):
         fm, ctx = self._fm, self.ctx
-        node = fm.node
+        node = fm._node
         since = None
         spins = 0
         while True:
@@ -265,9 +265,9 @@ class SyncFM:
     def extract(self, max_bytes=None) -> int:
         _check_budget(max_bytes)
         self.ctx.check_caller("extract")
-        if not self._fm.node.modeled:
+        if not self._fm._node.modeled:
             return _straight(self.ctx.extract_path(max_bytes))
-        return self._fm.node.run_now(self.ctx.extract_path(max_bytes), self.ctx.cpu)
+        return self._fm._node.run_now(self.ctx.extract_path(max_bytes), self.ctx.cpu)
 
     def extract_until(self, pred) -> None:
         self.ctx.check_caller("extract")

@@ -201,7 +201,7 @@ def test_unknown_handlers_and_malformed_packets_are_dropped_and_counted():
             await fm.send(1, 1, b"after")
         else:
             # garbage from the wire: a header claiming more data than the packet has
-            card = dp.node.pci_devices[0]
+            card = c.node(dp.nid).pci_devices[0]
             bad = bytearray(40)
             bad[0:2] = (0x0F4D).to_bytes(2, "big")
             bad[2] = 1
@@ -211,7 +211,7 @@ def test_unknown_handlers_and_malformed_packets_are_dropped_and_counted():
             await fm.extract_until(lambda: got)
             st = fm.stats()
             assert st["dropped_unknown_handler"] == 1 and st["messages_received"] == 1
-            lcp = dp.node.services["fm"].board.lcp.stats()
+            lcp = c.node(dp.nid).services["fm"].board.lcp.stats()
             assert lcp["bad_length"] == 1 and lcp["runt"] == 1
         await fm.close()
 

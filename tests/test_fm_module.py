@@ -91,7 +91,7 @@ def test_rmmod_is_ebusy_while_a_context_is_open():
     async def prog(dp, rank, size):
         fm = await FM.open(dp)
         with pytest.raises(OSError) as e:
-            dp.node.modules.rmmod("fm")
+            c.node(dp.nid).modules.rmmod("fm")
         assert e.value.errno == errno.EBUSY
         await fm.close()
         return True
@@ -108,16 +108,16 @@ def test_fm_open_checks_its_job():
     for args, err in (((1, (0, 1), 5), errno.EINVAL), ((1, (1, 1), 0), errno.EINVAL), ((1, (), 0), errno.EINVAL),
                       ((70000, (0, 1), 0), errno.EINVAL)):
         with pytest.raises(OSError) as e:
-            node.run_now(node.syscall_path(dp.proc, "fm_open", args))
+            node.run_now(node.syscall_path(dp._proc, "fm_open", args))
         assert e.value.errno == err
-    node.run_now(node.syscall_path(dp.proc, "fm_open", (1, (0, 1), 0)))
+    node.run_now(node.syscall_path(dp._proc, "fm_open", (1, (0, 1), 0)))
     with pytest.raises(OSError) as e:
-        node.run_now(node.syscall_path(c.process(0).proc, "fm_open", (1, (0, 1), 0)))
+        node.run_now(node.syscall_path(c.process(0)._proc, "fm_open", (1, (0, 1), 0)))
     assert e.value.errno == errno.EADDRINUSE
     for prog in (2, 3, 4):
-        node.run_now(node.syscall_path(c.process(0).proc, "fm_open", (prog, (0, 1), 0)))
+        node.run_now(node.syscall_path(c.process(0)._proc, "fm_open", (prog, (0, 1), 0)))
     with pytest.raises(OSError) as e:                                   # four contexts per host by default
-        node.run_now(node.syscall_path(c.process(0).proc, "fm_open", (5, (0, 1), 0)))
+        node.run_now(node.syscall_path(c.process(0)._proc, "fm_open", (5, (0, 1), 0)))
     assert e.value.errno == errno.EBUSY
 
 
