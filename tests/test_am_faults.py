@@ -171,3 +171,47 @@ def test_a_node_that_is_gone_ends_in_etimedout():
         a.sync.poll_until(lambda: False)
     assert e.value.errno == errno.ETIMEDOUT
     assert a.stats()["keepalives_sent"] == 3
+
+
+def test_close_after_etimedout_releases_the_endpoint_and_rmmod_follows():
+    """Issue 11: a peer that stopped polling made close() raise ETIMEDOUT forever and kept
+    `rmmod am` EBUSY. Now close works in any state: in-flight traffic is abandoned and
+    counted, a second close is EBADF, the module's use count drops."""
+    c = Cluster(nodes=2, nic="tb2", load=[("am", {"keepalive_polls": "50", "max_keepalives": "3"})])
+    a = AM.open_sync(c.process(0))
+    b = AM.open_sync(c.process(1))                    # node 1 opens, then never polls again
+    for i in range(5):
+        a.sync.am_request_1(1, H_SINK, i)
+    with pytest.raises(OSError) as e:
+        a.sync.poll_until(lambda: False)
+    assert e.value.errno == errno.ETIMEDOUT
+    node = c.nodes[0]
+    with pytest.raises(OSError) as e:
+        node.modules.rmmod("am")
+    assert e.value.errno == errno.EBUSY
+    a.sync.close()                                    # releases, although node 1 never acked
+    st = node.services["am"].stats()
+    assert not st["endpoint_open"] and st["last_endpoint"]["abandoned"] == 5
+    with pytest.raises(OSError) as e:
+        a.sync.close()
+    assert e.value.errno == errno.EBADF
+    with pytest.raises(OSError) as e:
+        a.sync.am_request_1(1, H_SINK, 9)
+    assert e.value.errno == errno.EBADF
+    node.modules.rmmod("am")                          # the use count dropped
+    assert not node.modules.loaded("am")
+    b.sync.close()
+
+
+def test_close_abandons_a_transfer_in_flight_to_a_node_that_is_gone():
+    c = Cluster(nodes=2, nic="tb2", load=[("am", {"keepalive_polls": "50"})])
+    a = AM.open_sync(c.process(0))
+    b = AM.open_sync(c.process(1))
+    dst = b.segment(100_000)
+    x = a.sync.am_store_async(1, bytes(100_000), dst.addr, 100_000, H_SINK, 0)
+    a.sync.close()                                    # node 1 never polls: bounded, then released
+    assert not x.done
+    assert c.nodes[0].services["am"].stats()["last_endpoint"]["abandoned"] > 0
+    with pytest.raises(OSError) as e:
+        a.sync.close()
+    assert e.value.errno == errno.EBADF

@@ -129,7 +129,7 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         self.polls = 0
         self._handler_depth = 0
         self.pending_errors: deque = deque()
-        self._closing_mark = None
+        self.closing = False
         self.stats_c = {k: 0 for k in STAT_KEYS}
         self.malformed = {k: 0 for k in W.MALFORMED_NAMES[1:] + ("bad_handler", "bad_proto", "bad_source")}
         self._init_window(params)
@@ -297,7 +297,7 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         acks -- but not for a node that has stopped answering (`close_keepalives`
         keep-alives in a row unanswered: its endpoint is gone)."""
         if since is None:
-            self._closing_mark = self.polls
+            self.closing = True
             for peer in self.peers.values():
                 if peer.rx_req.unacked or peer.rx_rep.unacked:
                     peer.rx_req.ack_owed = True
@@ -452,11 +452,15 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
     # -- close -------------------------------------------------------------------------------
 
     def release(self, proc) -> None:
-        """Last close (or process exit): unmap the FIFOs, unpin the segments."""
+        """Last close (or process exit): unmap the FIFOs, unpin the segments. Messages
+        still unacknowledged or not yet sent are abandoned, and counted."""
         if self.closed:
             return
         self.closed = True
         self._cancel_timer()
+        for p in self.peers.values():
+            for ch in (p.tx_req, p.tx_rep):
+                self.stats_c["abandoned"] += len(ch.unacked) + len(ch.pending)
         if not self.uf.closed:
             self.uf.close()
         for seg in list(self.segments):
@@ -480,4 +484,4 @@ STAT_KEYS = ("requests", "stores", "gets", "polls", "empty_polls", "idle_polls",
              "retransmitted_packets", "gobacks", "nacks_sent", "nacks_received", "acks_sent", "acks_received",
              "keepalives_sent", "keepalives_received", "rejects_sent", "rejects_received", "duplicates",
              "out_of_order", "handlers_run", "chunks_received", "stores_received", "bytes_stored",
-             "stores_completed", "gets_served", "gets_completed", "fifo_full")
+             "stores_completed", "gets_served", "gets_completed", "fifo_full", "abandoned")

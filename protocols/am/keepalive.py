@@ -76,7 +76,10 @@ class KeepAlive:
         """The end of a peer's pump: a keep-alive if one is due (SP-C08)."""
         if not peer.unacked() or self.polls - peer.mark < self.keepalive_polls:
             return True
-        if peer.keepalives >= self.max_keepalives:
+        if self.closing:
+            if peer.keepalives >= self.close_keepalives:
+                return True                     # closing: a node that does not answer is gone
+        elif peer.keepalives >= self.max_keepalives:
             raise OSError(errno.ETIMEDOUT, f"node {peer.nid} has not answered {peer.keepalives} keep-alives "
                                            "(SP AM does not recover from crashes or partitions)")
         ok = yield from self._send_ctl(peer, W.K_KEEPALIVE, 0, 0, 0,
