@@ -131,6 +131,7 @@ class Endpoint(OpenFile):
     """A DP endpoint: a vertex port of the directed graph, as an open file."""
 
     kind = "DP endpoint"
+    export = None           # real nodes: the owner's view of it (dpcore._export), once made
 
     def __init__(self, dp: "DirectedPoint", proc, ep: int):
         # The pool first: its region is all that can fail, and it is given back if it does.
@@ -153,6 +154,8 @@ class Endpoint(OpenFile):
     # work; the generic read() path below adds the system-call entry in front.
 
     def read_path(self, proc, nbytes):
+        if self.export is not None:
+            return self.export.read_path(nbytes)
         return self.dp.read_path(self, nbytes)
 
     def write_path(self, proc, data):
@@ -166,20 +169,32 @@ class Endpoint(OpenFile):
 
     def deposited(self) -> None:
         self.set_readable(True)
+        if self.export is not None:
+            self.export.deliver()
         self.readers.wake()
+
+    def export_to(self, owner):
+        """Real nodes: what this endpoint's owner process is given (kernelsim.daemon)."""
+        from dpcore._export import EndpointExport
+        return EndpointExport(self, owner)
 
     def release(self, proc) -> None:
         self.dp.endpoints.pop(self.ep, None)
         for tok in list(self.tokens):
             tok.revoke()
         self.dp.retire(self)
+        if self.export is not None:
+            self.export.close()
         self.tbp.unpin()
         self.node.modules.module_put("dp")
         self.readers.wake()
 
     def stats(self) -> dict:
-        return {"ep": self.ep, "target": self.target, "sent": self.sent, "received": self.received,
-                "tbp": self.tbp.stats()}
+        out = {"ep": self.ep, "target": self.target, "sent": self.sent, "received": self.received,
+               "tbp": self.tbp.stats()}
+        if self.export is not None:
+            out["export"] = self.export.stats()
+        return out
 
 
 cdef class DirectedPoint:

@@ -20,12 +20,6 @@ cdef int LEVEL_IRQ = 0
 
 
 cdef class _Line:
-    cdef public list handlers
-    cdef public bint level
-    cdef public bint in_service
-    cdef public long long count
-    cdef IrqController ctl
-
     def __cinit__(self, IrqController ctl):
         self.handlers = []
         self.ctl = ctl
@@ -40,10 +34,6 @@ cdef class _Line:
 
 
 cdef class IrqController:
-    cdef readonly Cpu cpu
-    cdef readonly object costs
-    cdef double entry_s, exit_s
-    cdef list _lines
     NLINES = 16
 
     def __init__(self, Cpu cpu, costs):

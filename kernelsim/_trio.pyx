@@ -18,6 +18,7 @@ completion object per call instead of closures, the clock's runnable count read
 directly, and the engine driven in a C loop.
 """
 
+from libc.math cimport INFINITY
 import errno
 import math
 import os
@@ -93,7 +94,10 @@ async def run_path(node, path, cpu=None):
     if not node.modeled:
         done = _Completion(None)
         on.submit(LEVEL_PROC, path, done)
-        engine.run()
+        if not isinstance(done.exc, WouldBlock):
+            # A path that must wait leaves its device work to the wait (`wait_on` runs it once
+            # the waiter is on the queue): a wake-up that work causes is then never lost.
+            engine.run()
         await _checkpoint()
     else:
         done = _Completion(engine)
@@ -142,7 +146,7 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
             if woken_list:
                 break
             ports = node.real_ports
-            if all(p.prepare_to_sleep() for p in ports) and not woken_list:
+            if _may_sleep(node, ports) and not woken_list:
                 await _wait_any_readable([p.fileno() for p in ports])
                 for p in ports:
                     p.drain()
@@ -189,7 +193,7 @@ def wait_on_sync(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
         if woken:
             break
         ports = node.real_ports
-        if all(p.prepare_to_sleep() for p in ports) and not woken:
+        if _may_sleep(node, ports) and not woken:
             select.select([p.fileno() for p in ports], [], [])
             for p in ports:
                 p.drain()
@@ -237,9 +241,26 @@ def _spin(node, woken: list, spin_s: float) -> None:
     the whole spin; on a core of its own the yield returns immediately.
     """
     deadline = time.perf_counter() + spin_s
-    while not woken and time.perf_counter() < deadline:
+    engine = node.engine
+    while not woken:                        # at least one pass, also with spin_s == 0
+        engine.now = time.perf_counter()    # real time: what a path reads as "now" is the wall clock
         if not node.poll_devices():
+            if engine.peek() != INFINITY:
+                # A timer a path armed (a keep-alive, a retransmission): in real time every
+                # event is due at once, and the waiter it wakes polls again -- the spin of a
+                # protocol that polls, its timeout counted in polls as on the machine.
+                engine.run()
             os.sched_yield()
+        if time.perf_counter() >= deadline:
+            break
+
+
+def _may_sleep(node, ports) -> bool:
+    """Nothing left to run but what a port brings: every port told to ring (else False).
+    An armed timer (a polling protocol's next poll) keeps the waiter polling instead."""
+    if node.engine.peek() != INFINITY:
+        return False
+    return all(p.prepare_to_sleep() for p in ports)
 
 
 cdef double _next_trio_deadline() except? -1.0:

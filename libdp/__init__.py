@@ -12,9 +12,13 @@
     cluster.run(main)
 
 Every call also exists blocking, as ``a.sync.dp_open(5)`` and so on.
+
+Real nodes: ``dp = libdp.attach(node=0)`` gives a process the same calls on node 0 of a
+running cluster (``dp cluster up``), each call entering that node process's kernel.
 """
 from libdp._api import DP, Endpoint, SyncDP
 from libdp._cluster import Cluster, build_profile
 from libdp._bench import bandwidth, pingpong
+from libdp._attach import attach
 
-__all__ = ["Cluster", "DP", "Endpoint", "SyncDP", "bandwidth", "build_profile", "pingpong"]
+__all__ = ["Cluster", "DP", "Endpoint", "SyncDP", "attach", "bandwidth", "build_profile", "pingpong"]

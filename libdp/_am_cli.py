@@ -1,13 +1,16 @@
-"""``dp am-pingpong`` and ``dp am-bandwidth``: the SP AM paper's figures, modeled.
+"""``dp am-pingpong`` and ``dp am-bandwidth``: the SP AM paper's figures, modeled or real.
 
     dp am-pingpong  [--sizes 1,2,3,4] [--iters 1000] [--param KEY=VALUE ...] [--seed N] [--stats] [--json]
+                    [--real [--transport shm|udp | --cluster FILE]]
     dp am-bandwidth [--op store|get] [--mode async|blocking] [--sizes 16,...,1048576] [--total 1048576]
                     [--iters MAX_TRANSFERS] [--param KEY=VALUE ...] [--seed N] [--stats] [--json]
 
 ``--param`` overrides a platform-profile value (``--param pci.write_s=2e-6``) or, with
 the ``am.`` prefix, a parameter of the am module (``--param am.keepalive_polls=100``);
-``--load am:key=value,...`` does the latter too. `add_commands` adds both subcommands
-to the ``dp`` parser.
+``--load am:key=value,...`` does the latter too. ``--real`` runs the same program on real
+nodes (`libdp._realrun`): a TB2 cluster with am loaded brought up for the run, or a
+running one (``--cluster FILE``, after ``dp insmod am --node all``). `add_commands` adds
+both subcommands to the ``dp`` parser.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ def add_commands(sub, common) -> None:
                    type=lambda t: int_list(t, "argument word counts", 1, 4),
                    help="argument words per message, comma-separated (1..4; default 1,2,3,4)")
     p.add_argument("--iters", type=positive_int, default=None, help="round trips per word count (default 1000)")
+    _real_options(p)
     p.set_defaults(func=_pingpong)
     p = sub.add_parser("am-bandwidth", help="SP AM bulk bandwidth, am_store/am_get (SP-B08)", parents=parents,
                        description="SP AM bandwidth as the paper measured it: N bytes moved as ceil(N/n) "
@@ -45,7 +49,45 @@ def add_commands(sub, common) -> None:
     p.add_argument("--total", type=positive_int, default=None, help="N: bytes moved per size (default 1048576)")
     p.add_argument("--iters", type=positive_int, default=None,
                    help="at most this many transfers per size (default: all ceil(N/n), as the paper)")
+    _real_options(p)
     p.set_defaults(func=_bandwidth)
+
+
+def _real_options(p) -> None:
+    p.add_argument("--real", action="store_true",
+                   help="real time: one node process and one attached process per node, wall-clock figures")
+    p.add_argument("--transport", choices=("shm", "udp"), default=None,
+                   help="with --real: the real transport of the cluster brought up for the run (default: shm)")
+    p.add_argument("--cluster", default=None, metavar="FILE",
+                   help="with --real: run on this running TB2 cluster (dp cluster up --nic tb2; dp insmod am)")
+
+
+def _run(args, program, *pargs):
+    """(cluster or None, am parameters, rank 0's rows, statistics): modeled, or on real nodes."""
+    from libdp._cluster import parse_load
+    for cond, msg in ((args.transport is not None and not args.real, "--transport: use it with --real"),
+                      (args.cluster is not None and not args.real, "--cluster: use it with --real"),
+                      (args.cluster is not None and args.transport is not None,
+                       "--transport and --cluster: a running cluster's transport is its own")):
+        if cond:
+            raise OSError(errno.EINVAL, msg)
+    if not args.real:
+        cluster, am_params = _cluster(args)
+        return cluster, am_params, cluster.run_spmd(program, *pargs)[0], cluster.stats
+    from libdp._realrun import run_real_spmd
+    profile_params, am_params = _split_params(args.param)
+    load = []
+    for spec in args.load:
+        name, mparams = parse_load(spec)
+        if name == "am":
+            am_params.update(mparams)
+        else:
+            load.append(spec)
+    load.append("am" + (":" + ",".join(f"{k}={v}" for k, v in am_params.items()) if am_params else ""))
+    results, stats = run_real_spmd(program, *pargs, nic="tb2", platform=args.platform,
+                                   params=[f"{k}={v}" for k, v in profile_params], load=load,
+                                   transport=args.transport or "shm", seed=args.seed, cluster=args.cluster)
+    return None, am_params, results[0], stats
 
 
 def _split_params(items):
@@ -77,11 +119,19 @@ def _cluster(args):
 
 
 def _header_doc(args, cluster, am_params, kind):
-    prof = cluster.profile
-    return {"benchmark": kind, "time": "modeled", "platform": prof.name, "nic": "tb2", "seed": args.seed,
-            "params": prof.as_dict(), "overrides": dict(prof.overrides),
-            "am_params": cluster.nodes[0].modules.lsmod()[-1]["params"] if cluster.nodes else {},
-            "am_overrides": dict(am_params)}
+    if cluster is None:                 # real nodes: the profile the nodes were built with
+        from libdp._cluster import build_profile
+        from kernelsim import parse_param
+        prof = build_profile(args.platform or "sp_thin",
+                             [p for p in (parse_param(x) for x in args.param) if not p[0].startswith("am.")])
+        am_now = dict(am_params)
+    else:
+        prof = cluster.profile
+        am_now = cluster.nodes[0].modules.lsmod()[-1]["params"] if cluster.nodes else {}
+    return {"benchmark": kind, "time": "real" if cluster is None else "modeled", "platform": prof.name, "nic": "tb2",
+            "seed": args.seed, "params": prof.as_dict(), "overrides": dict(prof.overrides),
+            "am_params": am_now, "am_overrides": dict(am_params),
+            **({"transport": args.cluster or args.transport or "shm"} if cluster is None else {})}
 
 
 def _overrides(doc) -> str:
@@ -90,31 +140,32 @@ def _overrides(doc) -> str:
 
 def _pingpong(args) -> int:
     from libdp._am_bench import PAPER_RTT_US, am_pingpong_program
-    cluster, am_params = _cluster(args)
     words = args.sizes or [1, 2, 3, 4]
     iters = args.iters or 1000
-    results = cluster.run_spmd(am_pingpong_program, tuple(words), iters)
-    rows = results[0]
+    cluster, am_params, rows, stats = _run(args, am_pingpong_program, tuple(words), iters)
     if rows:
         rows[-1].pop("am_stats", None)
     doc = _header_doc(args, cluster, am_params, "am-pingpong")
     doc.update(iters=iters, results=rows, paper_rtt_us={"words": 1, "rtt_us": PAPER_RTT_US, "source": "SP-B01"})
 
     def table():
-        print(f"# SP AM ping-pong (am_request_M / am_reply_M, polling): {doc['platform']} + tb2, modeled time, "
+        print(f"# SP AM ping-pong (am_request_M / am_reply_M, polling): {doc['platform']} + tb2, {_mode(doc)}, "
               f"{iters} round trips per row{_overrides(doc)}")
         print(f"# paper (SP-B01): {PAPER_RTT_US} us one-word round trip")
         print(f"# {'Words':<8}{'One-way (us)':>14}{'RTT (us)':>12}")
         for r in rows:
             print(f"{r['words']:<10}{r['one_way_us']:>14.2f}{r['rtt_us']:>12.2f}")
 
-    return emit(args, doc, cluster.stats, table)
+    return emit(args, doc, stats, table)
+
+
+def _mode(doc) -> str:
+    return "modeled time" if doc["time"] == "modeled" else f"real time (wall clock, real nodes over {doc['transport']})"
 
 
 def _bandwidth(args) -> int:
     from libdp._am_bench import (DEFAULT_BW_SIZES, DEFAULT_TOTAL, PAPER_R_INF, am_bandwidth_program,
                                     summarize)
-    cluster, am_params = _cluster(args)
     sizes = args.sizes or [n for n in DEFAULT_BW_SIZES]
     total = args.total or DEFAULT_TOTAL
     if max(sizes) > total:
@@ -122,9 +173,9 @@ def _bandwidth(args) -> int:
     def progress(row):                              # a long run says how far it is
         print(f"# {row['size']} B: {row['mbytes_per_s']:.2f} MB/s", file=sys.stderr, flush=True)
 
-    results = cluster.run_spmd(am_bandwidth_program, args.op, args.mode, tuple(sizes), total, args.iters, True,
-                               progress if sys.stderr.isatty() else None)
-    rows = results[0]
+    cluster, am_params, rows, stats = _run(args, am_bandwidth_program, args.op, args.mode, tuple(sizes), total,
+                                           args.iters, True,
+                                           progress if sys.stderr.isatty() and not args.real else None)
     if rows:
         rows[-1].pop("am_stats", None)
     r_inf, n_half = summarize(rows)
@@ -137,7 +188,7 @@ def _bandwidth(args) -> int:
 
     def table():
         cap = f", at most {args.iters} transfers per size" if args.iters else ""
-        print(f"# SP AM bandwidth ({call}): {doc['platform']} + tb2, modeled time, N = {total} bytes as "
+        print(f"# SP AM bandwidth ({call}): {doc['platform']} + tb2, {_mode(doc)}, N = {total} bytes as "
               f"ceil(N/n) transfers of n bytes{cap}{_overrides(doc)}")
         print(f"# paper (SP-B08): r_inf = {PAPER_R_INF} MB/s (MB = 10^6 bytes)")
         print(f"# {'Size':<10}{'Bandwidth (MB/s)':>18}{'Transfers':>11}")
@@ -146,4 +197,4 @@ def _bandwidth(args) -> int:
         nh = f"{n_half:.0f} bytes" if n_half is not None else "not reached"
         print(f"# r_inf = {r_inf:.2f} MB/s (largest transfer), n_1/2 = {nh}")
 
-    return emit(args, doc, cluster.stats, table)
+    return emit(args, doc, stats, table)

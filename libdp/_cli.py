@@ -26,7 +26,9 @@ FAMILIES = (
     "libdp._dp_cli",        # pingpong, bandwidth, bibw
     "libdp._am_cli",        # am-pingpong, am-bandwidth
     "libdp._info_cli",      # profile, modules, modinfo
+    "libdp._fuzz",          # fuzz
     "libdp._tools_cli",     # reproduce, plot
+    "libdp._node_cli",      # node, cluster, insmod, rmmod, lsmod, run: real nodes
 )
 
 

@@ -50,6 +50,9 @@ def _bench_parser(sub, common, name, help_text, iters_help):
                    help="with --real: shared-memory rings between processes, UDP on loopback, or raw Ethernet "
                         "frames (AF_PACKET) on a veth pair between network namespaces (root, --nic dec21140) "
                         "(default: shm)")
+    p.add_argument("--cluster", default=None, metavar="FILE",
+                   help="with --real: run on this running cluster's nodes (dp cluster up) instead of bringing "
+                        "one up for the run")
     p.set_defaults(func=lambda args: _run_bench(args, name))
     return p
 
@@ -96,6 +99,9 @@ def _check_options(args, kind):
     """Options that do not apply to this run are refused, never ignored."""
     _refuse(args.transport is not None and not args.real,
             "--transport chooses the real transport: use it with --real")
+    _refuse(args.cluster is not None and not args.real, "--cluster names a cluster of real nodes: use it with --real")
+    _refuse(args.cluster is not None and args.transport is not None,
+            "--transport and --cluster: a running cluster's transport is its own")
     raw, pipeline = getattr(args, "raw", False), getattr(args, "pipeline", None)
     mode = getattr(args, "mode", None)
     _refuse(raw and args.nic != "tb2", "--raw is the TB2's user-level FIFO ping-pong: use it with --nic tb2")
@@ -170,7 +176,8 @@ def _run_bench(args, kind):
             from libdp._realrun import run_real_spmd
             results, stats = run_real_spmd(functools.partial(run.program, **run.kwargs), platform=args.platform,
                                            nic=args.nic, params=params, load=args.load,
-                                           transport=args.transport or "shm", seed=args.seed)
+                                           transport=args.transport or "shm", seed=args.seed,
+                                           cluster=args.cluster)
         else:
             cluster = Cluster(nodes=2, platform=args.platform, nic=args.nic, params=params, seed=args.seed,
                               load=args.load)

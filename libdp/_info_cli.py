@@ -18,6 +18,8 @@ def add_commands(sub, common) -> None:
     p.set_defaults(func=_modules)
     p = sub.add_parser("modinfo", help="show a module's description, parameters and sources")
     p.add_argument("name")
+    p.add_argument("--node", default=None, metavar="NID", help="ask a running node (see dp cluster up)")
+    p.add_argument("--cluster", default=None, metavar="FILE", help="with --node: the cluster file")
     p.set_defaults(func=_modinfo)
 
 
@@ -46,7 +48,17 @@ def _modules(_args):
 
 
 def _modinfo(args):
-    info = find_module(args.name).info()
+    if args.node is not None:
+        from libdp._attach import NodeLink
+        from libdp._realnode import find_cluster
+        cluster = find_cluster(args.cluster)
+        link = NodeLink.connect(cluster.socket_path(int(args.node)), name="dp-modinfo")
+        try:
+            info = link.admin("modinfo", name=args.name)
+        finally:
+            link.close()
+    else:
+        info = find_module(args.name).info()
     print(f"name:        {info['name']}")
     print(f"description: {info['description']}")
     print(f"depends:     {', '.join(info['depends']) or '-'}")

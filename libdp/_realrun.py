@@ -1,20 +1,21 @@
-"""Real time: one OS process per node, frames on a real transport.
+"""Real time: a program run once per node of a cluster of real nodes.
 
-The parent creates the transport -- a full-duplex shared-memory link, a pair of UDP
-sockets on loopback (what joins hosts), or network namespaces joined by a veth pair for
-raw Ethernet frames (AF_PACKET) -- forks one process per rank and collects each
-rank's result through a pipe. Each
-child builds its node exactly as a modeled one -- same kernel, modules, driver and
-device model -- except that its engine runs in real time and its NIC's medium is the
-transport (`kernelsim.media.backend.DevicePort`).
+`run_real_spmd` is what ``dp pingpong --real`` and the other measurements run under. It
+is an ordinary client of real nodes (`libdp._realnode`): it brings a cluster up on this
+host for the run -- N node processes over shared memory, UDP on loopback, or raw Ethernet
+between network namespaces -- or uses a running one (``cluster=FILE``), forks one process
+per rank that attaches to its node (`libdp.attach`) and runs ``program(dp, rank, size,
+*args)`` under trio, collects each rank's result and its node's statistics through a
+pipe, and brings the cluster down again if it made it.
 
 Dead peers: the parent waits on every rank's pipe *and* its process at once, so a rank
 that dies (killed, crashed) ends the run at once with an error naming it, and the other
-ranks are killed rather than left retrying; a rank also dies with its parent.
+ranks are killed rather than left retrying; a rank also dies with its parent. A node
+that dies wakes its rank's calls with ENETDOWN, which fails the run naming the node.
 
 Faults (``fault.*``): on the packet transport a netem qdisc on the veths (the kernel's
 own loss, corruption, duplication and reordering); on shared memory and UDP -- or where
-the kernel has no netem -- the receiving adapter's seeded injector. A link rate
+the kernel has no netem -- the receiving adapters' seeded injector. A link rate
 (``link.rate_bps`` given with --param) shapes the veths; over shm and UDP it cannot be
 applied and is refused.
 """
@@ -24,38 +25,17 @@ import ctypes
 import errno
 import multiprocessing
 import multiprocessing.connection
-import random
+import os
+import secrets
 import signal
 import time
 import traceback
 
 import trio
 
-from dpcore import DM_HEADER_BYTES
-from kernelsim.media.backend import DevicePort
-from kernelsim.media.faults import FaultInjector
-from kernelsim.media.netns import LinkShape, NetnsCluster
-from kernelsim.media.packet import PacketPort
-from kernelsim.media.real import ShmLink, UdpPort
-from libdp._api import DP
-from libdp._cluster import Cluster, build_profile, resolve_platform
-from nic_drivers import nic as nic_package
+from kernelsim.media.netns import LinkShape
 
-__all__ = ["run_real_spmd"]
-
-REAL_SLOT_BYTES = 8192
-
-
-def _transport_end(kind, where, rank):
-    if kind == "shm":
-        return ShmLink.attach(where, rank)
-    if kind == "packet":
-        from pyroute2.netns import setns
-        ns, ifname = where[rank]
-        setns(ns, flags=0)              # this process becomes the node's host, then opens its NIC
-        return PacketPort.open(ifname)
-    return where[rank]
-
+__all__ = ["run_real_spmd", "link_shape", "die_with_parent", "TRANSPORTS"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -68,17 +48,15 @@ def die_with_parent() -> None:
         pass
 
 
-def _child(rank, size, transport, hosts, program, args, config, inject, seed, conn):
+def _child(rank, size, run_dir, program, args, conn):
     try:
         die_with_parent()
-        kind, where = transport
-        port = DevicePort(_transport_end(kind, where, rank))
-        node = Cluster.real_node(rank, hosts, port, **config)
-        if inject:
-            port.inject(FaultInjector(node.profile, random.Random(seed * 1_000_003 + rank)))
-        dp = DP(node.spawn(getattr(program, "__name__", "spmd")))
+        from libdp._attach import attach
+        dp = attach(node=rank, run_dir=run_dir, name=f"{getattr(program, '__name__', 'spmd')}[{rank}]")
         result = trio.run(program, dp, rank, size, *args)
-        conn.send(("ok", result, node.stats()))
+        stats = dp.node.stats()
+        dp.detach()
+        conn.send(("ok", result, stats))
     except BaseException as exc:   # report everything, the parent decides
         conn.send(("error", _describe(exc), None))
     finally:
@@ -163,66 +141,39 @@ def link_shape(profile) -> LinkShape | None:
 
 
 def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, nic: str | None = None,
-                  params=(), load=(), timeout: float = 300.0, transport: str = "shm", seed: int = 0):
-    """Run ``program(dp, rank, size, *args)`` in `nodes` processes; return (results, stats)."""
-    if nodes != 2:
-        raise OSError(errno.EINVAL, "real mode joins 2 nodes by a point-to-point link (more need a switch)")
+                  params=(), load=(), timeout: float = 300.0, transport: str = "shm", seed: int = 0,
+                  cluster: str | None = None):
+    """Run ``program(dp, rank, size, *args)`` on `nodes` real nodes; return (results, stats).
+
+    `cluster`: a running cluster's file (its first `nodes` nodes); else a cluster of
+    `nodes` nodes is brought up on this host for the run and down after it.
+    """
+    from libdp._realnode import cluster_down, cluster_up, find_cluster
     if transport not in TRANSPORTS:
         raise OSError(errno.EINVAL, f"real transport is one of {', '.join(TRANSPORTS)}, not {transport!r}")
-    platform, nic = resolve_platform(platform, nic)
-    prof = build_profile(platform, params)             # validate before forking
-    pkg = nic_package(nic)
-    if transport == "packet" and pkg.LINK_KIND != "ether":
-        raise OSError(errno.EINVAL, "packet transport carries Ethernet frames: use --nic dec21140")
-    shape = link_shape(prof)
-    if shape is not None and shape.rate_bps is not None and transport != "packet":
-        raise OSError(errno.EINVAL, f"link.rate_bps cannot be applied to the {transport} transport in real time "
-                                    "(only the packet transport's veths can be shaped)")
-    inject = shape is not None and shape.faulty and transport != "packet"
-    hosts = {r: {pkg.LINK_KIND: pkg.hwaddr_for(r)} for r in range(nodes)}
-    config = {"platform": platform, "nic": nic, "params": params, "load": load}
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        raise OSError(errno.EINVAL, f"a run needs at least one node, not {nodes!r}")
+    made = None
+    if cluster is not None:
+        c = find_cluster(cluster)
+        if nodes > len(c.nodes):
+            raise OSError(errno.EINVAL, f"cluster {c.name!r} has {len(c.nodes)} nodes, not {nodes}")
+    else:
+        c = made = cluster_up(nodes, name=f"run-{os.getpid()}-{secrets.token_hex(3)}", transport=transport,
+                              nic=nic, platform=platform, params=params, load=load, seed=seed, tied=True)
     ctx = multiprocessing.get_context("fork")
     procs, pipes = [], []
     finished = False
-    link, ports, netns = None, (), None
-    if transport == "shm":
-        # A slot holds any NIC's largest DP frame (4095 bytes of data plus link headers).
-        link = ShmLink.create(slots=256, slot_bytes=REAL_SLOT_BYTES)
-        where = link.names
-    elif transport == "packet":
-        # DP's largest frame can exceed 802.3's 1500-byte payload (p133: 8-byte DM header + 1500
-        # bytes, as the 21140's 1536-byte buffers allowed): the veths' MTU must carry it.
-        mtu = max(1500, prof["dp.max_message"] + DM_HEADER_BYTES)
-        netns = NetnsCluster.create(nodes, macs={r: pkg.hwaddr_for(r) for r in range(nodes)}, mtu=mtu)
-        where = {r: netns.iface(r) for r in range(nodes)}
-        if shape is not None:
-            try:
-                netns.shape(shape)
-            except OSError as exc:
-                if exc.errno != errno.ENOTSUP:
-                    raise
-                inject = True           # no netem here: the adapters inject the same faults
-                if shape.rate_bps is not None:
-                    netns.shape(LinkShape(rate_bps=shape.rate_bps))
-    else:
-        ports = (UdpPort.bind("127.0.0.1"), UdpPort.bind("127.0.0.1"))
-        ports[0].connect(ports[1].address)
-        ports[1].connect(ports[0].address)
-        where = ports                       # inherited across fork, one per rank
     try:
         for rank in range(nodes):
             parent_end, child_end = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_child, args=(rank, nodes, (transport, where), hosts, program, args, config,
-                                                 inject, seed, child_end), daemon=True)
+            p = ctx.Process(target=_child, args=(rank, nodes, c.run_dir, program, args, child_end), daemon=True)
             p.start()
             child_end.close()
             procs.append(p)
             pipes.append(parent_end)
         results, stats = _collect(procs, pipes, timeout)
         finished = True
-        if netns is not None and shape is not None and not inject:
-            for rank in range(nodes):
-                stats[f"node{rank}"]["link_faults"] = {"applied_by": "netem", **shape.as_dict()}
         return results, stats
     finally:
         for p in procs:                 # after a failure the others are not waited for
@@ -230,10 +181,5 @@ def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, n
             if p.is_alive():
                 p.kill()
                 p.join(timeout=2)
-        if link is not None:
-            link.unlink()        # before close: close forgets the doorbell FIFOs' paths
-            link.close()
-        for p in ports:
-            p.close()
-        if netns is not None:
-            netns.destroy()
+        if made is not None:
+            cluster_down(made)

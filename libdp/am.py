@@ -68,7 +68,9 @@ class AM:
     @classmethod
     async def open(cls, dp, handlers=None) -> "AM":
         """am_open: map the node's TB2 FIFOs into this process (ENOSYS without the am
-        module, EBUSY if another process has them)."""
+        module, EBUSY if another process has them). A process attached to a real node drives
+        the card itself: ``dp`` becomes its own kernel's process (`libdp.attach`)."""
+        dp = await dp.user_level("am") if hasattr(dp, "user_level") else dp
         fd = await dp._syscall("am_open", ())
         am = cls(dp, fd)
         am._install(handlers)
@@ -76,6 +78,7 @@ class AM:
 
     @classmethod
     def open_sync(cls, dp, handlers=None) -> "AM":
+        dp = dp.sync.user_level("am") if hasattr(dp, "user_level") else dp
         fd = dp.sync._call(lambda e: dp.node.syscall_path(dp.proc, "am_open", (), e), None, 0.0)
         am = cls(dp, fd)
         am._install(handlers)

@@ -193,7 +193,7 @@ def test_back_pressure_holds_packets_in_the_network_and_loses_none():
     """The receiver does not poll: its ring, then its SRAM buffers fill, its receive DMA
     stays unarmed, the network holds the next packet and the sender's ring fills. When
     the receiver drains, every frame arrives, in order."""
-    c = cluster(rx_mode="poll", rx_ring=8)
+    c = cluster(rx_mode="poll", rx_ring=8, abandon_ms=0.0)   # the host is slow, never deemed gone
     got = collector(c.nodes[1])
     ni1 = c.nodes[1].pci_devices[0]
     nbuf = c.nodes[1].netdevs["myri0"].fw.stats()["rx_buffers"]
@@ -242,6 +242,69 @@ def test_back_pressure_holds_packets_in_the_network_and_loses_none():
     assert st_["dropped"] == 0 and st_["ni_wait_us"] > 0
     hw1 = ni1.stats()["recv_dma"]
     assert hw1["no_buffer"] == 0 and hw1["crc_errors"] == 0 and hw1["halted_drops"] == 0
+
+
+def test_a_ring_nobody_drains_is_abandoned_and_the_ni_hears_again():
+    """Bulk packets nobody receives (no EPOS receiver) fill the bulk ring, then every SRAM
+    buffer: the NI is deaf. After abandon_ms without the host consuming, the firmware
+    drops what that ring holds (counted) and DP traffic flows again."""
+    from nic_drivers.myrinet.firmware import BULK_PROTO
+    c = cluster(abandon_ms=5.0)
+    for n in c.nodes:
+        n.modules.insmod("dp")
+    ni1 = c.nodes[1].pci_devices[0]
+    fw = c.nodes[1].netdevs["myri0"].fw
+    nbuf = fw.stats()["rx_buffers"]
+    junk = (0x0DB5).to_bytes(2, "big") + BULK_PROTO.to_bytes(2, "big") + bytes(100)
+    for _ in range(nbuf + 40):
+        ni1.rx_frame(junk, True)
+        c.engine.run(until=c.engine.now + 20e-6)
+    st = fw.stats()
+    assert st["free_rx_buffers"] == 0 and st["bulk_ring_held"] > 0 and st["dropped_abandoned"] == 0
+    a, b = c.process(0).sync, c.process(1).sync
+    fa, fb = a.dp_open(3), b.dp_open(3)
+    a.dp_target(fa, 1, 3)
+    a.dp_write(fa, b"through")
+    assert b.dp_read(fb) == b"through"             # once the bulk ring was given up,
+    assert c.engine.now >= 5e-3                    # abandon_ms after it began to hold
+    st = fw.stats()
+    assert st["dropped_abandoned"] == st["held"] and st["bulk_ring_held"] == 0
+
+
+def test_a_slow_ring_that_consumes_is_not_abandoned():
+    """The watch restarts as long as the host consumes something: a slow reader keeps its
+    packets however long it takes (the late-receiver test of the pipeline relies on it)."""
+    c = cluster(abandon_ms=0.5, rx_mode="poll", rx_ring=8)
+    got = collector(c.nodes[1])
+    fw = c.nodes[1].netdevs["myri0"].fw
+    sender = c.nodes[0]
+    dev0 = sender.netdevs["myri0"]
+    dev1 = c.nodes[1].netdevs["myri0"]
+    total = 60
+
+    sent = []
+
+    def pump_from(k):
+        for i in range(k, total):
+            buf = dev0.tx_reserve()
+            dev0.write_link_header(buf, 1, TEST_PROTO)
+            sender.mem.write(buf + dev0.link_header_bytes, i.to_bytes(4, "big"))
+            yield from dev0.tx_commit_path(4, 0.0)
+            sent.append(i)
+
+    for _ in range(10 * total):                      # one poll every 0.3 ms: slow, but alive
+        if len(sent) < total:
+            try:
+                sender.run_now(pump_from(len(sent)))
+            except WouldBlock:
+                pass
+        c.engine.run(until=c.engine.now + 0.3e-3)
+        c.nodes[1].run_now(dev1.poll_path())
+        if len(got) == total:
+            break
+    assert c.engine.now > 4 * 0.5e-3                 # several abandon_ms in all
+    assert [int.from_bytes(g, "big") for g in got] == list(range(total))
+    assert fw.stats()["dropped_abandoned"] == 0
 
 
 # --------------------------------------------------------------------------- CRC and faults

@@ -37,6 +37,7 @@ cdef class ShmRing:
     cdef uint32_t _slot_bytes
     cdef uint32_t _max_frame    # slot_bytes - 4
     cdef int _bell_fd           # doorbell FIFO, O_RDWR | O_NONBLOCK, -1 when closed
+    cdef bint _bell_eventfd     # the doorbell is an eventfd (rings made over a file descriptor)
 
     # Hot-path primitives (no Python objects, no GIL needed).
     cdef int send_raw(self, const unsigned char* data, size_t n) noexcept nogil

@@ -25,6 +25,12 @@ Sleep/wake ("polling watchdog") handshake -- a Dekker pair of seq_cst fences:
 At least one side observes the other's store, so a frame can never be
 published while the consumer blocks on the doorbell without the doorbell
 being written.
+
+Two ways to make one: by name (:meth:`ShmRing.create` / :meth:`ShmRing.attach`: a
+POSIX shared-memory segment and a FIFO doorbell in /dev/shm, for processes that find
+each other by name), or over file descriptors (:meth:`ShmRing.over_fd`: an anonymous
+memory file and an eventfd doorbell, handed from process to process over a UNIX socket
+-- nothing appears in /dev/shm, and nothing is left there if a process dies).
 """
 
 cimport cython
@@ -157,6 +163,28 @@ cdef extern from "<sys/socket.h>" nogil:
 
 
 HEADER_BYTES = sizeof(dp_ring_hdr)
+
+
+def ring_bytes(Py_ssize_t slots, Py_ssize_t slot_bytes):
+    """Bytes a ring of `slots` slots of `slot_bytes` bytes takes (header included)."""
+    return sizeof(dp_ring_hdr) + slots * slot_bytes
+
+
+class _FdMapping:
+    """A shared mapping of a memory file, shaped like multiprocessing's SharedMemory
+    (``buf``, ``size``, ``close``) so a ring maps either the same way."""
+
+    def __init__(self, fd, size):
+        import mmap
+        self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.buf = memoryview(self._mm)
+        self.size = size
+
+    def close(self):
+        if self.buf is not None:
+            self.buf.release()
+            self.buf = None
+            self._mm.close()
 DEFAULT_SLOTS = 256
 DEFAULT_SLOT_BYTES = 2048
 MAX_SLOT_BYTES = 1 << 24
@@ -228,6 +256,7 @@ cdef class ShmRing:
         if token is not _TOKEN:
             raise TypeError("use ShmRing.create(...) or ShmRing.attach(name)")
         self._bell_fd = -1
+        self._bell_eventfd = False
         self._have_view = False
         self._base = NULL
         self._data = NULL
@@ -257,6 +286,8 @@ cdef class ShmRing:
         self._shm = shm
         self._base = <unsigned char*>self._view.buf
         h = _hdr(self)
+        if bell_path is None:
+            bell_path = ""
         if init:
             bpath = os.fsencode(bell_path)
             if len(bpath) >= DP_PATH_BYTES:
@@ -371,8 +402,42 @@ cdef class ShmRing:
             raise
         return self
 
+    @staticmethod
+    def over_fd(int fd, int bell_fd, bint init, Py_ssize_t slots=DEFAULT_SLOTS,
+                Py_ssize_t slot_bytes=DEFAULT_SLOT_BYTES):
+        """A ring in the memory file `fd` (at least ``ring_bytes(slots, slot_bytes)`` long)
+        whose doorbell is the eventfd `bell_fd`; both are duplicated, the caller keeps its own.
+
+        ``init=True`` lays the ring out (its maker); ``init=False`` maps one made by
+        another process, geometry read from the header."""
+        cdef ShmRing self = ShmRing.__new__(ShmRing, _TOKEN)
+        cdef Py_ssize_t size
+        if init:
+            if slots < 1 or slots > (1 << 24) or (slots & (slots - 1)) != 0:
+                raise ValueError("slots must be a power of two in [1, 2**24]")
+            if slot_bytes < 8 or slot_bytes > MAX_SLOT_BYTES:
+                raise ValueError(f"slot_bytes must be in [8, {MAX_SLOT_BYTES}]")
+        size = os.fstat(fd).st_size
+        if size < <Py_ssize_t>sizeof(dp_ring_hdr) or (init and size < ring_bytes(slots, slot_bytes)):
+            raise ValueError(f"a memory file of {size} bytes cannot hold this ring")
+        self._name = None
+        self._creator = init
+        self._tracked = False
+        shm = _FdMapping(fd, size)
+        try:
+            self._map(shm, init, <uint32_t>slots, <uint32_t>slot_bytes, "")
+            self._bell_fd = os.dup(bell_fd)
+            self._bell_eventfd = True
+        except BaseException:
+            self._release()
+            shm.close()
+            raise
+        return self
+
     def __reduce__(self):
         # Pickling (e.g. to a spawned process) re-attaches by name.
+        if self._name is None:
+            raise TypeError("a ring made over a file descriptor is passed by its descriptors, not pickled")
         return (ShmRing.attach, (self._name,))
 
     # ------------------------------------------------------------ properties
@@ -441,10 +506,14 @@ cdef class ShmRing:
     cdef void _ring_doorbell(self) noexcept nogil:
         cdef dp_ring_hdr* h = _hdr(self)
         cdef unsigned char one = 1
+        cdef uint64_t eight = 1
         cdef ssize_t r
         dp_bump64(&h.wakeups)                  # counted before the consumer can wake
         while True:
-            r = write(self._bell_fd, &one, 1)
+            if self._bell_eventfd:
+                r = write(self._bell_fd, &eight, 8)
+            else:
+                r = write(self._bell_fd, &one, 1)
             if r < 0 and errno == EINTR:
                 continue
             break
@@ -631,6 +700,8 @@ cdef class ShmRing:
         """Remove the segment name and the doorbell FIFO (idempotent).
 
         Mappings that are still open keep working until closed."""
+        if self._name is None:
+            return
         if self._tracked:
             self._tracked = False
             try:
@@ -642,7 +713,7 @@ cdef class ShmRing:
                 _posixshmem.shm_unlink("/" + self._name)
             except FileNotFoundError:
                 pass
-        if self._bell_path is not None:
+        if self._bell_path:
             try:
                 os.unlink(self._bell_path)
             except FileNotFoundError:

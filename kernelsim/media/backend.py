@@ -30,7 +30,9 @@ class DevicePort:
         self.tx_dropped = 0
         self.rx_frames = 0
         self.settle = None      # the node's engine run: each frame is handled before the next
+        self.divert = None             # frames go to this callable instead of the device (a process drives the card)
         self.faults = None
+        self.faults_elsewhere = None   # faults the transport itself applies (netem), for the statistics
         self._held: list = []   # (due wall time, sequence, frame, crc_ok): frames held back
         self._held_seq = 0
         if faults is not None:
@@ -44,7 +46,9 @@ class DevicePort:
         self.device = device
         device.port = self
 
-    def transmit(self, frame, t: float):
+    def transmit(self, frame, t: float, ready: float = 0.0):
+        """Send `frame` now (real time: `ready`, when a cut-through sender has the whole
+        frame, has passed already); the medium's (start, end) -- both now."""
         if self.transport.send(frame):
             self.tx_frames += 1
         else:
@@ -58,7 +62,7 @@ class DevicePort:
         taken, as frames that arrive microseconds apart on a wire would be; a transport
         burst therefore never overruns the receive ring unseen.
         """
-        if self.faults is not None or self._held:
+        if self.faults is not None or self._held or self.divert is not None:
             return self._poll_faulty()
         recv, view, dev, settle = self.transport.recv_into, self._view, self.device, self.settle
         n = 0
@@ -75,12 +79,13 @@ class DevicePort:
     def _poll_faulty(self) -> int:
         """`poll` through the fault injector: frames held back whose time has come go
         first (they are older), then what the transport has, each as the injector says."""
-        held, dev, settle, faults = self._held, self.device, self.settle, self.faults
+        held, settle, faults = self._held, self.settle, self.faults
+        rx = self.divert or self.device.rx_frame
         n = 0
         now = time.perf_counter()
         while held and held[0][0] <= now:
             _, _, frame, ok = heapq.heappop(held)
-            dev.rx_frame(frame, ok)
+            rx(frame, ok)
             n += 1
             if settle is not None:
                 settle()
@@ -96,7 +101,7 @@ class DevicePort:
                     self._held_seq += 1
                     heapq.heappush(held, (now + delay, self._held_seq, frame, ok))
                     continue
-                dev.rx_frame(frame, ok)
+                rx(frame, ok)
                 n += 1
                 if settle is not None:
                     settle()
@@ -109,6 +114,9 @@ class DevicePort:
             return False
         return self.transport.prepare_to_sleep()
 
+    def cancel_sleep(self) -> None:
+        self.transport.cancel_sleep()
+
     def drain(self) -> None:
         self.transport.drain()
 
@@ -117,4 +125,6 @@ class DevicePort:
                "transport": self.transport.stats()}
         if self.faults is not None:
             out["faults"] = {"applied_by": "injector", **self.faults.stats(), "held": len(self._held)}
+        elif self.faults_elsewhere is not None:
+            out["faults"] = dict(self.faults_elsewhere)
         return out

@@ -7,7 +7,7 @@ from kernelsim import Module, Param
 from nic_drivers.dec21140._model import Dec21140
 from nic_drivers.dec21140.driver import TulipNetDevice
 
-__all__ = ["Dec21140", "TulipNetDevice", "MODULE", "make_device", "hwaddr_for"]
+__all__ = ["Dec21140", "TulipNetDevice", "MODULE", "make_device", "hwaddr_for", "frame_station", "station_key"]
 
 LINK_KIND = "ether"
 
@@ -15,6 +15,16 @@ LINK_KIND = "ether"
 def hwaddr_for(nid: int) -> bytes:
     """A locally administered MAC per node id (the cluster's address plan)."""
     return bytes([0x02, 0x00, 0xD9, 0x00, (nid >> 8) & 0xFF, nid & 0xFF])
+
+
+def frame_station(frame) -> bytes:
+    """Which station a frame is for, as a switch reads it: its destination MAC (the same
+    key `station_key` gives a NART entry). Real transports of more than two nodes route by it."""
+    return bytes(frame[0:6])
+
+
+def station_key(hwaddr) -> bytes:
+    return bytes(hwaddr)
 
 
 def make_device(node):

@@ -56,12 +56,13 @@ def connect(engine, profile, devices, rng=None):
     return fabric
 
 
-def _init(kernel, tx_ring, rx_ring, bulk_ring, rx_mode, watchdog_us, pio_max, budget):
+def _init(kernel, tx_ring, rx_ring, bulk_ring, rx_mode, watchdog_us, pio_max, budget, abandon_ms):
     return kernel.bind_netdevs(
         LanaiNI, "myri",
         lambda card, name: MyrinetNetDevice(kernel, card, name, tx_ring=tx_ring, rx_ring=rx_ring,
                                             bulk_ring=bulk_ring, rx_mode=rx_mode, watchdog_us=watchdog_us,
-                                            pio_max=pio_max, budget=budget),
+                                            pio_max=pio_max, budget=budget,
+                                            abandon_s=abandon_ms * 1e-3),
         "LANai board")
 
 
@@ -86,6 +87,10 @@ MODULE = Module(
         "pio_max": Param(int, -1, "frames up to this many bytes go by PIO, longer ones by DMA "
                                   "(-1: the profile's lanai.pio_max_bytes; 0: always DMA)", min=-1, max=65535),
         "budget": Param(int, 16, "interrupt handler passes per interrupt", min=1, max=1024),
+        "abandon_ms": Param(float, 1000.0, "a host ring that holds NI buffers and has consumed nothing for this "
+                                           "long is deemed abandoned: its held packets are dropped and counted, "
+                                           "so the NI hears other traffic again (0: never; modeling choice)",
+                            min=0.0, max=1e7),
     },
     init=_init,
     exit=_exit,

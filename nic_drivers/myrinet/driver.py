@@ -55,10 +55,11 @@ class MyrinetNetDevice(NetDevice):
     link_header_bytes = ROUTE_MAX + 4          # route area, Myrinet packet type, link protocol
     driver_module = "myrinet"
 
-    def __init__(self, node, dev, name, *, tx_ring, rx_ring, bulk_ring, rx_mode, watchdog_us, pio_max, budget):
+    def __init__(self, node, dev, name, *, tx_ring, rx_ring, bulk_ring, rx_mode, watchdog_us, pio_max, budget, abandon_s: float = 1.0):
         super().__init__(node, name, node.nid)
         p = node.profile
         self.dev = dev
+        self.abandon_s = abandon_s
         self.ntx = tx_ring
         self.nrx = rx_ring
         self.nbulk = bulk_ring
@@ -101,7 +102,7 @@ class MyrinetNetDevice(NetDevice):
             self.bulk_ring = self.alloc(self.nbulk * self.slot_bytes, 64) if self.nbulk else 0
             self.txdone = self.alloc(64, 64)
             self.take_irq()
-            fw = DPFirmware(node.profile, self.ntx)
+            fw = DPFirmware(node.profile, self.ntx, self.abandon_s)
             dev.load_firmware(fw)
             self.fw = fw
         except MemoryError:

@@ -32,7 +32,11 @@ is matched, as a driver and the control program it loads always are:
   a full flag *after* the packet and places the packet at the end of its slot, so one
   DMA brings data and flag and the host polls one fixed word per slot. A ring the host
   has not drained holds packets in SRAM; when SRAM runs out the receiver stays unarmed
-  and the network holds further packets back: nothing is dropped for want of room.
+  and the network holds further packets back: nothing is dropped for want of room. One
+  receive DMA means head-of-line blocking, so a ring nobody will ever drain (bulk packets
+  with no EPOS receiver) would deafen the NI for good: a ring that holds packets while its
+  host consumes nothing for ``abandon_s`` (the driver's ``abandon_ms``) is deemed
+  abandoned, and its held packets are dropped and counted. A slow host keeps its packets.
 * **Notification** of the kernel ring, chosen by the driver: an interrupt per delivery
   (``irq``), the polling watchdog (``watchdog``, LCI-C09: a timer started by a delivery
   raises the interrupt only if the host has not consumed the ring by then), or nothing
@@ -104,7 +108,8 @@ class Firmware:
 
 
 class _Ring:
-    __slots__ = ("name", "base", "slots", "slot_bytes", "prod", "cons", "pending", "cons_word")
+    __slots__ = ("name", "base", "slots", "slot_bytes", "prod", "cons", "pending", "cons_word", "hold_timer",
+                 "cons_mark")
 
     def __init__(self, name, cons_word):
         self.name = name
@@ -112,6 +117,8 @@ class _Ring:
         self.base = self.slots = self.slot_bytes = 0
         self.prod = self.cons = 0
         self.pending = deque()
+        self.hold_timer = None          # runs while the ring holds packets: is its host still there?
+        self.cons_mark = 0              # `cons` when that timer started
 
     def full(self) -> bool:
         return ((self.prod - self.cons) & MASK32) >= self.slots
@@ -122,8 +129,9 @@ class DPFirmware(Firmware):
 
     name = "dp"
 
-    def __init__(self, profile, ntx: int):
+    def __init__(self, profile, ntx: int, abandon_s: float = 1.0):
         self.ntx = ntx
+        self.abandon_s = abandon_s
         self.c_poll = profile["lanai.poll_cycles"]
         self.c_desc = profile["lanai.fw_desc_cycles"]
         self.c_xmit = profile["lanai.fw_xmit_cycles"]
@@ -132,7 +140,7 @@ class DPFirmware(Firmware):
         self.c_rxdone = profile["lanai.fw_rxdone_cycles"]
         self.ni = None
         self.counters = dict.fromkeys(("sent", "sent_pio", "sent_dma", "bad_descriptors", "received",
-                                       "to_kernel", "to_bulk", "held", "runts", "unknown_type", "no_ring",
+                                       "to_kernel", "to_bulk", "held", "dropped_abandoned", "runts", "unknown_type", "no_ring",
                                        "watchdog_interrupts", "rx_interrupts", "done_reports"), 0)
 
     # -- layout ----------------------------------------------------------------------------
@@ -290,6 +298,8 @@ class DPFirmware(Firmware):
         if ring.pending or ring.full():
             self.counters["held"] += 1
             ring.pending.append((buf, n))
+            if ring.hold_timer is None and self.abandon_s > 0:
+                self._watch_holder(ring)
             return
         self._to_host(ring, buf, n)
 
@@ -320,6 +330,26 @@ class DPFirmware(Firmware):
         if self.ni.rd32(CB_RX_CONS) != self.kring.prod:
             self.counters["watchdog_interrupts"] += 1
             self.ni.raise_host(ISR_RX)
+
+    def _watch_holder(self, ring):
+        ring.cons_mark = ring.cons
+        ring.hold_timer = self.ni.timer(self.abandon_s, self.on_hold_timeout, ring)
+
+    def on_hold_timeout(self, ring):
+        """A ring has held packets for `abandon_s`: if its host consumed nothing meanwhile,
+        nobody will, and the buffers it holds go back to the receiver (counted)."""
+        ring.hold_timer = None
+        yield self.c_poll
+        if not ring.pending:
+            return
+        if ring.cons != ring.cons_mark:
+            self._watch_holder(ring)              # the host is slow, not gone: keep holding
+            return
+        self.counters["dropped_abandoned"] += len(ring.pending)
+        while ring.pending:
+            buf, _n = ring.pending.popleft()
+            yield self.c_rxdone
+            self._free(buf)
 
     def on_consumed(self, off):
         ring = self.kring if off == CB_RX_CONS else self.bring

@@ -13,7 +13,8 @@ from nic_drivers.tb2.fifos import DEFAULT_POP_EVERY, Packet, UserFifos, open_fif
 from nic_drivers.tb2.switch import Tb2Switch
 
 __all__ = ["Tb2Adapter", "Tb2NetDevice", "Tb2Switch", "UserFifos", "Packet", "MODULE", "LINK_KIND",
-           "DEFAULT_PLATFORM", "hwaddr_for", "make_device", "connect", "check_profile", "open_fifos"]
+           "DEFAULT_PLATFORM", "hwaddr_for", "make_device", "connect", "check_profile", "open_fifos",
+           "frame_station", "station_key"]
 
 LINK_KIND = "tb2"
 DEFAULT_PLATFORM = "sp_thin"
@@ -23,6 +24,16 @@ def hwaddr_for(nid: int) -> bytes:
     """The NART entry for a node: its switch node number and the route to use (SP-A11:
     four routes per pair; the cluster spreads destinations over them)."""
     return bytes([(nid >> 8) & 0xFF, nid & 0xFF, nid % 4])
+
+
+def frame_station(packet) -> bytes:
+    """Which adapter a packet is for, as a real transport routes it: its destination node
+    number (the header's first two bytes, SP-A11), the same key `station_key` gives a NART entry."""
+    return bytes(packet[0:2])
+
+
+def station_key(hwaddr) -> bytes:
+    return bytes(hwaddr[0:2])
 
 
 # (key, smallest value a machine can have, largest): checked once when a card is made,

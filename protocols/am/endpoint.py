@@ -99,6 +99,13 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
 
     kind = "AM endpoint"
 
+    def export_to(self, owner):
+        """Real nodes: the attached process drives the card itself (SP-A18), so the node hands
+        it the adapter's frames (`kernelsim.daemon.Passthrough`); its own copy of this module
+        runs the protocol (see `libdp._attach`)."""
+        from kernelsim.daemon import Passthrough
+        return Passthrough(owner, self.adapter.port)
+
     def __init__(self, service, proc, uf, params: dict):
         super().__init__(proc.node)
         node = proc.node

@@ -1,16 +1,21 @@
+# cython: language_level=3, annotation_typing=False
 """The kernel's network-device interface (Linux's ``struct net_device``, reduced).
 
 A driver fills in the three data-path operations; protocols (DP, and the protocol
 modules) register a handler per link-level protocol number. The transmit side is
 split so that a protocol can build its frame *directly in the buffer of the next
 transmit descriptor* (DP-C03): reserve a buffer, write the frame there, commit.
+
+Every frame passes through a device's interrupt pin and its protocol hand-off, so the
+device's common part is a Cython class; a driver subclasses it in Python or Cython.
 """
 from __future__ import annotations
 
 import errno
 
 from kernelsim._node import WouldBlock
-from kernelsim._waits import WaitQueue
+from kernelsim._irq cimport IrqController
+from kernelsim._waits cimport WaitQueue
 
 __all__ = ["NetDevice", "PciDevice"]
 
@@ -25,12 +30,14 @@ class PciDevice:
         self.driver = None
 
 
-class NetDevice:
-    # A driver sets these:
+cdef class NetDevice:
+    # A driver sets these (class attributes of its subclass):
     link_header_bytes = 0       # bytes the driver's link header takes at the buffer start
     max_payload = 0             # largest protocol payload one frame carries
     kind = "link"               # "ether", "atm", "myrinet", "tb2": which NART address applies
-    irq_line = -1
+
+    def __cinit__(self, *args, **kwargs):
+        self.irq_line = -1
 
     def __init__(self, node, name: str, hwaddr):
         self.node = node
@@ -45,7 +52,8 @@ class NetDevice:
         self.tx_frames = 0
         self.tx_bytes = 0
         self.tx_busy = 0
-        self._allocs: list[int] = []
+        self._allocs = []
+        self._irq = node.irq
 
     # -- what a driver takes in open() and gives back in stop() ---------------------------
 
@@ -60,10 +68,10 @@ class NetDevice:
         self.irq_line = self.node.irq.free_line()
         self.node.irq.request_irq(self.irq_line, self.interrupt_path, self.name)
 
-    def set_irq(self, level: bool) -> None:
+    cpdef set_irq(self, bint level):
         """The device's interrupt pin (device models call this as their IRQ sink)."""
         if self.irq_line >= 0:
-            self.node.irq.set_level(self.irq_line, level)
+            self._irq.set_level(self.irq_line, level)
 
     def release_resources(self) -> None:
         """Give back the IRQ line and every allocation, newest first (idempotent)."""
@@ -109,7 +117,7 @@ class NetDevice:
 
     # -- receive: drivers call this from their interrupt path ----------------------------
 
-    def deliver_path(self, proto: int, addr: int, length: int):
+    def deliver_path(self, int proto, Py_ssize_t addr, Py_ssize_t length):
         """Hand a received frame's payload to its protocol; returns CPU time not yet yielded.
 
         A protocol handler is a path ``handler(dev, addr, length)`` returning the time it

@@ -1,3 +1,4 @@
+# cython: language_level=3, annotation_typing=False
 """A simulated node: one kernel on one machine.
 
 The node owns the machine (CPU, physical memory, interrupt controller, cost model
@@ -12,6 +13,9 @@ Two entries into the kernel, each with its own modeled cost:
   ``read``/``write``/``close`` and DP's one new system call ``dp_open``;
 * the call gate (an x86 ``lcall`` through a gate descriptor straight into a kernel
   routine), used by DP's light-weight messaging calls such as ``dp_write``.
+
+Every message passes through an entry, an open file and its fd table, so those and
+the cost table are Cython; the node itself is a plain class.
 """
 from __future__ import annotations
 
@@ -23,7 +27,12 @@ from kernelsim._cpu import Cpu, LEVEL_PROC
 from kernelsim._irq import IrqController
 from kernelsim._modules import ModuleTable
 from kernelsim._physmem import PhysMem
-from kernelsim._waits import WaitQueue
+from kernelsim._waits cimport WaitQueue
+
+cdef extern from "sys/eventfd.h":
+    ctypedef unsigned long long eventfd_t
+    int eventfd_read(int fd, eventfd_t* value) nogil
+    int eventfd_write(int fd, eventfd_t value) nogil
 
 __all__ = ["Costs", "Node", "Process", "OpenFile", "PrivateRegion", "WouldBlock"]
 
@@ -57,7 +66,7 @@ class PrivateRegion:
             self.buf = None
 
 
-class Costs:
+cdef class Costs:
     """The profile's per-operation costs, in seconds, precomputed for the hot paths."""
 
     def __init__(self, p):
@@ -74,14 +83,14 @@ class Costs:
         self.pci_read = p["pci.read_s"]
         self.pci_write = p["pci.write_s"]
 
-    def cycles(self, n: float) -> float:
+    cpdef double cycles(self, double n):
         return n * self.cycle
 
-    def copy(self, nbytes: int) -> float:
+    cpdef double copy(self, Py_ssize_t nbytes):
         return self.copy_base + nbytes / self.copy_rate
 
 
-class OpenFile:
+cdef class OpenFile:
     """An open file of a simulated process.
 
     Each has a real eventfd whose readability follows the file's, so the fd number a
@@ -91,7 +100,7 @@ class OpenFile:
 
     kind = "file"
 
-    def __init__(self, node: "Node"):
+    def __init__(self, node):
         self.node = node
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._readable = False
@@ -102,18 +111,17 @@ class OpenFile:
     def fileno(self) -> int:
         return self._efd
 
-    def set_readable(self, ready: bool) -> None:
+    cpdef set_readable(self, bint ready):
+        cdef eventfd_t count
         if ready == self._readable:
             return
         self._readable = ready
         if ready:
-            os.eventfd_write(self._efd, 1)
-            self.node.engine.request_stop()     # a task may wait on the fd itself
-        else:
-            try:
-                os.eventfd_read(self._efd)
-            except BlockingIOError:
-                pass
+            if self._efd >= 0:
+                eventfd_write(self._efd, 1)
+            self.readers.engine.request_stop()     # a task may wait on the fd itself
+        elif self._efd >= 0:
+            eventfd_read(self._efd, &count)         # EAGAIN when already drained: nothing to undo
 
     def read_path(self, proc, nbytes):
         raise OSError(errno.EINVAL, f"{self.kind} does not support read")
@@ -132,22 +140,22 @@ class OpenFile:
             self._efd = -1
 
 
-class FdTable:
-    def __init__(self):
-        self._files: dict[int, OpenFile] = {}
+cdef class FdTable:
+    def __cinit__(self):
+        self._files = {}
 
-    def install(self, f: OpenFile) -> int:
+    def install(self, f) -> int:
         fd = f.fileno()
         self._files[fd] = f
         return fd
 
-    def get(self, fd) -> OpenFile:
-        f = self._files.get(fd) if isinstance(fd, int) else None
+    cpdef object get(self, object fd):
+        f = self._files.get(fd) if type(fd) is int or isinstance(fd, int) else None
         if f is None:
             raise OSError(errno.EBADF, f"bad file descriptor {fd!r}")
         return f
 
-    def remove(self, fd: int) -> OpenFile:
+    def remove(self, fd: int):
         f = self.get(fd)
         del self._files[fd]
         return f
@@ -302,34 +310,36 @@ class Node:
 
     # -- kernel entries --------------------------------------------------------------------
 
-    def syscall_path(self, proc: Process, name: str, args: tuple, entry: bool = True):
+    def syscall_path(self, proc, name, args: tuple, bint entry=True):
         """The generic system-call entry: full entry/exit cost, table dispatch.
 
         ``entry=False`` continues a call that slept in the kernel (no second entry).
         """
+        cdef Costs costs = self.costs
         if entry:
-            yield self.costs.syscall
+            yield costs.syscall
         fn = self.syscalls.get(name)
         if fn is None:
             raise OSError(errno.ENOSYS, f"no system call {name}")
         return (yield from fn(proc, *args))
 
-    def callgate_path(self, proc: Process, name: str, args: tuple, entry: bool = True):
+    def callgate_path(self, proc, name, args: tuple, bint entry=True):
         """The call-gate entry: a far call into one kernel routine."""
+        cdef Costs costs = self.costs
         if entry:
-            yield self.costs.callgate
+            yield costs.callgate
         fn = self.callgates.get(name)
         if fn is None:
             raise OSError(errno.ENOSYS, f"no call gate {name}")
         return (yield from fn(proc, *args))
 
     def _sys_read(self, proc, fd, nbytes):
-        yield self.costs.vfs
-        return (yield from proc.fds.get(fd).read_path(proc, nbytes))
+        yield (<Costs> self.costs).vfs
+        return (yield from (<FdTable> proc.fds).get(fd).read_path(proc, nbytes))
 
     def _sys_write(self, proc, fd, data):
-        yield self.costs.vfs
-        return (yield from proc.fds.get(fd).write_path(proc, data))
+        yield (<Costs> self.costs).vfs
+        return (yield from (<FdTable> proc.fds).get(fd).write_path(proc, data))
 
     def _sys_close(self, proc, fd):
         yield self.costs.vfs
@@ -352,9 +362,9 @@ class Node:
         while not box:
             if not self.engine.step():
                 raise OSError(errno.EDEADLK, "no pending event can complete this call")
-        if not self.modeled:
-            self.engine.run()
         value, exc = box[0]
+        if not self.modeled and not isinstance(exc, WouldBlock):
+            self.engine.run()           # a path that must wait leaves its device work to the wait
         if exc is not None:
             raise exc
         return value

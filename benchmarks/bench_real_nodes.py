@@ -1,0 +1,341 @@
+"""Real nodes (issue 10): scripts attached to node processes, against bare Python baselines
+measured in the same run.
+
+    python benchmarks/bench_real_nodes.py [--only rtt,gate,stream,packet,alltoall]
+                                          [--iters 2000] [--runs 3] [--count 20000] [--window 64] [--nodes 8]
+
+Rows (wall time; every DP row runs the real stack: attached script -> call gate -> node
+process (kernel, NIC driver, 21140 model, DP) -> transport -> node process -> Token Buffer
+Pool and delivery ring -> attached script):
+
+  rtt      1-byte round trip script to script through two node processes over shared
+           memory (`dp cluster up --nodes 2`), against a trio socketpair ping-pong
+           between two processes (each side ``await recv`` / ``await send``).
+  gate     one attached script: ``dp_write`` (the call gate: a shared-memory submission
+           ring the node polls) against ``write()`` (the generic entry: a request over
+           the node's control socket through its system-call table), wall µs per call,
+           best of --runs turns; the gate's turn ends when the node has taken every entry.
+  stream   one way, full-size messages (the largest DP message): `libdp.bandwidth`, the
+           OSU-style stream of ``dp bandwidth`` (windows of --window messages, one
+           acknowledgement per window; DP has no flow control of its own), delivered MB/s
+           (10^6 bytes of payload per second), against a bare Python shared-memory frame
+           ring (ShmLink) streaming frames of the same size between two processes.
+  packet   the rtt row over AF_PACKET (one network namespace per node, veth pair), against
+           a bare Python AF_PACKET ping-pong over the very same veth pair (another
+           EtherType, so the nodes never see it; measured while the nodes are idle).
+  alltoall an N-node packet cluster (`dp cluster up --nodes N --transport packet`): every
+           node sends 20 numbered messages to every other; every one must arrive, in
+           order; after ``dp cluster down`` no namespace, process, run directory or
+           /dev/shm entry of the cluster may remain.
+
+Round trips: median of --runs runs, each the median of --iters round trips (after a tenth
+discarded as warm-up). The host is small and shared: compare rows of one run, not hosts.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import trio  # noqa: E402
+
+from kernelsim.media.real import ShmLink  # noqa: E402
+from libdp._realnode import cluster_down, cluster_up  # noqa: E402
+from libdp import bandwidth  # noqa: E402
+from libdp._realprograms import all_to_all, entry_costs, round_trips  # noqa: E402
+from libdp._realrun import run_real_spmd  # noqa: E402
+
+BARE_ETHERTYPE = 0x88B6        # not DP's: the nodes' sockets never see the bare ping-pong
+_ctx = multiprocessing.get_context("fork")
+
+
+def _median_us(samples_ns) -> float:
+    s = samples_ns[len(samples_ns) // 10:]
+    return statistics.median(s) / 1000
+
+
+def _dp_rtt(cluster, iters: int) -> float:
+    results, _ = run_real_spmd(round_trips, iters, cluster=cluster.path, timeout=120.0)
+    return _median_us(results[0])
+
+
+# ------------------------------------------------------------------ baselines (no DP)
+
+
+def _trio_echo(sock, iters):
+    async def main():
+        s = trio.socket.from_stdlib_socket(sock)
+        for _ in range(iters):
+            await s.send(await s.recv(16))
+    trio.run(main)
+
+
+def _trio_socketpair_rtt(iters: int) -> float:
+    a, b = socket.socketpair()
+    p = _ctx.Process(target=_trio_echo, args=(b, iters), daemon=True)
+    p.start()
+    b.close()
+
+    async def main():
+        s = trio.socket.from_stdlib_socket(a)
+        perf = time.perf_counter_ns
+        out = []
+        for _ in range(iters):
+            t = perf()
+            await s.send(b"x")
+            await s.recv(16)
+            out.append(perf() - t)
+        return out
+    out = trio.run(main)
+    p.join(5)
+    a.close()
+    return _median_us(out)
+
+
+def _shm_sink(names, count):
+    end = ShmLink.attach(names, 1)
+    buf = bytearray(16384)
+    recv_into, pending = end.recv_into, end.pending
+    got = 0
+    while got < count:
+        if not pending():
+            os.sched_yield()
+            continue
+        if recv_into(buf) >= 0:
+            got += 1
+    end.send(b"done")
+    end.close()
+
+
+def _bare_shm_stream(count: int, nbytes: int, frame_bytes: int) -> float:
+    """MB/s of `nbytes` payload carried in frames of `frame_bytes` through a bare ShmLink."""
+    link = ShmLink.create(slots=256, slot_bytes=max(2048, frame_bytes + 64))
+    try:
+        p = _ctx.Process(target=_shm_sink, args=(link.names, count), daemon=True)
+        p.start()
+        end = link.end(0)
+        frame = b"d" * frame_bytes
+        send = end.send
+        buf = bytearray(64)
+        t = time.perf_counter()
+        for _ in range(count):
+            while not send(frame):
+                os.sched_yield()
+        while end.recv_into(buf) < 0:
+            os.sched_yield()
+        dt = time.perf_counter() - t
+        p.join(5)
+        end.close()
+        return count * nbytes / dt / 1e6
+    finally:
+        link.close()
+        link.unlink()
+
+
+def _packet_echo(ns, ifname, iters):
+    from kernelsim.media.packet import PacketPort
+    from pyroute2.netns import setns
+    setns(ns, flags=0)
+    with PacketPort.open(ifname, BARE_ETHERTYPE) as port:
+        buf = bytearray(port.max_frame)
+        pending, recv_into, send = port.pending, port.recv_into, port.send
+        for _ in range(iters):
+            while not pending():
+                pass
+            n = recv_into(buf)
+            if n < 0:
+                continue
+            frame = bytes(buf[:n])
+            if frame[14:18] == b"STOP":
+                return
+            send(frame[6:12] + frame[0:6] + frame[12:])
+
+
+def _bare_packet_rtt(cluster, iters: int) -> float:
+    """The same veth pair the nodes use, another EtherType: a bare Python AF_PACKET ping-pong."""
+    from kernelsim.media.packet import PacketPort
+    (ns0, if0), (ns1, if1) = [(n.netns, n.iface) for n in cluster.nodes[:2]]
+    mac = [bytes.fromhex(n.mac.replace(":", "")) for n in cluster.nodes[:2]]
+    head = mac[1] + mac[0] + BARE_ETHERTYPE.to_bytes(2, "big")
+    ping, stop = head + b"x".ljust(46, b"\0"), head + b"STOP".ljust(46, b"\0")
+    with PacketPort.open(if0, BARE_ETHERTYPE, netns=ns0) as port:
+        p = _ctx.Process(target=_packet_echo, args=(ns1, if1, 10 * iters + 1000), daemon=True)
+        p.start()
+        buf = bytearray(port.max_frame)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:          # the echo is up once a ping comes back
+            port.send(ping)
+            time.sleep(0.01)
+            if port.recv_into(buf) >= 0:
+                break
+        while port.recv_into(buf) >= 0:
+            pass
+        perf = time.perf_counter_ns
+        pending, recv_into, send = port.pending, port.recv_into, port.send
+        out = []
+        for _ in range(iters):
+            t = perf()
+            send(ping)
+            while True:
+                while not pending():
+                    pass
+                if recv_into(buf) >= 0:
+                    break
+            out.append(perf() - t)
+        port.send(stop)
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+        return _median_us(out)
+
+
+# ------------------------------------------------------------------ rows
+
+
+def _row(label, value, unit, note=""):
+    print(f"  {label:<46}{value:>10.2f} {unit:<5} {note}", flush=True)
+
+
+def bench_rtt(args, cluster):
+    dp, sp = [], []
+    for _ in range(args.runs):
+        dp.append(_dp_rtt(cluster, args.iters))
+        sp.append(_trio_socketpair_rtt(args.iters))
+    d, s = statistics.median(dp), statistics.median(sp)
+    _row("DP 1-byte RTT, script-node-shm-node-script", d, "us", f"runs {', '.join(f'{x:.1f}' for x in dp)}")
+    _row("trio socketpair ping-pong, 2 processes", s, "us", f"runs {', '.join(f'{x:.1f}' for x in sp)}")
+    print(f"# rtt: DP {s / d:.2f}x faster than trio socketpair (target >= 2x, <= 20 us)", flush=True)
+    return {"dp_rtt_us": d, "trio_socketpair_rtt_us": s}
+
+
+def bench_gate(args, cluster):
+    results, _ = run_real_spmd(entry_costs, args.count, args.runs, nodes=1, cluster=cluster.path, timeout=300.0)
+    g, w = results[0]["dp_write"], results[0]["write"]
+    _row("dp_write, call gate (submission ring)", g, "us")
+    _row("write(), generic entry (control socket)", w, "us")
+    print(f"# gate: {w / g:.2f}x cheaper per call than the generic entry (target >= 2x)", flush=True)
+    return {"gate_us": g, "generic_us": w}
+
+
+def bench_stream(args, cluster):
+    size = 1500                             # the largest DP message of the cluster's 21140
+    windows = max(1, args.count // args.window)
+    results, _ = run_real_spmd(bandwidth, [size], windows, args.window, nodes=2, cluster=cluster.path, timeout=300.0)
+    row = results[0][0]
+    mbs = row["mbytes_per_s"]
+    frame = size + 64                       # about the size of its frame (DP and Ethernet headers) on the ring
+    bare = _bare_shm_stream(args.count, size, frame)
+    _row(f"DP stream, {size}-byte messages, delivered", mbs, "MB/s",
+         f"{row['delivered']}/{row['messages']} delivered, windows of {args.window}")
+    _row(f"bare ShmLink stream, {frame}-byte frames", bare, "MB/s")
+    print(f"# stream: DP {mbs:.0f} MB/s = {mbs / bare:.3f} of the bare ring (target >= 300 MB/s)", flush=True)
+    return {"dp_stream_mbs": mbs, "bare_ring_mbs": bare}
+
+
+def bench_packet(args):
+    c = cluster_up(2, name=f"bpk{os.getpid()}", transport="packet", tied=True)
+    try:
+        dp, bare = [], []
+        for _ in range(args.runs):
+            dp.append(_dp_rtt(c, args.iters))
+            bare.append(_bare_packet_rtt(c, args.iters))
+    finally:
+        cluster_down(c)
+    d, b = statistics.median(dp), statistics.median(bare)
+    _row("DP 1-byte RTT over AF_PACKET/veth, netns", d, "us", f"runs {', '.join(f'{x:.1f}' for x in dp)}")
+    _row("bare AF_PACKET ping-pong, same veth pair", b, "us", f"runs {', '.join(f'{x:.1f}' for x in bare)}")
+    print(f"# packet: DP = {d / b:.2f}x the bare ping-pong (target <= 2x)", flush=True)
+    return {"dp_packet_rtt_us": d, "bare_packet_rtt_us": b}
+
+
+def bench_alltoall(args):
+    name = f"a2a{os.getpid()}"
+    t = time.perf_counter()
+    c = cluster_up(args.nodes, name=name, transport="packet", tied=True)
+    up = time.perf_counter() - t
+    try:
+        t = time.perf_counter()
+        results, _ = run_real_spmd(all_to_all, nodes=args.nodes, cluster=c.path, timeout=300.0)
+        ran = time.perf_counter() - t
+    finally:
+        t = time.perf_counter()
+        done = cluster_down(c)
+        down = time.perf_counter() - t
+    missing = sum(1 for rank, got in enumerate(results) for peer, msgs in got.items()
+                  if msgs != [f"{peer}->{rank}#{k}" for k in range(20)])
+    expected = args.nodes * (args.nodes - 1) * 20
+    from pyroute2 import netns
+    left = {"namespaces": [n for n in netns.listnetns() if n.startswith(f"dp-{name}"[:12])],
+            "shm": [n for n in os.listdir("/dev/shm") if name in n],
+            "run_dir": os.path.exists(c.run_dir),
+            "processes": [p for p in _node_pids(c.run_dir)]}
+    ok = missing == 0 and not any(left.values())
+    print(f"  {args.nodes}-node packet all-to-all: {expected} messages, {missing} streams incomplete; "
+          f"up {up:.1f} s, run {ran:.1f} s, down {down:.1f} s; namespaces removed "
+          f"{len(done['namespaces_removed'])}; left behind: {left}", flush=True)
+    print(f"# alltoall: {'every message arrived, nothing left behind' if ok else 'FAILED'}", flush=True)
+    return {"nodes": args.nodes, "messages": expected, "incomplete": missing, "left": left, "ok": ok}
+
+
+def _node_pids(run_dir: str) -> list[int]:
+    """Processes still running a node of this run directory (its command line names it)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if run_dir.encode() in f.read():
+                    out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="rtt,gate,stream,packet,alltoall")
+    ap.add_argument("--iters", type=int, default=2000, help="round trips per run (default 2000)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per round-trip row, turns per gate row")
+    ap.add_argument("--count", type=int, default=20000, help="messages streamed, calls per gate row")
+    ap.add_argument("--window", type=int, default=64, help="messages per window of the stream row")
+    ap.add_argument("--nodes", type=int, default=8, help="nodes of the all-to-all cluster (default 8)")
+    args = ap.parse_args(argv)
+    rows = set(args.only.split(","))
+    print(f"# real nodes, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
+          f"{os.getloadavg()[0]:.2f}; wall clock", flush=True)
+    t = time.perf_counter()
+    if rows & {"rtt", "gate", "stream"}:
+        c = cluster_up(2, name=f"bsh{os.getpid()}", transport="shm", tied=True)
+        try:
+            if "rtt" in rows:
+                bench_rtt(args, c)
+            if "gate" in rows:
+                bench_gate(args, c)
+            if "stream" in rows:
+                bench_stream(args, c)
+        finally:
+            cluster_down(c)
+    if rows & {"packet", "alltoall"}:
+        from kernelsim.media.netns import NetnsCluster
+        ok, why = NetnsCluster.available()
+        if not ok:
+            print(f"# packet, alltoall: skipped ({why})")
+        else:
+            if "packet" in rows:
+                bench_packet(args)
+            if "alltoall" in rows:
+                bench_alltoall(args)
+    print(f"# total {time.perf_counter() - t:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

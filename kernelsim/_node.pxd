@@ -1,0 +1,27 @@
+from kernelsim._waits cimport WaitQueue
+
+
+cdef class Costs:
+    cdef public double cycle, syscall, vfs, callgate, irq_entry, irq_exit, wakeup
+    cdef public double copy_base, copy_rate, mem_miss, pci_read, pci_write
+
+    cpdef double cycles(self, double n)
+    cpdef double copy(self, Py_ssize_t nbytes)
+
+
+cdef class OpenFile:
+    cdef public object node
+    cdef int _efd
+    cdef bint _readable
+    cdef public bint nonblocking
+    cdef public WaitQueue readers
+    cdef public WaitQueue writers
+    cdef dict __dict__                  # subclasses (endpoints) keep their own state
+
+    cpdef set_readable(self, bint ready)
+
+
+cdef class FdTable:
+    cdef dict _files
+
+    cpdef object get(self, object fd)

@@ -1,0 +1,239 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""The event ring: fixed-size records from a node to one user process, in shared memory.
+
+A node tells an attached process what happened -- for DP, "message in slot S, N bytes,
+from node/endpoint" -- by appending 16-byte records (four u32) to a single-producer /
+single-consumer ring in a memory file both have mapped. Its eventfd is the process's
+**file descriptor** for the object: readable exactly while records are waiting, so the
+fd works with ``select``/``poll``/trio ``wait_readable`` like a socket's, without the
+process having to announce that it is about to sleep (contrast `ShmRing`'s doorbell,
+rung only for a consumer that said so).
+
+Layout (bytes)::
+
+    0    line 0  magic, version, slots, record bytes      (fixed after creation)
+    64   line 1  head    records posted   (producer)
+    128  line 2  tail    records taken    (consumer)
+    192  line 3  armed   1 while the eventfd holds a count
+    256  line 4  posted, full  (producer counters)
+    320  slots * 16 bytes of records
+
+Level-triggered readiness -- two stores, each followed by a seq_cst fence::
+
+    producer: head = h + 1; fence; if xchg(armed, 1) == 0: eventfd += 1
+    consumer, on taking the last record:
+              drain eventfd; armed = 0 (release); fence;
+              if head != tail and xchg(armed, 1) == 0: eventfd += 1
+
+Whichever of the two runs its exchange second sees the other's store, so a record is
+never waiting while the eventfd reads empty, and an empty ring never leaves it readable
+for longer than the consumer takes to notice. The consumer's side also runs in the node
+(a generic ``read()`` consumes on the blocked process's behalf); both never at once.
+"""
+from libc.stdint cimport uint32_t, uint64_t
+from libc.errno cimport errno, EINTR
+from posix.unistd cimport read, write
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
+
+import mmap
+import os
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <stddef.h>
+    #define EV_MAGIC 0x31474E5256455044ULL  /* "DPEVRNG1" */
+    typedef struct {
+        uint64_t magic; uint32_t version; uint32_t slots; uint32_t rec_bytes; uint8_t _p0[44];
+        uint64_t head; uint8_t _p1[56];
+        uint64_t tail; uint8_t _p2[56];
+        uint32_t armed; uint8_t _p3[60];
+        uint64_t posted; uint64_t full; uint8_t _p4[48];
+    } ev_hdr;
+    _Static_assert(sizeof(ev_hdr) == 320, "event ring header");
+    static inline uint64_t ev_ld_acq(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline uint64_t ev_ld_rlx(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+    static inline void ev_st_rel(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    static inline void ev_st_rel32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    static inline uint32_t ev_ld32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline uint32_t ev_xchg(uint32_t *p, uint32_t v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); }
+    static inline void ev_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+    """
+    ctypedef struct ev_hdr:
+        uint64_t magic
+        uint32_t version
+        uint32_t slots
+        uint32_t rec_bytes
+        uint64_t head
+        uint64_t tail
+        uint32_t armed
+        uint64_t posted
+        uint64_t full
+    uint64_t EV_MAGIC
+    uint64_t ev_ld_acq(const uint64_t *p) noexcept nogil
+    uint64_t ev_ld_rlx(const uint64_t *p) noexcept nogil
+    void ev_st_rel(uint64_t *p, uint64_t v) noexcept nogil
+    void ev_st_rel32(uint32_t *p, uint32_t v) noexcept nogil
+    uint32_t ev_ld32(const uint32_t *p) noexcept nogil
+    uint32_t ev_xchg(uint32_t *p, uint32_t v) noexcept nogil
+    void ev_fence() noexcept nogil
+
+DEF REC = 16
+HEADER_BYTES = 320
+
+
+def event_ring_bytes(Py_ssize_t slots):
+    """Bytes an event ring of `slots` records takes."""
+    return sizeof(ev_hdr) + slots * REC
+
+
+cdef inline void _kick(int fd) noexcept nogil:
+    cdef uint64_t one = 1
+    while write(fd, &one, 8) < 0 and errno == EINTR:
+        pass
+
+
+cdef inline void _drain(int fd) noexcept nogil:
+    cdef uint64_t junk
+    while read(fd, &junk, 8) < 0 and errno == EINTR:
+        pass
+
+
+cdef class EventRing:
+    """One side's mapping of an event ring (see the module's essay).
+
+    ``EventRing(fd, efd, slots)`` lays a new ring out in memory file `fd` (its maker,
+    the producer); ``EventRing(fd, efd)`` maps an existing one. `efd` is the eventfd;
+    both descriptors are duplicated (the caller keeps its own).
+    """
+    cdef object _mm
+    cdef Py_buffer _view
+    cdef bint _mapped
+    cdef ev_hdr* _h
+    cdef uint32_t* _recs
+    cdef uint64_t _mask
+    cdef readonly uint32_t slots
+    cdef int _efd
+
+    def __cinit__(self, int fd, int efd, Py_ssize_t slots=0):
+        cdef Py_ssize_t size = os.fstat(fd).st_size
+        self._efd = -1
+        if slots:
+            if slots < 1 or slots > (1 << 24) or (slots & (slots - 1)):
+                raise ValueError("slots must be a power of two in [1, 2**24]")
+            if size < event_ring_bytes(slots):
+                raise ValueError(f"a memory file of {size} bytes cannot hold {slots} records")
+        elif size < <Py_ssize_t> sizeof(ev_hdr):
+            raise ValueError("memory file too small for an event ring")
+        self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        PyObject_GetBuffer(self._mm, &self._view, PyBUF_SIMPLE | PyBUF_WRITABLE)
+        self._mapped = True
+        self._h = <ev_hdr*> self._view.buf
+        if slots:
+            self._h.version = 1
+            self._h.slots = <uint32_t> slots
+            self._h.rec_bytes = REC
+            ev_st_rel(&self._h.magic, EV_MAGIC)
+        else:
+            if ev_ld_acq(&self._h.magic) != EV_MAGIC or self._h.rec_bytes != REC:
+                self._unmap()
+                raise ValueError("not an event ring")
+            slots = self._h.slots
+            if slots == 0 or (slots & (slots - 1)) or event_ring_bytes(slots) > size:
+                self._unmap()
+                raise ValueError("corrupt event ring header")
+        self.slots = <uint32_t> slots
+        self._mask = slots - 1
+        self._recs = <uint32_t*> (<char*> self._view.buf + sizeof(ev_hdr))
+        self._efd = os.dup(efd)
+
+    def __dealloc__(self):
+        self._unmap()
+        if self._efd >= 0:
+            os.close(self._efd)
+
+    cdef _unmap(self):
+        if self._mapped:
+            self._mapped = False
+            self._h = NULL
+            PyBuffer_Release(&self._view)
+            self._mm.close()
+
+    def close(self):
+        """Unmap and close this side's descriptors (idempotent)."""
+        self._unmap()
+        if self._efd >= 0:
+            os.close(self._efd)
+            self._efd = -1
+
+    def fileno(self):
+        """The eventfd: readable while records are waiting."""
+        return self._efd
+
+    @property
+    def closed(self):
+        return self._h == NULL
+
+    # -- producer --------------------------------------------------------------------------
+
+    cpdef bint post(self, uint32_t a, uint32_t b, uint32_t c, uint32_t d) except -1:
+        """Append a record; False if the ring is full (the caller decides what that means)."""
+        cdef ev_hdr* h = self._h
+        cdef uint64_t head
+        cdef uint32_t* r
+        if h == NULL:
+            raise ValueError("event ring is closed")
+        head = ev_ld_rlx(&h.head)
+        if head - ev_ld_acq(&h.tail) >= self.slots:
+            h.full += 1
+            return False
+        r = self._recs + (head & self._mask) * 4
+        r[0] = a; r[1] = b; r[2] = c; r[3] = d
+        h.posted += 1
+        ev_st_rel(&h.head, head + 1)
+        ev_fence()
+        if ev_ld32(&h.armed) == 0 and ev_xchg(&h.armed, 1) == 0:
+            _kick(self._efd)
+        return True
+
+    # -- consumer --------------------------------------------------------------------------
+
+    cpdef bint pending(self):
+        cdef ev_hdr* h = self._h
+        return h != NULL and ev_ld_acq(&h.head) != ev_ld_rlx(&h.tail)
+
+    cpdef object pop(self):
+        """The oldest record as (a, b, c, d), or None if there is none."""
+        cdef ev_hdr* h = self._h
+        cdef uint64_t tail, head
+        cdef uint32_t* r
+        cdef object out
+        if h == NULL:
+            raise ValueError("event ring is closed")
+        tail = ev_ld_rlx(&h.tail)
+        head = ev_ld_acq(&h.head)
+        if head == tail:
+            return None
+        if head - tail > self.slots:          # a producer cannot do this; never trust memory
+            raise OSError(5, "event ring indices are corrupt")
+        r = self._recs + (tail & self._mask) * 4
+        out = (r[0], r[1], r[2], r[3])
+        ev_st_rel(&h.tail, tail + 1)
+        if head == tail + 1:
+            self._disarm()
+        return out
+
+    cdef void _disarm(self):
+        cdef ev_hdr* h = self._h
+        _drain(self._efd)
+        ev_st_rel32(&h.armed, 0)
+        ev_fence()
+        if ev_ld_acq(&h.head) != ev_ld_rlx(&h.tail) and ev_xchg(&h.armed, 1) == 0:
+            _kick(self._efd)
+
+    def stats(self):
+        cdef ev_hdr* h = self._h
+        if h == NULL:
+            return {"closed": True}
+        return {"slots": self.slots, "posted": h.posted, "full": h.full,
+                "waiting": ev_ld_acq(&h.head) - ev_ld_acq(&h.tail), "armed": bool(ev_ld32(&h.armed))}

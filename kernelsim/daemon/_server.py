@@ -1,0 +1,732 @@
+"""A node as an OS process: the kernel, serving the processes attached to it.
+
+How a script reaches the kernel of a real node
+==============================================
+
+A real node is one OS process running one `kernelsim.Node` in real time, its NIC on a
+real transport. Scripts are other OS processes; each one that *attaches* becomes a
+kernel process of that node (`Node.spawn`) and reaches the kernel by the two entries of
+the design, both real:
+
+* **The generic system-call entry** is a request over the node's control socket (a UNIX
+  SOCK_SEQPACKET socket in the run directory, `kernelsim.daemon._wire`): the node
+  dispatches it through its system-call table (``node.syscall_path``) exactly as a
+  modeled ``int 0x80`` would, and answers. A call that would block (a read with nothing
+  to read) parks on the kernel wait queue its path named and is answered when the queue
+  is woken -- or with EAGAIN for a non-blocking fd, or cancelled by the caller.
+* **The call gate** is a submission ring in shared memory, one per open file: the
+  process appends ``(gate name, payload)`` entries and returns -- no kernel crossing --
+  and the node, which polls its rings, runs each through its call-gate table
+  (``node.callgate_path(proc, name, (fd, payload))``). A gate that would block (a full
+  transmit ring) leaves its entry where it is and is retried when the queue wakes: the
+  process's ring fills and it waits, which is flow control. An error found by the node
+  (the gate returned one) is kept in the file's ``error`` word and raised by the
+  process's next call, as a socket's SO_ERROR is.
+
+Program order across the two entries holds: before a process's system call runs, every
+entry it put in its rings before is handled.
+
+**Files cross the process boundary as descriptors.** When a system call leaves a new
+file in the process's fd table, the node hands the process, over SCM_RIGHTS, the
+descriptors that make up that file on the user's side: the file's readiness eventfd
+(which *is* the process's fd number for it: select/poll/trio work on it), the memory file
+and eventfd doorbell of its submission ring, and whatever its module exports -- a file
+whose class has ``export_to(owner)`` decides that (DP's endpoints export their Token
+Buffer Pool read-only and a ring of delivery records, `dpcore._export`). The node knows
+nothing of DP: it asks the file.
+
+**The loop** (`NodeServer.serve`) polls the NIC's transport and the submission rings,
+with ``sched_yield`` between empty polls (another process may need this core), for up
+to ``spin_s`` after the last piece of work; then announces that it sleeps (each ring's
+and transport's sleep flag, so producers ring their doorbells) and blocks in ``epoll``
+on every doorbell, transport descriptor and socket -- the polling watchdog of the LCI
+paper (FACTS LCI-C09), in the node. ``spin_s`` sets the poll (``dp cluster up
+--spin-us``). The node polls; the processes attached to it sleep at once where no core is
+spare (`default_spin`): on a 2-core host a ping-pong through two spinning nodes then
+costs two wake-ups per round trip (node to script, each way) instead of six, and a
+yielding script does not queue behind every other runnable task (measured by
+benchmarks/bench_real_nodes.py: with everything spinning, milliseconds per round trip on
+a loaded 2-core host; everything sleeping, about 120 µs; nodes polling and scripts
+sleeping, about 70 µs).
+
+**Processes come and go.** A process is known by its connection: when it closes (the
+process exited, or was killed) the node exits the kernel process, which closes every
+file it held -- its endpoints are reclaimed. A process of another user is refused at
+``accept`` (SO_PEERCRED); the run directory and socket are the owner's alone (0700/0600).
+SIGTERM or SIGINT stops the node cleanly: attached processes see their connection
+close (ENETDOWN), every file is closed, every region released, the socket removed.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+import socket
+import struct
+import time
+
+from kernelsim._cpu import LEVEL_PROC
+from kernelsim._node import WouldBlock
+from kernelsim.daemon._wire import errno_reply, pack_args, recv_msg, send_msg, unpack_args
+from kernelsim.media._shmring import ShmRing, ring_bytes
+
+__all__ = ["NodeServer", "GATE_CALL", "GATE_FILEOP", "GATE_SLOTS", "GATE_SLOT_BYTES", "ERROR_WORD_OFFSET"]
+
+GATE_CALL = 1           # entry: kind, name length, gate name, payload -> node.callgate_path
+GATE_FILEOP = 2         # entry: kind, payload -> the file's export.ring_op
+GATE_SLOTS = 256
+GATE_SLOT_BYTES = 8192  # any NIC's largest DP message fits
+ERROR_WORD_OFFSET = ring_bytes(GATE_SLOTS, GATE_SLOT_BYTES)     # u32 errno after the ring
+_ERR = struct.Struct("<I")
+SPIN_MIN_CPUS = 4
+
+
+def default_spin(seconds: float) -> float:
+    """How long a process attached to a node polls: `seconds` where a core is spare for it
+    (at least `SPIN_MIN_CPUS` usable CPUs), else 0 (it sleeps on its descriptor at once)."""
+    return seconds if len(os.sched_getaffinity(0)) >= SPIN_MIN_CPUS else 0.0
+
+
+DEFAULT_SPIN_S = 1e-3
+_EPOLL_IN = select.EPOLLIN
+_INF = float("inf")
+
+
+class _PlainExport:
+    """What any open file shows its owner: its readiness eventfd, nothing more."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def user_fd(self) -> int:
+        return self.f.fileno()
+
+    def describe(self):
+        return {}, []
+
+    def ring_op(self, payload: bytes) -> None:
+        raise OSError(errno.EINVAL, f"{self.f.kind} has no ring operations")
+
+    def close(self) -> None:
+        pass
+
+
+class Gate:
+    """One open file's submission ring, node side."""
+
+    __slots__ = ("session", "node_fd", "file", "export", "ring", "memfd", "bell", "blocked", "_buf", "_view",
+                 "_err", "entries", "errors")
+
+    def __init__(self, session, node_fd, f, export):
+        self.session, self.node_fd, self.file, self.export = session, node_fd, f, export
+        self.memfd = os.memfd_create(f"dp-gate-{node_fd}", os.MFD_CLOEXEC)
+        self.bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        try:
+            os.ftruncate(self.memfd, ERROR_WORD_OFFSET + 64)
+            self.ring = ShmRing.over_fd(self.memfd, self.bell, True, GATE_SLOTS, GATE_SLOT_BYTES)
+            import mmap
+            self._err = mmap.mmap(self.memfd, ERROR_WORD_OFFSET + 64)
+        except BaseException:
+            os.close(self.memfd)
+            os.close(self.bell)
+            raise
+        self.blocked = None             # (entry bytes) waiting for a wait queue
+        self._buf = bytearray(GATE_SLOT_BYTES)
+        self._view = memoryview(self._buf)
+        self.entries = 0
+        self.errors = 0
+
+    def set_error(self, err: int) -> None:
+        self.errors += 1
+        _ERR.pack_into(self._err, ERROR_WORD_OFFSET, err)
+
+    def close(self) -> None:
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+            self._err.close()
+            os.close(self.memfd)
+            os.close(self.bell)
+
+
+class _Parked:
+    __slots__ = ("call_id", "name", "args", "queue", "waiter", "woken")
+
+
+class Session:
+    """One attached OS process: its connection, its kernel process, its files' gates."""
+
+    def __init__(self, server, sock: socket.socket, pid: int, uid: int):
+        self.server = server
+        self.sock = sock
+        self.peer_pid = pid
+        self.uid = uid
+        self.proc = None
+        self.gates: dict[int, Gate] = {}        # node fd -> gate
+        self.parked: dict = {}                  # call id -> _Parked
+        self.backlog: list = []                 # requests waiting for a blocked gate
+        self.closed = False
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+
+class NodeServer:
+    """Serve `node` (a real-time `kernelsim.Node`) on the UNIX socket `path` until stopped."""
+
+    def __init__(self, node, path: str, *, spin_s: float = DEFAULT_SPIN_S, describe=None, log=None):
+        if node.modeled:
+            raise OSError(errno.EINVAL, "a node server runs a real-time node")
+        self.node = node
+        self.path = path
+        self.spin_s = spin_s
+        self.describe = describe or (lambda: {})
+        self.log = log or (lambda msg: None)
+        self.sessions: dict[int, Session] = {}   # socket fd -> session
+        self._stopping = False
+        self._listen = None
+        self._epoll = None
+        self._gates: list[Gate] = []
+        self._ready: list[Session] = []          # sessions with a parked call woken
+        self._sources: list = []                 # more things to poll: cards handed to processes
+        self._tied: list[int] = []               # pidfds of processes this node must not outlive
+        self.started = time.time()
+        self.calls = 0
+        self.gate_entries = 0
+        self.refused = 0
+
+    # ---------------------------------------------------------------- life
+
+    def bind(self) -> None:
+        """Create the listening socket (0600); EADDRINUSE if a live node already serves `path`."""
+        if os.path.exists(self.path):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                probe.connect(self.path)
+            except OSError:
+                os.unlink(self.path)            # a dead node's socket
+            else:
+                raise OSError(errno.EADDRINUSE, f"a node is already serving {self.path}")
+            finally:
+                probe.close()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        old = os.umask(0o177)
+        try:
+            s.bind(self.path)
+        finally:
+            os.umask(old)
+        s.listen(64)
+        s.setblocking(False)
+        self._listen = s
+
+    def stop(self) -> None:
+        """Ask the loop to end (safe from a signal handler)."""
+        self._stopping = True
+
+    def serve(self) -> None:
+        """Run until `stop` (or SIGTERM/SIGINT when run in the main thread); then shut down."""
+        if self._listen is None:
+            self.bind()
+        rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        old_wakeup, old_handlers = None, {}
+        try:
+            old_wakeup = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                old_handlers[sig] = signal.signal(sig, lambda *_: self.stop())
+        except ValueError:              # not the main thread: stop() only
+            pass
+        self._epoll = select.epoll()
+        self._epoll.register(self._listen.fileno(), _EPOLL_IN)
+        self._epoll.register(rfd, _EPOLL_IN)
+        for port in self.node.real_ports:
+            self._epoll.register(port.fileno(), _EPOLL_IN)
+        for fd in self._tied:
+            self._epoll.register(fd, _EPOLL_IN)
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+            if old_wakeup is not None:
+                signal.set_wakeup_fd(old_wakeup)
+            for sig, h in old_handlers.items():
+                signal.signal(sig, h)
+            os.close(rfd)
+            os.close(wfd)
+
+    def _loop(self) -> None:
+        node = self.node
+        engine = node.engine
+        ports = node.real_ports
+        epoll = self._epoll
+        perf = time.perf_counter
+        last_work = perf()
+        while not self._stopping:
+            work = node.poll_devices()
+            if engine.peek() != _INF:
+                engine.run()                # device work a parked call left, timers paths armed
+                work += 1
+            for src in self._sources:
+                work += src.poll()
+            if self._gates:
+                work += self._poll_gates()
+            if self._ready:
+                work += self._resume_parked()
+            events = epoll.poll(0)
+            if events:
+                work += self._handle_events(events)
+            if work:
+                last_work = perf()
+                continue
+            if perf() - last_work < self.spin_s:
+                os.sched_yield()
+                continue
+            # Sleep: tell every producer to ring, check once more, block.
+            sleeping = [g.ring for g in self._gates if g.blocked is None] + self._sources
+            ok = all(p.prepare_to_sleep() for p in ports)
+            ok = all([r.prepare_to_sleep() for r in sleeping]) and ok
+            if ok and not self._ready and not self._stopping:
+                events = epoll.poll(-1)
+            else:
+                events = []
+            for p in ports:
+                p.cancel_sleep()
+                p.drain()
+            for r in sleeping:
+                r.cancel_sleep()
+                r.drain()
+            if events:
+                self._handle_events(events)
+            last_work = perf()
+
+    def tie_to(self, pid: int) -> None:
+        """Stop when process `pid` exits (a temporary cluster's nodes end with their maker)."""
+        fd = os.pidfd_open(pid)
+        self._tied.append(fd)
+        if self._epoll is not None:
+            self._epoll.register(fd, _EPOLL_IN)
+
+    def add_source(self, src) -> None:
+        """Poll `src` too (``poll``, ``fileno``, ``prepare_to_sleep``, ``cancel_sleep``, ``drain``)."""
+        self._sources.append(src)
+        if self._epoll is not None:
+            self._epoll.register(src.fileno(), _EPOLL_IN)
+
+    def remove_source(self, src) -> None:
+        if src in self._sources:
+            self._sources.remove(src)
+            if self._epoll is not None:
+                try:
+                    self._epoll.unregister(src.fileno())
+                except (OSError, ValueError):
+                    pass
+
+    def _shutdown(self) -> None:
+        for s in list(self.sessions.values()):
+            self._close_session(s, "the node is stopping")
+        if self._listen is not None:
+            self._listen.close()
+            self._listen = None
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+        if self._epoll is not None:
+            self._epoll.close()
+            self._epoll = None
+        for fd in self._tied:
+            os.close(fd)
+        self._tied = []
+
+    # ---------------------------------------------------------------- running paths
+
+    def _run(self, path):
+        """Run a process-level path now (real time); (value, exception)."""
+        node = self.node
+        box = []
+        node.cpu.submit(LEVEL_PROC, path, lambda v, e: box.append((v, e)))
+        while not box:
+            if not node.engine.step():
+                return None, OSError(errno.EDEADLK, "no event can complete this call")
+        if not isinstance(box[0][1], WouldBlock):
+            node.engine.run()       # else once the caller is parked: no wake-up is lost (see _loop)
+        return box[0]
+
+    # ---------------------------------------------------------------- sockets
+
+    def _handle_events(self, events) -> int:
+        work = 0
+        for fd, _mask in events:
+            if fd in self._tied:
+                self.log("the process this node was tied to has exited: stopping")
+                self.stop()
+                continue
+            if self._listen is not None and fd == self._listen.fileno():
+                work += self._accept()
+                continue
+            s = self.sessions.get(fd)
+            if s is not None:
+                work += self._serve_session(s)
+        return work
+
+    def _accept(self) -> int:
+        n = 0
+        while True:
+            try:
+                conn, _ = self._listen.accept()
+            except (BlockingIOError, InterruptedError):
+                return n
+            pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            if uid != os.geteuid() and uid != 0:
+                self.refused += 1
+                self.log(f"refused a process of uid {uid} (pid {pid})")
+                conn.close()
+                continue
+            conn.setblocking(False)
+            s = Session(self, conn, pid, uid)
+            self.sessions[conn.fileno()] = s
+            self._epoll.register(conn.fileno(), _EPOLL_IN)
+            n += 1
+
+    def _serve_session(self, s: Session) -> int:
+        n = 0
+        while not s.closed:
+            try:
+                msg = recv_msg(s.sock)
+            except (BlockingIOError, InterruptedError):
+                return n
+            except OSError as exc:
+                self._close_session(s, f"connection error: {exc}")
+                return n + 1
+            if msg is None:
+                self._close_session(s, "the process closed its connection")
+                return n + 1
+            n += 1
+            header, payload, fds = msg
+            for fd in fds:                          # only `identify` takes descriptors
+                if header.get("op") != "identify":
+                    os.close(fd)
+            if s.backlog or any(g.blocked is not None for g in s.gates.values()):
+                s.backlog.append((header, payload, fds))
+                continue
+            self._request(s, header, payload, fds)
+        return n
+
+    def _reply(self, s: Session, header: dict, payload=b"", fds=()) -> None:
+        try:
+            send_msg(s.sock, header, payload, fds)
+        except OSError as exc:
+            self._close_session(s, f"cannot answer: {exc}")
+
+    def _request(self, s: Session, header: dict, payload: bytes, fds) -> None:
+        op = header.get("op")
+        call_id = header.get("id")
+        self.calls += 1
+        try:
+            if s.proc is None and op != "hello":
+                raise OSError(errno.EPROTO, "say hello first")
+            if op == "hello":
+                self._hello(s, header)
+            elif op == "syscall":
+                self._drain_gates(s)
+                self._syscall(s, call_id, header, payload)
+            elif op == "cancel":
+                self._cancel(s, header.get("target"))
+            elif op == "admin":
+                self._reply(s, {"id": call_id, "ret": self._admin(header)})
+            elif op == "identify":
+                self._identify(s, call_id, fds)
+            else:
+                raise OSError(errno.EPROTO, f"unknown request {op!r}")
+        except Exception as exc:   # noqa: BLE001 - every failure is the caller's answer
+            self._reply(s, errno_reply(call_id, exc))
+
+    def _hello(self, s: Session, header: dict) -> None:
+        if s.proc is not None:
+            raise OSError(errno.EPROTO, "already attached")
+        name = str(header.get("name") or f"pid{s.peer_pid}")[:64]
+        s.proc = self.node.spawn(name)
+        s.proc.peer_pid = s.peer_pid
+        node = self.node
+        info = {"id": header.get("id"), "nid": node.nid, "pid": s.proc.pid, "node_pid": os.getpid(),
+                "profile": {k: node.profile[k] for k in node.profile.as_dict()},
+                "platform": node.profile.name, **self.describe()}
+        self._reply(s, info)
+
+    def _syscall(self, s: Session, call_id, header: dict, payload: bytes) -> None:
+        name = header.get("name")
+        if not isinstance(name, str):
+            raise OSError(errno.EPROTO, "a system call needs a name")
+        args = unpack_args(header.get("args", []), payload)
+        nonblock = bool(header.get("nonblock"))
+        before = {fd for fd, _ in s.proc.fds}
+        self._attempt(s, call_id, name, args, nonblock, True, before)
+
+    def _attempt(self, s, call_id, name, args, nonblock, entry, before) -> None:
+        value, exc = self._run(self.node.syscall_path(s.proc, name, args, entry))
+        if isinstance(exc, WouldBlock):
+            if nonblock:
+                self._reply(s, errno_reply(call_id, BlockingIOError(errno.EAGAIN, str(exc.strerror))))
+                return
+            p = _Parked()
+            p.call_id, p.name, p.args, p.queue, p.woken = call_id, name, args, exc.queue, False
+
+            def waiter(p=p, s=s):
+                p.woken = True
+                if s not in self._ready:
+                    self._ready.append(s)
+            p.waiter = waiter
+            p.queue.add(waiter)
+            s.parked[call_id] = (p, before)
+            return
+        if exc is not None:
+            self._reply(s, errno_reply(call_id, exc))
+            return
+        fds_now = {fd for fd, _ in s.proc.fds}
+        gone = [fd for fd in s.gates if fd not in fds_now]
+        for fd in gone:
+            self._drop_gate(s, fd)
+        new = sorted(fds_now - before)
+        if new:
+            self._export(s, call_id, value, new)
+            return
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            self._reply(s, {"id": call_id, "ret": {"$b": 1}}, bytes(value))
+        else:
+            self._reply(s, {"id": call_id, "ret": value})
+
+    def _resume_parked(self) -> int:
+        ready, self._ready = self._ready, []
+        n = 0
+        for s in ready:
+            if s.closed:
+                continue
+            for call_id, (p, before) in list(s.parked.items()):
+                if p.woken:
+                    del s.parked[call_id]
+                    n += 1
+                    self._attempt(s, call_id, p.name, p.args, False, False, before)
+        return n
+
+    def _cancel(self, s: Session, call_id) -> None:
+        entry = s.parked.pop(call_id, None)
+        if entry is not None:
+            p, _ = entry
+            p.queue.discard(p.waiter)
+            self._reply(s, errno_reply(call_id, OSError(errno.EINTR, "cancelled")))
+
+    def _identify(self, s: Session, call_id, fds) -> None:
+        """Whose file is the descriptor the process sent? EACCES: another process's; EBADF: nobody's."""
+        try:
+            if len(fds) != 1:
+                raise OSError(errno.EINVAL, "identify takes one descriptor")
+            for other in self.sessions.values():
+                for node_fd, gate in other.gates.items():
+                    if _same_file(fds[0], gate.export.user_fd()):
+                        if other is s:
+                            self._reply(s, {"id": call_id, "ret": node_fd})
+                            return
+                        raise OSError(errno.EACCES, f"fd is process {other.proc.pid}'s {gate.file.kind} "
+                                                    f"on node {self.node.nid}")
+            raise OSError(errno.EBADF, "not a file of this node")
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    # ---------------------------------------------------------------- files across the boundary
+
+    def _export(self, s: Session, call_id, value, new_fds) -> None:
+        """Hand the process the user side of each new file (the call's value names one of them).
+
+        Per file: its readiness eventfd (the process's fd for it), its gate ring's memory
+        file and doorbell, then what its export adds (fresh descriptors, closed here once sent).
+        """
+        files, passed, fresh = [], [], []
+        try:
+            for fd in new_fds:
+                f = s.proc.fds.get(fd)
+                export_to = getattr(f, "export_to", None)
+                export = export_to(s) if export_to is not None else _PlainExport(f)
+                gate = Gate(s, fd, f, export)
+                s.gates[fd] = gate
+                self._gates.append(gate)
+                self._epoll.register(gate.bell, _EPOLL_IN)      # the process rings it when we sleep
+                info, extra = export.describe()
+                fresh += extra
+                files.append({"node_fd": fd, "kind": f.kind, "nfds": 3 + len(extra), **info,
+                              "gate": {"slots": GATE_SLOTS, "slot_bytes": GATE_SLOT_BYTES,
+                                       "error_offset": ERROR_WORD_OFFSET}})
+                passed += [export.user_fd(), gate.memfd, gate.bell, *extra]
+            self._reply(s, {"id": call_id, "ret": value, "files": files}, b"", passed)
+        finally:
+            for fd in fresh:
+                os.close(fd)
+
+    def _drop_gate(self, s: Session, fd: int) -> None:
+        gate = s.gates.pop(fd, None)
+        if gate is not None:
+            self._gates.remove(gate)
+            try:
+                self._epoll.unregister(gate.bell)
+            except (OSError, ValueError):
+                pass
+            gate.export.close()
+            gate.close()
+
+    # ---------------------------------------------------------------- call gates
+
+    def _poll_gates(self) -> int:
+        n = 0
+        for gate in self._gates:
+            if gate.blocked is None and gate.ring.pending():
+                n += self._drain_gate(gate)
+        return n
+
+    def _drain_gates(self, s: Session) -> None:
+        for gate in list(s.gates.values()):
+            if gate.blocked is None and gate.ring is not None and gate.ring.pending():
+                self._drain_gate(gate)
+
+    def _drain_gate(self, gate: Gate, budget: int = 64) -> int:
+        ring, buf, view = gate.ring, gate._buf, gate._view
+        n = 0
+        while n < budget:
+            k = ring.recv_into(buf)
+            if k < 0:
+                break
+            n += 1
+            if not self._gate_entry(gate, bytes(view[:k])):
+                break
+        gate.entries += n
+        self.gate_entries += n
+        return n
+
+    def _gate_entry(self, gate: Gate, entry: bytes) -> bool:
+        """Run one entry; False if it had to wait (kept in `gate.blocked`)."""
+        s = gate.session
+        kind = entry[0] if entry else 0
+        try:
+            if kind == GATE_CALL:
+                ln = entry[1]
+                name = entry[2:2 + ln].decode()
+                value, exc = self._run(self.node.callgate_path(s.proc, name, (gate.node_fd, entry[2 + ln:])))
+                if isinstance(exc, WouldBlock):
+                    self._block(gate, entry, exc.queue)
+                    return False
+                if exc is not None:
+                    raise exc
+            elif kind == GATE_FILEOP:
+                gate.export.ring_op(entry[1:])
+            else:
+                raise OSError(errno.EPROTO, f"unknown gate entry kind {kind}")
+        except OSError as exc:
+            gate.set_error(exc.errno or errno.EIO)
+        except Exception:   # noqa: BLE001 - a process's bad entry never stops the node
+            gate.set_error(errno.EINVAL)
+        return True
+
+    def _block(self, gate: Gate, entry: bytes, queue) -> None:
+        gate.blocked = entry
+
+        def waiter():
+            if gate.blocked is entry and gate.ring is not None:
+                gate.blocked = None
+                if not self._gate_entry(gate, entry):
+                    return
+                s = gate.session
+                while s.backlog and not any(g.blocked is not None for g in s.gates.values()) and not s.closed:
+                    self._request(s, *s.backlog.pop(0))
+        queue.add(waiter)
+
+    # ---------------------------------------------------------------- administration
+
+    def _admin(self, header: dict):
+        cmd = header.get("cmd")
+        mods = self.node.modules
+        if cmd == "insmod":
+            mods.insmod(header["name"], **dict(header.get("params") or {}))
+            return mods.lsmod()
+        if cmd == "modprobe":
+            mods.modprobe(header["name"], **dict(header.get("params") or {}))
+            return mods.lsmod()
+        if cmd == "rmmod":
+            mods.rmmod(header["name"])
+            return mods.lsmod()
+        if cmd == "lsmod":
+            return mods.lsmod()
+        if cmd == "modinfo":
+            return mods.modinfo(header["name"])
+        if cmd == "status":
+            return self.status()
+        if cmd == "stats":
+            return _jsonable(self.node.stats())
+        if cmd == "stop":
+            self.stop()
+            return {"stopping": True}
+        raise OSError(errno.EINVAL, f"unknown node command {cmd!r}")
+
+    def status(self) -> dict:
+        procs = []
+        for s in self.sessions.values():
+            if s.proc is None:
+                continue
+            files = []
+            for fd, f in s.proc.fds:
+                st = f.stats() if hasattr(f, "stats") else {}
+                files.append({"fd": fd, "kind": f.kind, **({"ep": st["ep"]} if "ep" in st else {})})
+            procs.append({"pid": s.peer_pid, "kernel_pid": s.proc.pid, "name": s.proc.name, "files": files})
+        return {"nid": self.node.nid, "pid": os.getpid(), "uptime_s": time.time() - self.started,
+                "modules": self.node.modules.lsmod(), "processes": procs, "calls": self.calls,
+                "gate_entries": self.gate_entries, "refused": self.refused, **self.describe()}
+
+    # ---------------------------------------------------------------- leaving
+
+    def _close_session(self, s: Session, why: str) -> None:
+        if s.closed:
+            return
+        s.closed = True
+        self.log(f"process {s.peer_pid} detached: {why}")
+        for p, _ in s.parked.values():
+            p.queue.discard(p.waiter)
+        s.parked.clear()
+        for fd in list(s.gates):
+            self._drop_gate(s, fd)
+        if s.proc is not None and s.proc.alive:
+            try:
+                s.proc.exit()                   # closes every file it held: its endpoints are reclaimed
+            except Exception as exc:   # noqa: BLE001 - a half-closed process must not stop the node
+                self.log(f"closing process {s.peer_pid}'s files: {exc}")
+            try:
+                self.node.processes.remove(s.proc)
+            except ValueError:
+                pass
+        self.sessions.pop(s.sock.fileno(), None)
+        if self._epoll is not None:
+            try:
+                self._epoll.unregister(s.sock.fileno())
+            except (OSError, ValueError):
+                pass
+        s.sock.close()
+
+
+def _same_file(fd_a: int, fd_b: int) -> bool:
+    """Do two descriptors of this process name the same open file? (kcmp, KCMP_FILE)"""
+    import ctypes
+    import platform
+    sys_kcmp = {"x86_64": 312, "aarch64": 272, "riscv64": 272}.get(platform.machine())
+    if sys_kcmp is None:
+        raise OSError(errno.ENOSYS, f"kcmp: unknown system call number on {platform.machine()}")
+    pid = os.getpid()
+    return ctypes.CDLL(None, use_errno=True).syscall(sys_kcmp, pid, pid, 0, fd_a, fd_b) == 0   # KCMP_FILE
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (bytes, bytearray)):
+        return x.hex(":")
+    if isinstance(x, (int, float, str, bool)) or x is None:
+        return x
+    return str(x)

@@ -1,0 +1,753 @@
+"""DP in a process attached to a real node: ``libdp.attach``.
+
+    import libdp
+    dp = libdp.attach(node=0)            # or DP_NODE / an MPI or Slurm rank, DP_RUN_DIR
+    fd = dp.sync.dp_open(5)
+    dp.sync.dp_target(fd, 1, 5)
+    dp.sync.dp_write(fd, b"hello")       # through the call gate
+    print(dp.sync.dp_read(fd))           # from the Token Buffer Pool, mapped read-only
+
+The object has the calls of `libdp.DP` -- async (trio) methods, blocking ones under
+``.sync`` -- with the same errnos, so a program written for modeled mode runs here
+unchanged. How each call reaches the node's kernel (`kernelsim.daemon`):
+
+* ``dp_open``, ``dp_target``, ``write``, ``read``, ``close`` and every other system call
+  are requests over the node's control socket, dispatched through its system-call table.
+* ``dp_write`` appends to the endpoint's submission ring in shared memory -- the call
+  gate -- and returns; the node picks the entry up from its polling loop. What the node
+  finds wrong afterwards is raised by the endpoint's next call.
+* ``dp_read`` / ``dp_read_token`` are user-level: the endpoint's delivery ring says which
+  slot of the Token Buffer Pool holds the next message, and the pool is mapped into this
+  process read-only; the slot goes back to the node through the submission ring.
+* The fd a call returns is a real descriptor (the endpoint's eventfd): select, poll and
+  trio's ``wait_readable`` see it readable while messages wait.
+
+Waiting polls for ``spin_s`` (yielding the CPU between polls; by default 200 µs with four
+usable CPUs or more, else none) and then sleeps on the
+descriptor *and* the control socket, so a node that dies wakes every blocked call with
+ENETDOWN; a process that dies is noticed by its node, which closes its endpoints.
+"""
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import select
+import socket
+import struct
+import time
+import weakref
+
+import trio
+
+from kernelsim.daemon import (ERROR_WORD_OFFSET, GATE_CALL, GATE_FILEOP, EventRing, default_spin, pack_args,
+                              recv_msg, send_msg)
+from kernelsim.media._shmring import ShmRing
+from libdp._clusterfile import ClusterFile, default_run_dir, node_from_environment, node_socket
+
+__all__ = ["attach", "AttachedDP", "SyncAttachedDP", "NodeLink", "RemoteToken", "DEFAULT_SPIN_S"]
+
+DEFAULT_SPIN_S = default_spin(200e-6)      # 0 where no core is spare (see kernelsim.daemon's essay)
+_U32 = struct.Struct("<I")
+_OP_RELEASE = 1
+_RELEASE_BATCH = 16
+_perf = time.perf_counter
+
+
+def attach(node: int | None = None, *, run_dir: str | None = None, cluster: str | None = None,
+           name: str | None = None, spin_s: float = DEFAULT_SPIN_S) -> "AttachedDP":
+    """Attach this process to node `node` of a running cluster.
+
+    Which node: `node`, else ``DP_NODE``, else the rank an MPI or Slurm launcher gave the
+    process (``OMPI_COMM_WORLD_RANK``, ``PMIX_RANK``, ``PMI_RANK``, ``SLURM_PROCID``). Which
+    cluster: `run_dir`, else ``DP_RUN_DIR``, else the run directory of cluster file
+    `cluster` (or ``DP_CLUSTER``), else the default cluster's (``dp cluster up``'s).
+    ENOENT if no node is running there; ENETDOWN if it stopped.
+    """
+    nid = node if node is not None else node_from_environment()
+    if nid is None:
+        raise OSError(errno.EINVAL, "which node? give attach(node=N) or set DP_NODE (or run under mpirun/srun)")
+    if not isinstance(nid, int) or isinstance(nid, bool) or nid < 0:
+        raise OSError(errno.EINVAL, f"a node id is a non-negative int, not {nid!r}")
+    if run_dir is None:
+        run_dir = os.environ.get("DP_RUN_DIR")
+    if run_dir is None:
+        cluster = cluster or os.environ.get("DP_CLUSTER")
+        run_dir = ClusterFile.load(cluster).run_dir if cluster else default_run_dir()
+    link = NodeLink.connect(node_socket(run_dir, nid), name=name)
+    return AttachedDP(link, spin_s=spin_s)
+
+
+# --------------------------------------------------------------------------- the control socket
+
+
+class NodeLink:
+    """This process's connection to its node: requests and their answers, matched by id."""
+
+    def __init__(self, sock: socket.socket, hello: dict):
+        self.sock = sock
+        self.hello = hello
+        self.nid = hello["nid"]
+        self._next = 1
+        self._answers: dict = {}
+        self.gone: OSError | None = None
+
+    @classmethod
+    def connect(cls, path: str, name: str | None = None) -> "NodeLink":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        try:
+            sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            raise OSError(errno.ENOENT, f"no node is running at {path} (dp cluster up, or dp node start)") from None
+        except PermissionError:
+            sock.close()
+            raise OSError(errno.EACCES, f"{path} belongs to another user") from None
+        link = cls(sock, {"nid": None})
+        link.hello = link.call({"op": "hello", "pid": os.getpid(), "name": name or f"pid{os.getpid()}"})
+        link.nid = link.hello["nid"]
+        return link
+
+    def _send(self, header: dict, payload=b"", fds=()) -> int:
+        if self.gone is not None:
+            raise OSError(self.gone.errno, self.gone.strerror)
+        call_id = self._next
+        self._next += 1
+        header["id"] = call_id
+        try:
+            send_msg(self.sock, header, payload, fds)
+        except (BrokenPipeError, ConnectionResetError, ConnectionRefusedError) as exc:
+            self._lost(exc)
+        return call_id
+
+    def _lost(self, exc=None):
+        self.gone = OSError(errno.ENETDOWN, f"node {self.nid} is gone (its control socket closed"
+                                            f"{': ' + exc.strerror if exc is not None and exc.strerror else ''})")
+        raise OSError(self.gone.errno, self.gone.strerror)
+
+    def pump(self) -> None:
+        """Read whatever answers have arrived (never blocks); ENETDOWN once the node is gone."""
+        if self.gone is not None:
+            raise OSError(self.gone.errno, self.gone.strerror)
+        while True:
+            try:
+                msg = recv_msg(self.sock)
+            except (BlockingIOError, InterruptedError):
+                return
+            except (ConnectionResetError, BrokenPipeError) as exc:
+                self._lost(exc)
+            if msg is None:
+                self._lost()
+            header, payload, fds = msg
+            self._answers[header.get("id")] = (header, payload, fds)
+
+    def _answer(self, call_id):
+        header, payload, fds = self._answers.pop(call_id)
+        if "errno" in header:
+            for fd in fds:
+                os.close(fd)
+            kind = BlockingIOError if header.get("type") == "BlockingIOError" else OSError
+            raise kind(header["errno"], header.get("error", ""))
+        return header, payload, fds
+
+    def call_full(self, header: dict, payload=b"", fds=(), timeout: float | None = None):
+        """Send a request, block for its answer: (header, payload, fds)."""
+        call_id = self._send(header, payload, fds)
+        end = None if timeout is None else _perf() + timeout
+        self.sock.setblocking(False)
+        while call_id not in self._answers:
+            self.pump()
+            if call_id in self._answers:
+                break
+            left = None if end is None else max(0.0, end - _perf())
+            if not select.select([self.sock], [], [], left)[0] and left is not None and left <= 0:
+                raise TimeoutError(f"node {self.nid} did not answer within {timeout} s")
+        return self._answer(call_id)
+
+    def call(self, header: dict, payload=b"", fds=()):
+        return self.call_full(header, payload, fds)[0]
+
+    async def acall_full(self, header: dict, payload=b"", fds=()):
+        call_id = self._send(header, payload, fds)
+        self.sock.setblocking(False)
+        try:
+            while call_id not in self._answers:
+                self.pump()
+                if call_id in self._answers:
+                    break
+                await trio.lowlevel.wait_readable(self.sock)
+        except trio.Cancelled:
+            self._cancel(call_id)
+            raise
+        await trio.lowlevel.checkpoint()
+        return self._answer(call_id)
+
+    def _cancel(self, call_id) -> None:
+        """A cancelled caller: the node forgets the parked call; its answer, if any, is dropped."""
+        try:
+            send_msg(self.sock, {"op": "cancel", "target": call_id, "id": 0})
+        except OSError:
+            pass
+        self._answers.pop(call_id, None)
+
+    def admin(self, cmd: str, **kw):
+        return self.call({"op": "admin", "cmd": cmd, **kw})["ret"]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+# --------------------------------------------------------------------------- files on this side
+
+
+class _File:
+    """The user side of a node's open file: its fd (readiness), its submission ring."""
+
+    def __init__(self, owner, info: dict, fds: list):
+        self.owner = owner
+        self.node_fd = info["node_fd"]
+        self.kind = info["kind"]
+        self.fd, gate_mem, gate_bell = fds[0], fds[1], fds[2]
+        self.nonblocking = False
+        self.closed = False
+        g = info["gate"]
+        try:
+            self.ring = ShmRing.over_fd(gate_mem, gate_bell, False)
+            self._err = mmap.mmap(gate_mem, g["error_offset"] + 64)
+        finally:
+            os.close(gate_mem)
+            os.close(gate_bell)
+        self._err_at = g["error_offset"]
+
+    def check_error(self) -> None:
+        """Raise (once) what the node found wrong with an earlier call-gate entry."""
+        err = _U32.unpack_from(self._err, self._err_at)[0]
+        if err:
+            _U32.pack_into(self._err, self._err_at, 0)
+            raise OSError(err, f"{os.strerror(err)} (an earlier call-gate entry on fd {self.fd})")
+
+    def push(self, entry: bytes) -> bool:
+        return self.ring.send(entry)
+
+    def unmap(self) -> None:
+        self.closed = True
+        self.ring.close()
+        self._err.close()
+        os.close(self.fd)
+
+
+class _Endpoint(_File):
+    """A DP endpoint: its Token Buffer Pool mapped read-only, its delivery ring."""
+
+    def __init__(self, owner, info: dict, fds: list):
+        super().__init__(owner, info, fds)
+        self.ep = info["ep"]
+        self.slot_bytes = info["slot_bytes"]
+        self.max_message = info["max_message"]
+        self.tbp_fd, dlv_fd = fds[3], fds[4]   # the pool's descriptor was opened read-only by the node
+        try:
+            size = os.fstat(self.tbp_fd).st_size
+            self.tbp_mm = mmap.mmap(self.tbp_fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+            self.tbp = memoryview(self.tbp_mm)          # read-only: the kernel's pages
+            self.deliveries = EventRing(dlv_fd, fds[0])
+        except BaseException:
+            os.close(self.tbp_fd)
+            raise
+        finally:
+            os.close(dlv_fd)
+        self.target = None
+        self.tokens = weakref.WeakSet()
+        self._releases: list[int] = []
+        self._write_head = bytes([GATE_CALL, len(b"dp_write")]) + b"dp_write"
+
+    def take(self):
+        """The next delivery as (slot, length, source) or None (user-level: no kernel entry)."""
+        rec = self.deliveries.pop()
+        if rec is None:
+            return None
+        slot, n, nid, ep = rec
+        if n > self.slot_bytes or (slot + 1) * self.slot_bytes > len(self.tbp):
+            raise OSError(errno.EIO, f"endpoint {self.ep}: a delivery names slot {slot} of {n} bytes")
+        return slot, n, (nid, ep)
+
+    def release(self, slot: int) -> None:
+        self._releases.append(slot)
+        if len(self._releases) >= _RELEASE_BATCH or not self.deliveries.pending():
+            self.flush_releases()
+
+    def flush_releases(self) -> None:
+        if self._releases:
+            entry = bytes([GATE_FILEOP, _OP_RELEASE]) + b"".join(_U32.pack(s) for s in self._releases)
+            if self.ring.send(entry):
+                self._releases.clear()
+
+    def unmap(self) -> None:
+        for tok in list(self.tokens):
+            tok._revoke()
+        self.deliveries.close()
+        self.tbp.release()
+        self.tbp_mm.close()
+        os.close(self.tbp_fd)
+        super().unmap()
+
+
+class _Card(_File):
+    """A card the node handed to this process (a protocol that drives the adapter itself):
+    its frame rings, as the port of this process's own copy of the card."""
+
+    def __init__(self, owner, info: dict, fds: list):
+        super().__init__(owner, info, fds)
+        from kernelsim.media.real import ShmEnd
+        rx_mem, rx_bell, tx_mem, tx_bell = fds[3:7]
+        try:
+            rx = ShmRing.over_fd(rx_mem, rx_bell, False)
+            tx = ShmRing.over_fd(tx_mem, tx_bell, False)
+        finally:
+            for fd in (rx_mem, rx_bell, tx_mem, tx_bell):
+                os.close(fd)
+        self.end = ShmEnd(tx, rx, 1, ("", ""), owns=True)
+        self.kernel = None
+
+    def unmap(self) -> None:
+        self.end.close()
+        super().unmap()
+
+
+def _user_level_kernel(dp: "AttachedDP", card: _Card, proto: str):
+    """This process's own kernel for a protocol that drives the card itself: the node's NIC
+    model, its driver, DP and `proto` with the node's parameters, the card's frames its medium."""
+    from kernelsim.media.backend import DevicePort
+    from libdp._api import DP
+    from libdp._cluster import Cluster
+    from nic_drivers import nic as nic_package
+    h = dp.link.hello
+    pkg = nic_package(h["nic"])
+    hosts = {n: {pkg.LINK_KIND: pkg.hwaddr_for(n)} for n in h["nids"]}
+    mods = {m["name"]: m for m in dp.link.admin("lsmod")}
+    params = {k: str(v) for k, v in (mods.get(proto) or {}).get("params", {}).items()}
+    node = Cluster.real_node(dp.nid, hosts, DevicePort(card.end), platform=h["platform"], nic=h["nic"],
+                             params=h.get("params", ()), load=[(proto, params)])
+    node.engine.run()
+    card.kernel = node
+    return DP(node.spawn(f"pid{os.getpid()}"), spin_s=dp.spin_s)
+
+
+class RemoteToken:
+    """A message read in place: ``data`` is a read-only view of its slot in the mapped pool."""
+
+    __slots__ = ("_ep", "_slot", "data", "source", "__weakref__")
+
+    def __init__(self, ep: _Endpoint, slot: int, n: int, source):
+        self._ep = ep
+        self._slot = slot
+        off = slot * ep.slot_bytes
+        self.data = ep.tbp[off:off + n]
+        self.source = source
+        ep.tokens.add(self)
+
+    def release(self) -> None:
+        if self._slot == -2:
+            raise OSError(errno.EBADF, "the token's endpoint was closed")
+        if self._slot < 0:
+            raise OSError(errno.EINVAL, "token already released")
+        self.data.release()
+        self._ep.tokens.discard(self)
+        self._ep.release(self._slot)
+        self._slot = -1
+
+    def _revoke(self) -> None:
+        self.data.release()
+        self._slot = -2
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._slot >= 0:
+            self.release()
+
+    def __len__(self):
+        return self.data.nbytes
+
+
+class _NodeView:
+    """What a program may ask of "its node" (``dp.node``) in real mode: id, profile, statistics."""
+
+    modeled = False
+
+    def __init__(self, link: NodeLink):
+        self._link = link
+        self.nid = link.nid
+        self.profile = _ProfileView(link.hello.get("profile", {}), link.hello.get("platform"))
+
+    def stats(self) -> dict:
+        return self._link.admin("stats")
+
+
+class _ProfileView(dict):
+    def __init__(self, values, name):
+        super().__init__(values)
+        self.name = name
+
+
+# --------------------------------------------------------------------------- the calls
+
+
+class AttachedDP:
+    """DP for this process on its node (async calls; ``.sync`` for blocking ones)."""
+
+    def __init__(self, link: NodeLink, *, spin_s: float = DEFAULT_SPIN_S):
+        self.link = link
+        self.spin_s = spin_s
+        self.node = _NodeView(link)
+        self._files: dict[int, _File] = {}
+        self.sync = SyncAttachedDP(self)
+
+    @property
+    def nid(self) -> int:
+        return self.link.nid
+
+    @property
+    def nids(self) -> list[int]:
+        """The node ids of this node's cluster (its cluster file's nodes)."""
+        return list(self.link.hello.get("nids", [self.link.nid]))
+
+    def now(self) -> float:
+        return _perf()
+
+    # -- system calls (the generic entry) --------------------------------------------------
+
+    def _syscall_header(self, name, args, nonblock=False):
+        packed, payload = pack_args(args)
+        h = {"op": "syscall", "name": name, "args": packed}
+        if nonblock:
+            h["nonblock"] = True
+        return h, payload
+
+    def _after_syscall(self, header, payload, fds):
+        files = header.get("files")
+        if files:
+            at = 0
+            for info in files:
+                mine = fds[at:at + info["nfds"]]
+                at += info["nfds"]
+                cls = _Endpoint if info["kind"] == "DP endpoint" else _Card if "passthrough" in info else _File
+                f = cls(self, info, mine)
+                self._files[f.fd] = f
+                if header.get("ret") == info["node_fd"]:
+                    header["ret"] = f.fd
+        ret = header.get("ret")
+        if isinstance(ret, dict) and "$b" in ret:
+            return payload
+        return ret
+
+    async def syscall(self, name: str, *args, nonblock=False):
+        """Any system call of the node (generic entry), file descriptors translated."""
+        h, payload = self._syscall_header(name, args, nonblock)
+        return self._after_syscall(*await self.link.acall_full(h, payload))
+
+    def _node_fd(self, fd) -> int:
+        return self._file(fd).node_fd
+
+    def _file(self, fd) -> _File:
+        f = self._files.get(fd) if isinstance(fd, int) and not isinstance(fd, bool) else None
+        if f is None or f.closed:
+            self._identify(fd)
+        return f
+
+    def _identify(self, fd):
+        """Not ours: EACCES if it is another process's file of this node, else EBADF."""
+        if isinstance(fd, int) and not isinstance(fd, bool) and fd >= 0:
+            try:
+                os.fstat(fd)
+            except OSError:
+                pass
+            else:
+                self.link.call({"op": "identify"}, b"", [fd])      # raises EACCES (or EBADF)
+        raise OSError(errno.EBADF, f"bad file descriptor {fd!r}")
+
+    def _endpoint(self, fd) -> _Endpoint:
+        f = self._file(fd)
+        if not isinstance(f, _Endpoint):
+            raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
+        return f
+
+    async def dp_open(self, ep: int) -> int:
+        return await self.syscall("dp_open", ep)
+
+    async def dp_target(self, fd: int, nid: int, ep: int) -> int:
+        e = self._endpoint(fd)
+        r = await self.syscall("dp_target", e.node_fd, nid, ep)
+        e.target = (nid, ep)
+        return r
+
+    async def write(self, fd: int, data) -> int:
+        f = self._file(fd)
+        f.check_error()
+        return await self.syscall("write", f.node_fd, _bytes(data), nonblock=f.nonblocking)
+
+    async def read(self, fd: int, nbytes: int) -> bytes:
+        _check_count(nbytes)
+        f = self._file(fd)
+        f.check_error()
+        if isinstance(f, _Endpoint):
+            f.flush_releases()
+        return await self.syscall("read", f.node_fd, nbytes, nonblock=f.nonblocking)
+
+    async def close(self, fd: int) -> int:
+        f = self._file(fd)
+        if isinstance(f, _Endpoint):
+            f.flush_releases()
+        try:
+            r = await self.syscall("close", f.node_fd)
+        finally:
+            self._forget(f)
+        return r
+
+    def _forget(self, f: _File) -> None:
+        if not f.closed:
+            self._files.pop(f.fd, None)
+            f.unmap()
+
+    def set_blocking(self, fd: int, blocking: bool) -> None:
+        self._file(fd).nonblocking = not blocking
+
+    # -- the call gate --------------------------------------------------------------------
+
+    def _gate_write(self, fd, data):
+        """Everything of dp_write but the wait: (endpoint, entry) ready for the ring."""
+        e = self._endpoint(fd)
+        e.check_error()
+        data = _bytes(data)
+        if e.target is None:
+            raise OSError(errno.EDESTADDRREQ, f"endpoint {e.ep} has no target: call dp_target first")
+        if len(data) > e.max_message:
+            raise OSError(errno.EMSGSIZE, f"message of {len(data)} bytes exceeds DP's {e.max_message}-byte limit")
+        return e, e._write_head + data
+
+    async def dp_write(self, fd: int, data) -> int:
+        e, entry = self._gate_write(fd, data)
+        if not e.ring.send(entry):
+            await self._await(e, lambda: e.ring.send(entry), None)
+        await trio.lowlevel.checkpoint()
+        return len(entry) - len(e._write_head)
+
+    # -- reading from the mapped pool -----------------------------------------------------
+
+    async def dp_read(self, fd: int, nbytes: int = 65536) -> bytes:
+        _check_count(nbytes)
+        e = self._endpoint(fd)
+        got = e.take()
+        if got is None:
+            got = await self._await(e, e.take, e.deliveries)
+        else:
+            await trio.lowlevel.checkpoint()
+        slot, n, _src = got
+        off = slot * e.slot_bytes
+        data = bytes(e.tbp[off:off + min(n, nbytes)])
+        e.release(slot)
+        return data
+
+    async def dp_read_token(self, fd: int) -> RemoteToken:
+        e = self._endpoint(fd)
+        got = e.take()
+        if got is None:
+            got = await self._await(e, e.take, e.deliveries)
+        else:
+            await trio.lowlevel.checkpoint()
+        return RemoteToken(e, *got)
+
+    async def _await(self, f: _File, attempt, readable):
+        """Retry `attempt` until it gives something: spin, then sleep on `readable`'s fd (or
+        briefly, for ring space) and the control socket. Honors non-blocking fds."""
+        if f.nonblocking:
+            raise BlockingIOError(errno.EAGAIN, f"fd {f.fd}: resource temporarily unavailable")
+        if isinstance(f, _Endpoint):
+            f.flush_releases()
+        pause = 50e-6
+        while True:
+            got = _spin(attempt, self.spin_s)
+            if got:
+                await trio.lowlevel.checkpoint()
+                return got
+            self.link.pump()                            # ENETDOWN if the node died
+            f.check_error()
+            if f.closed:
+                raise OSError(errno.EBADF, f"fd {f.fd} was closed")
+            if readable is None:
+                await trio.sleep(pause)
+                pause = min(pause * 2, 2e-3)
+            else:
+                await _wait_any(readable.fileno(), self.link.sock.fileno())
+            got = attempt()
+            if got:
+                await trio.lowlevel.checkpoint()
+                return got
+
+    async def user_level(self, proto: str):
+        """A protocol that drives the card itself (SP AM): ``{proto}_open`` on the node hands
+        this process the card; the process gets a kernel of its own around it and a DP for it.
+        EBUSY if another process has the card, ENOSYS without the module on the node."""
+        fd = await self.syscall(f"{proto}_open")
+        return _user_level_kernel(self, self._files[fd], proto)
+
+    async def endpoint(self, ep: int, target: tuple | None = None):
+        from libdp._api import Endpoint
+        fd = await self.dp_open(ep)
+        e = Endpoint(self, fd, ep)
+        if target is not None:
+            await e.target(*target)
+        return e
+
+    # -- node administration, from a script ---------------------------------------------------
+
+    def lsmod(self):
+        return self.link.admin("lsmod")
+
+    def insmod(self, name: str, **params):
+        return self.link.admin("insmod", name=name, params={k: str(v) for k, v in params.items()})
+
+    def rmmod(self, name: str):
+        return self.link.admin("rmmod", name=name)
+
+    def detach(self) -> None:
+        """Close every file and the connection (the node reclaims anything left)."""
+        for f in list(self._files.values()):
+            self._forget(f)
+        self.link.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.detach()
+
+
+class SyncAttachedDP:
+    """The same calls, blocking."""
+
+    def __init__(self, dp: AttachedDP):
+        self._dp = dp
+        self.link = dp.link
+
+    def syscall(self, name, *args, nonblock=False):
+        h, payload = self._dp._syscall_header(name, args, nonblock)
+        return self._dp._after_syscall(*self.link.call_full(h, payload))
+
+    def dp_open(self, ep):
+        return self.syscall("dp_open", ep)
+
+    def user_level(self, proto):
+        fd = self.syscall(f"{proto}_open")
+        return _user_level_kernel(self._dp, self._dp._files[fd], proto)
+
+    def dp_target(self, fd, nid, ep):
+        e = self._dp._endpoint(fd)
+        r = self.syscall("dp_target", e.node_fd, nid, ep)
+        e.target = (nid, ep)
+        return r
+
+    def write(self, fd, data):
+        f = self._dp._file(fd)
+        f.check_error()
+        return self.syscall("write", f.node_fd, _bytes(data), nonblock=f.nonblocking)
+
+    def read(self, fd, nbytes):
+        _check_count(nbytes)
+        f = self._dp._file(fd)
+        f.check_error()
+        if isinstance(f, _Endpoint):
+            f.flush_releases()
+        return self.syscall("read", f.node_fd, nbytes, nonblock=f.nonblocking)
+
+    def close(self, fd):
+        f = self._dp._file(fd)
+        if isinstance(f, _Endpoint):
+            f.flush_releases()
+        try:
+            return self.syscall("close", f.node_fd)
+        finally:
+            self._dp._forget(f)
+
+    def set_blocking(self, fd, blocking):
+        self._dp.set_blocking(fd, blocking)
+
+    def dp_write(self, fd, data):
+        e, entry = self._dp._gate_write(fd, data)
+        if not e.ring.send(entry):
+            self._wait(e, lambda: e.ring.send(entry), None)
+        return len(entry) - len(e._write_head)
+
+    def dp_read(self, fd, nbytes=65536):
+        _check_count(nbytes)
+        e = self._dp._endpoint(fd)
+        got = e.take() or self._wait(e, e.take, e.deliveries)
+        slot, n, _src = got
+        off = slot * e.slot_bytes
+        data = bytes(e.tbp[off:off + min(n, nbytes)])
+        e.release(slot)
+        return data
+
+    def dp_read_token(self, fd):
+        e = self._dp._endpoint(fd)
+        got = e.take() or self._wait(e, e.take, e.deliveries)
+        return RemoteToken(e, *got)
+
+    def _wait(self, f, attempt, readable, timeout: float | None = None):
+        if f.nonblocking:
+            raise BlockingIOError(errno.EAGAIN, f"fd {f.fd}: resource temporarily unavailable")
+        if isinstance(f, _Endpoint):
+            f.flush_releases()
+        end = None if timeout is None else _perf() + timeout
+        pause = 50e-6
+        link = self.link
+        while True:
+            got = _spin(attempt, self._dp.spin_s)
+            if got:
+                return got
+            link.pump()
+            f.check_error()
+            if end is not None and _perf() >= end:
+                raise TimeoutError(f"fd {f.fd}: nothing within {timeout} s")
+            if readable is None:
+                time.sleep(pause)
+                pause = min(pause * 2, 2e-3)
+            else:
+                select.select([readable.fileno(), link.sock.fileno()], [], [], 0.5)
+            got = attempt()
+            if got:
+                return got
+
+
+def _spin(attempt, spin_s: float):
+    """Try `attempt` until it gives something or `spin_s` has passed, yielding the CPU between tries."""
+    got = attempt()
+    if got or spin_s <= 0:
+        return got
+    end = _perf() + spin_s
+    while _perf() < end:
+        os.sched_yield()
+        got = attempt()
+        if got:
+            return got
+    return None
+
+
+async def _wait_any(*fds) -> None:
+    async with trio.open_nursery() as nursery:
+        async def one(fd):
+            await trio.lowlevel.wait_readable(fd)
+            nursery.cancel_scope.cancel()
+        for fd in fds:
+            nursery.start_soon(one, fd)
+
+
+def _bytes(data) -> bytes:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise OSError(errno.EFAULT, f"a message is a bytes-like object, not {type(data).__name__}")
+
+
+def _check_count(n) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise OSError(errno.EINVAL, f"byte count must be a non-negative int, not {n!r}")

@@ -1,0 +1,485 @@
+"""Real nodes (issue 10): node processes, attached scripts, clusters, modules in running nodes.
+
+Every cluster here is brought up under a name of its own in a run directory of its own
+and brought down at the end, and the tests check that no process, run directory or
+/dev/shm entry survives it -- also after a crash. Nothing asserts a speed (speed is in
+benchmarks/).
+"""
+from __future__ import annotations
+
+import errno
+import json
+import mmap  # noqa: F401 - used by the attacker script's imports
+import multiprocessing
+import os
+import select
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import trio
+
+from libdp._attach import attach
+from libdp._cli import main
+from libdp._realnode import cluster_down, cluster_up, node_status, start_node
+from libdp._realprograms import all_to_all
+from libdp._realrun import run_real_spmd
+
+TIMEOUT = 60.0
+
+
+def _shm_entries(name: str) -> list[str]:
+    return [n for n in os.listdir("/dev/shm") if name in n]
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie -- dead, not yet reaped by its parent -- is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def run_base(tmp_path_factory):
+    base = str(tmp_path_factory.mktemp("dprun"))
+    old = os.environ.get("DP_RUN_BASE")
+    os.environ["DP_RUN_BASE"] = base
+    yield base
+    if old is None:
+        os.environ.pop("DP_RUN_BASE", None)
+    else:
+        os.environ["DP_RUN_BASE"] = old
+
+
+@pytest.fixture(scope="module")
+def two(run_base):
+    """A 2-node shm cluster for the whole module; down at the end, leaving nothing behind."""
+    c = cluster_up(2, name=f"t{os.getpid()}", tied=True)
+    pids = [node_status(c, n)["pid"] for n in c.nids()]
+    old = os.environ.get("DP_RUN_DIR")
+    os.environ["DP_RUN_DIR"] = c.run_dir
+    yield c
+    if old is None:
+        os.environ.pop("DP_RUN_DIR", None)
+    else:
+        os.environ["DP_RUN_DIR"] = old
+    cluster_down(c)
+    assert not os.path.exists(c.run_dir)
+    assert not any(_alive(p) for p in pids)
+    assert _shm_entries(c.name) == []
+
+
+# --------------------------------------------------------------------------- the calls
+
+
+def test_write_read_and_readiness_through_two_node_processes(two):
+    a, b = attach(node=0), attach(node=1)
+    try:
+        fa, fb = a.sync.dp_open(5), b.sync.dp_open(5)
+        assert a.sync.dp_target(fa, 1, 5) == 0
+        assert select.select([fb], [], [], 0)[0] == []          # a real descriptor, not readable yet
+        assert a.sync.dp_write(fa, b"hello") == 5               # through the call gate
+        assert select.select([fb], [], [], TIMEOUT)[0] == [fb]  # readable once the message is in the pool
+        assert b.sync.dp_read(fb) == b"hello"
+        assert select.select([fb], [], [], 0)[0] == []          # and not once it was taken
+        assert a.sync.write(fa, b"generic") == 7                # the generic entry, through the node's table
+        assert b.sync.read(fb, 100) == b"generic"
+        a.sync.dp_write(fa, b"truncate me")
+        assert b.sync.dp_read(fb, 8) == b"truncate"
+        a.sync.close(fa)
+        b.sync.close(fb)
+    finally:
+        a.detach()
+        b.detach()
+
+
+def test_tokens_are_read_only_views_of_the_pool_released_by_the_user(two):
+    a, b = attach(node=0), attach(node=1)
+    try:
+        fa, fb = a.sync.dp_open(6), b.sync.dp_open(6)
+        a.sync.dp_target(fa, 1, 6)
+        for m in (b"first", b"second"):
+            a.sync.dp_write(fa, m)
+        t1 = b.sync.dp_read_token(fb)
+        t2 = b.sync.dp_read_token(fb)
+        assert (bytes(t1.data), bytes(t2.data)) == (b"first", b"second")
+        assert t1.source == (0, 6) and t1.data.readonly
+        with pytest.raises(TypeError):
+            t1.data[0] = 0                                      # Python refuses a read-only view
+        t2.release()                                            # in any order
+        t1.release()
+        with pytest.raises(OSError) as e:
+            t1.release()
+        assert e.value.errno == errno.EINVAL
+        a.sync.dp_write(fa, b"third")
+        t3 = b.sync.dp_read_token(fb)
+        b.sync.close(fb)
+        with pytest.raises(OSError) as e:                       # closing the endpoint revoked it
+            t3.release()
+        assert e.value.errno == errno.EBADF
+        a.sync.close(fa)
+    finally:
+        a.detach()
+        b.detach()
+
+
+_ATTACKER = textwrap.dedent("""
+    import ctypes, mmap, sys
+    from libdp import attach
+    dp = attach(node=1, run_dir=sys.argv[1])
+    fd = dp.sync.dp_open(int(sys.argv[2]))
+    e = dp._endpoint(fd)
+    try:
+        mmap.mmap(e.tbp_fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        print("writable", flush=True)
+    except PermissionError:
+        print("EACCES", flush=True)
+    for line in open("/proc/self/maps"):        # the library's read-only mapping of the pool
+        if "dp-n1-ep" + sys.argv[2] + "-tbp" in line:
+            start = int(line.split("-")[0], 16)
+            break
+    else:
+        print("unmapped", flush=True)
+        sys.exit(3)
+    print("storing", flush=True)
+    ctypes.memset(start, 0x41, 1)
+    print("stored", flush=True)
+""")
+
+
+def test_a_user_write_to_the_pool_faults(two):
+    """The pool's descriptor is read-only (no writable mapping) and a store into the mapped
+    pool is SIGSEGV: the process sees the kernel's pages, not a copy."""
+    r = subprocess.run([sys.executable, "-c", _ATTACKER, two.run_dir, "31"], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.stdout.split() == ["EACCES", "storing"], r.stdout + r.stderr
+    assert r.returncode == -signal.SIGSEGV
+
+
+def _hold_endpoint(run_dir, ep, sock):
+    dp = attach(node=0, run_dir=run_dir)
+    fd = dp.sync.dp_open(ep)
+    socket.send_fds(sock, [b"fd"], [fd])   # hand the very descriptor to the test process
+    sock.recv(1)                            # until told to go (or killed)
+
+
+def test_one_process_cannot_use_another_ones_endpoint(two):
+    """An fd a process did not get from its node is EBADF; another process's endpoint is
+    EACCES; a killed process's endpoints are reclaimed by the node."""
+    ctx = multiprocessing.get_context("fork")
+    parent, child = socket.socketpair()
+    p = ctx.Process(target=_hold_endpoint, args=(two.run_dir, 40, child))
+    p.start()
+    try:
+        _msg, (stolen,), _f, _a = socket.recv_fds(parent, 16, 1)
+        a = attach(node=0)
+        try:
+            with pytest.raises(OSError) as e:                   # its endpoint number is taken
+                a.sync.dp_open(40)
+            assert e.value.errno == errno.EADDRINUSE
+            try:
+                for call in (lambda: a.sync.dp_write(stolen, b"x"), lambda: a.sync.dp_read(stolen),
+                             lambda: a.sync.close(stolen)):
+                    with pytest.raises(OSError) as e:
+                        call()
+                    assert e.value.errno == errno.EACCES
+            finally:
+                os.close(stolen)
+            r, w = os.pipe()
+            try:
+                with pytest.raises(OSError) as e:
+                    a.sync.dp_write(r, b"x")                    # an fd of this process, not a node's file
+                assert e.value.errno == errno.EBADF
+            finally:
+                os.close(r)
+                os.close(w)
+            with pytest.raises(OSError) as e:
+                a.sync.dp_read(9999)
+            assert e.value.errno == errno.EBADF
+        finally:
+            a.detach()
+    finally:
+        p.kill()
+        p.join()
+    deadline = time.monotonic() + TIMEOUT
+    a = attach(node=0)
+    try:
+        while True:                                             # the node noticed and closed it
+            try:
+                a.sync.close(a.sync.dp_open(40))
+                break
+            except OSError as exc:
+                assert exc.errno == errno.EADDRINUSE and time.monotonic() < deadline
+                time.sleep(0.01)
+    finally:
+        a.detach()
+
+
+def test_errnos_are_those_of_modeled_mode(two):
+    a = attach(node=0)
+    try:
+        fd = a.sync.dp_open(50)
+        cases = [
+            (lambda: a.sync.dp_write(fd, b"x"), errno.EDESTADDRREQ),
+            (lambda: a.sync.dp_target(fd, 99, 1), errno.EHOSTUNREACH),
+            (lambda: a.sync.dp_target(fd, 1, -1), errno.EINVAL),
+            (lambda: a.sync.dp_open(50), errno.EADDRINUSE),
+            (lambda: a.sync.dp_open(1 << 20), errno.EINVAL),
+            (lambda: a.sync.dp_write(fd, "text"), errno.EFAULT),
+            (lambda: a.sync.dp_read(fd, -1), errno.EINVAL),
+        ]
+        for call, err in cases:
+            with pytest.raises(OSError) as e:
+                call()
+            assert e.value.errno == err, (e.value, err)
+        a.sync.dp_target(fd, 1, 50)
+        with pytest.raises(OSError) as e:
+            a.sync.dp_write(fd, bytes(1501))
+        assert e.value.errno == errno.EMSGSIZE
+        a.sync.set_blocking(fd, False)
+        with pytest.raises(BlockingIOError):
+            a.sync.dp_read(fd)
+        with pytest.raises(BlockingIOError):
+            a.sync.read(fd, 10)
+        a.sync.close(fd)
+        with pytest.raises(OSError) as e:
+            a.sync.close(fd)
+        assert e.value.errno == errno.EBADF
+    finally:
+        a.detach()
+
+
+def test_trio_calls_and_wait_readable(two):
+    async def main_():
+        a, b = attach(node=0), attach(node=1)
+        fa, fb = await a.dp_open(8), await b.dp_open(8)
+        await a.dp_target(fa, 1, 8)
+        await b.dp_target(fb, 0, 8)
+        with trio.move_on_after(0.05) as scope:                # nothing there: a read waits...
+            await b.dp_read(fb)
+        assert scope.cancelled_caught                           # ...and can be cancelled
+        await a.dp_write(fa, b"ping")
+        await trio.lowlevel.wait_readable(fb)
+        assert await b.dp_read(fb) == b"ping"
+        got = []
+
+        async def reader():
+            got.append(await a.read(fa, 64))                    # a generic read parked in the node
+        async with trio.open_nursery() as n:
+            n.start_soon(reader)
+            await trio.sleep(0.05)
+            await b.dp_write(fb, b"pong")
+        assert got == [b"pong"]
+        for dp, fd in ((a, fa), (b, fb)):
+            await dp.close(fd)
+            dp.detach()
+    trio.run(main_)
+
+
+def test_a_dead_node_wakes_its_blocked_scripts_with_enetdown(run_base):
+    c = cluster_up(2, name=f"dead{os.getpid()}", tied=True)
+    try:
+        b = attach(node=1, run_dir=c.run_dir)
+        fb = b.sync.dp_open(3)
+        pid = node_status(c, 1)["pid"]
+        ctx = multiprocessing.get_context("fork")
+        k = ctx.Process(target=_kill_later, args=(pid, 0.2))
+        k.start()
+        with pytest.raises(OSError) as e:
+            b.sync.dp_read(fb)                                  # blocks; then the node dies
+        assert e.value.errno == errno.ENETDOWN and "node 1" in e.value.strerror
+        with pytest.raises(OSError) as e:                       # and every later call says so at once
+            b.sync.dp_open(4)
+        assert e.value.errno == errno.ENETDOWN
+        k.join()
+        b.detach()
+    finally:
+        cluster_down(c)
+    assert _shm_entries(c.name) == [] and not os.path.exists(c.run_dir)
+
+
+def _kill_later(pid, delay):
+    time.sleep(delay)
+    os.kill(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- modules in running nodes
+
+
+def test_modules_in_a_running_node_behave_as_in_modeled_mode(two, capsys):
+    a = attach(node=0)
+    try:
+        assert [m["name"] for m in a.lsmod()][:2] == ["dec21140", "dp"]
+        fd = a.sync.dp_open(60)
+        with pytest.raises(OSError) as e:
+            a.rmmod("dp")                                       # an endpoint is open
+        assert e.value.errno == errno.EBUSY
+        with pytest.raises(OSError) as e:
+            a.insmod("no_such_module")
+        assert e.value.errno == errno.ENOENT
+        a.sync.close(fd)
+    finally:
+        a.detach()
+    assert main(["lsmod", "--node", "all", "--cluster", two.path, "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"0", "1"}
+    assert main(["insmod", "dp", "--node", "0", "--cluster", two.path]) == 1      # EEXIST, one line
+    err = capsys.readouterr().err
+    assert err.startswith("dp: node 0:") and err.count("\n") == 1
+    assert main(["modinfo", "dp", "--node", "1", "--cluster", two.path]) == 0
+    assert "Directed Point" in capsys.readouterr().out
+    assert main(["rmmod", "dp", "--node", "1", "--cluster", two.path]) == 0       # nothing uses it on node 1
+    assert main(["insmod", "dp", "tbp_slots=-3", "--node", "1", "--cluster", two.path]) == 1
+    assert "tbp_slots" in capsys.readouterr().err               # EINVAL naming the parameter
+    assert main(["insmod", "dp", "tbp_slots=8", "--node", "1", "--cluster", two.path]) == 0
+    b = attach(node=1)
+    try:
+        fd = b.sync.dp_open(61)
+        assert b._endpoint(fd).deliveries.slots == 8             # the new parameter took effect
+        b.sync.close(fd)
+    finally:
+        b.detach()
+
+
+# --------------------------------------------------------------------------- nodes, clusters, files
+
+
+def test_run_directory_and_socket_keep_other_users_out(two):
+    assert stat.S_IMODE(os.stat(two.run_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(two.socket_path(0)).st_mode) == 0o600
+    if os.geteuid() != 0:
+        pytest.skip("needs root to become another user")
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_attach_as_nobody, args=(two.run_dir, child))
+    p.start()
+    assert parent.recv() in (errno.EACCES, errno.ENOENT)
+    p.join()
+
+
+def _attach_as_nobody(run_dir, conn):
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+    try:
+        attach(node=0, run_dir=run_dir)
+        conn.send(None)
+    except OSError as exc:
+        conn.send(exc.errno)
+
+
+def test_node_start_stop_and_status_from_the_command_line(run_base, capsys):
+    c = cluster_up(1, name=f"one{os.getpid()}", tied=True)
+    try:
+        assert main(["node", "status", "--cluster", c.path, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["nodes"][0]["state"] == "up"
+        assert main(["node", "stop", "0", "--cluster", c.path]) == 0
+        assert sorted(os.listdir(c.run_dir)) == ["cluster.toml"]     # socket, pid and log removed
+        assert main(["node", "stop", "0", "--cluster", c.path]) == 1
+        assert "not running" in capsys.readouterr().err
+        assert main(["node", "start", "--id", "0", "--cluster", c.path, "--detach"]) == 0
+        assert node_status(c, 0)["state"] == "up"
+        with pytest.raises(OSError) as e:
+            start_node(c, 0)
+        assert e.value.errno == errno.EEXIST
+    finally:
+        cluster_down(c)
+    assert not os.path.exists(c.run_dir) and _shm_entries(c.name) == []
+
+
+def test_cluster_down_after_a_crash_leaves_nothing(run_base):
+    c = cluster_up(3, name=f"crash{os.getpid()}", tied=True)
+    pids = [node_status(c, n)["pid"] for n in c.nids()]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)                            # every node crashes
+    for pid in pids:
+        while _alive(pid):
+            time.sleep(0.01)
+    done = cluster_down(c.path)
+    assert done["stopped"] == []                                # no process was left to stop
+    assert not os.path.exists(c.run_dir) and _shm_entries(c.name) == []
+
+
+def test_a_cluster_that_cannot_come_up_leaves_nothing(run_base):
+    name = f"bad{os.getpid()}"
+    with pytest.raises(OSError) as e:
+        cluster_up(2, name=name, params=["no.such.key=1"])
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as e:
+        cluster_up(2, name=name, load=["no_such_module"])
+    assert "no_such_module" in e.value.strerror
+    assert not os.path.exists(os.path.join(run_base, name)) and _shm_entries(name) == []
+
+
+# --------------------------------------------------------------------------- N nodes
+
+
+@pytest.mark.parametrize("transport", ["shm", "udp"])
+def test_all_to_all_among_four_nodes(run_base, transport):
+    results, _stats = run_real_spmd(all_to_all, nodes=4, transport=transport, timeout=TIMEOUT)
+    for rank, got in enumerate(results):
+        assert set(got) == set(range(4)) - {rank}
+        for peer, msgs in got.items():
+            assert msgs == [f"{peer}->{rank}#{k}" for k in range(20)]     # all, in order, once
+
+
+def test_all_to_all_among_four_nodes_over_packet(run_base):
+    from kernelsim.media.netns import NetnsCluster
+    from pyroute2 import netns
+    ok, why = NetnsCluster.available()
+    if not ok:
+        pytest.skip(why)
+    c = cluster_up(4, name=f"pk{os.getpid()}", transport="packet", tied=True)
+    made = list(c.extra["namespaces"])
+    try:
+        results, _stats = run_real_spmd(all_to_all, nodes=4, cluster=c.path, timeout=TIMEOUT)
+    finally:
+        cluster_down(c)
+    for rank, got in enumerate(results):
+        for peer, msgs in got.items():
+            assert msgs == [f"{peer}->{rank}#{k}" for k in range(20)]
+    assert made and not set(made) & set(netns.listnetns())          # every namespace it made is gone
+    assert not os.path.exists(c.run_dir) and _shm_entries(c.name) == []
+
+
+# --------------------------------------------------------------------------- protocol modules on real nodes
+
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "examples", "all_to_all.py")
+
+
+def test_the_readme_flow_am_among_four_nodes(run_base, capsys):
+    """Up, insmod am, an attached script per node exchanging AMs with all others, rmmod, down."""
+    name = f"flow{os.getpid()}"
+    assert main(["cluster", "up", "--nodes", "4", "--nic", "tb2", "--name", name]) == 0
+    c_path = os.path.join(run_base, name, "cluster.toml")
+    try:
+        assert main(["insmod", "am", "--node", "all", "--cluster", c_path]) == 0
+        out = subprocess.run([sys.executable, "-m", "libdp._cli", "run", "-n", "4", "--cluster", c_path, EXAMPLE, "5"],
+                             capture_output=True, text=True, timeout=TIMEOUT)
+        assert out.returncode == 0, out.stderr
+        lines = sorted(ln for ln in out.stdout.splitlines() if ln.startswith("node "))
+        assert [ln.split(":")[0] for ln in lines] == [f"node {n}" for n in range(4)]
+        assert all("15 messages from 3 peers, all in order" in ln for ln in lines)
+        assert main(["rmmod", "am", "--node", "all", "--cluster", c_path]) == 0
+        capsys.readouterr()
+        assert main(["lsmod", "--node", "0", "--cluster", c_path, "--json"]) == 0
+        assert [m["name"] for m in json.loads(capsys.readouterr().out)["0"]] == ["tb2", "dp"]   # DP back
+    finally:
+        assert main(["cluster", "down", "--cluster", c_path]) == 0
+    assert not os.path.exists(os.path.join(run_base, name)) and _shm_entries(name) == []
+
+
+def test_am_pingpong_on_real_nodes(run_base, capsys):
+    assert main(["am-pingpong", "--real", "--sizes", "1,2", "--iters", "30", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["time"] == "real" and [r["words"] for r in doc["results"]] == [1, 2]
+    assert all(r["rtt_us"] > 0 for r in doc["results"])
+    assert main(["am-pingpong", "--transport", "udp"]) == 1            # a real-mode option without --real
+    assert "--transport: use it with --real" in capsys.readouterr().err
