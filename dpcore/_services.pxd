@@ -1,4 +1,6 @@
 from kernelsim._physmem cimport PhysMem
+from kernelsim._node cimport OpenFile
+from dpcore._tbp cimport TokenBufferPool
 
 
 cdef class Nart:
@@ -30,3 +32,17 @@ cdef class DirectedPoint:
 
     cdef inline double copy_cost(self, Py_ssize_t n):
         return self.copy_base + n / self.copy_rate
+
+
+cdef class Endpoint(OpenFile):
+    cdef public TokenBufferPool tbp
+    cdef public DirectedPoint dp
+    cdef public object proc
+    cdef public int ep
+    cdef public object target
+    cdef public object tokens
+    cdef public long long sent, received
+    cdef public object export
+
+    cpdef took(self)
+    cpdef deposited(self)

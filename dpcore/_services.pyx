@@ -24,7 +24,8 @@ import weakref
 from dpcore._codec cimport DmHeader, dm_build, dm_parse
 from dpcore._tbp cimport TokenBufferPool
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
-from kernelsim import OpenFile, WouldBlock
+from kernelsim import WouldBlock
+from kernelsim._node cimport FdTable, OpenFile
 
 DEF DM_HEADER = 8
 
@@ -127,13 +128,16 @@ class Token:
         return self.data.nbytes
 
 
-class Endpoint(OpenFile):
-    """A DP endpoint: a vertex port of the directed graph, as an open file."""
+cdef class Endpoint(OpenFile):
+    """A DP endpoint: a vertex port of the directed graph, as an open file.
+
+    Every message is deposited into one and read out of one, so its fields are typed;
+    ``export`` is what a real node's owner process is given (dpcore._export), once made.
+    """
 
     kind = "DP endpoint"
-    export = None           # real nodes: the owner's view of it (dpcore._export), once made
 
-    def __init__(self, dp: "DirectedPoint", proc, ep: int):
+    def __init__(self, DirectedPoint dp, proc, int ep):
         # The pool first: its region is all that can fail, and it is given back if it does.
         region = dp.node.alloc_shared(dp.tbp_slots * dp.max_message, f"dp-n{dp.node.nid}-ep{ep}-tbp")
         try:
@@ -141,11 +145,11 @@ class Endpoint(OpenFile):
         except BaseException:
             region.release()
             raise
-        super().__init__(dp.node)
+        OpenFile.__init__(self, dp.node)
         self.dp = dp
         self.proc = proc
         self.ep = ep
-        self.target: tuple | None = None
+        self.target = None
         self.tokens = weakref.WeakSet()
         self.sent = 0
         self.received = 0
@@ -161,13 +165,13 @@ class Endpoint(OpenFile):
     def write_path(self, proc, data):
         return self.dp.write_path(self, data)
 
-    def took(self) -> None:
+    cpdef took(self):
         """A message left the queue: readability follows what is still queued."""
         self.received += 1
         if self.tbp.count == 0:
             self.set_readable(False)
 
-    def deposited(self) -> None:
+    cpdef deposited(self):
         self.set_readable(True)
         if self.export is not None:
             self.export.deliver()
@@ -258,15 +262,15 @@ cdef class DirectedPoint:
         """dp_write through the call gate: no VFS, straight to the transmit path."""
         return (yield from self.write_path(self._endpoint(proc, fd), data))
 
-    def _endpoint(self, proc, fd):
-        f = proc.fds.get(fd)
+    def _endpoint(self, proc, fd) -> Endpoint:
+        f = (<FdTable> proc.fds).get(fd)
         if not isinstance(f, Endpoint):
             raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
-        return f
+        return <Endpoint> f
 
     # -- transmit ----------------------------------------------------------------------
 
-    def write_path(self, e, data):
+    def write_path(self, Endpoint e, data):
         cdef Py_ssize_t n, at
         cdef int nid, dst_ep
         cdef PhysMem mem = self.mem
@@ -296,7 +300,8 @@ cdef class DirectedPoint:
         e.sent += 1
         return n
 
-    def _deliver_locally(self, e: Endpoint, dst_ep: int, data: bytes):
+    def _deliver_locally(self, Endpoint e, int dst_ep, data):
+        cdef Endpoint dst
         """A message to this node's own endpoint never touches the NIC (no loopback wire)."""
         yield self.c_xmit + self.copy_cost(len(data))
         self.local_deliveries += 1
@@ -304,7 +309,7 @@ cdef class DirectedPoint:
         dst = self.endpoints.get(dst_ep)
         if dst is None:
             self.rx_no_endpoint += 1
-        elif (<TokenBufferPool> dst.tbp).deposit(data, 0, len(data), self.nid, e.ep):
+        elif dst.tbp.deposit(data, 0, len(data), self.nid, e.ep):
             dst.deposited()
         return len(data)
 
@@ -318,7 +323,7 @@ cdef class DirectedPoint:
 
     # -- receive -----------------------------------------------------------------------
 
-    def read_path(self, e, nbytes):
+    def read_path(self, Endpoint e, nbytes):
         """Copy the next message out of the TBP (user-level work on the mapped pool)."""
         cdef TokenBufferPool tbp = e.tbp
         cdef int slot = tbp.take()
@@ -333,10 +338,10 @@ cdef class DirectedPoint:
         tbp.release(slot)
         return data
 
-    def take_path(self, e):
+    def take_path(self, Endpoint e):
         """Zero-copy read: hand out the slot itself as a token."""
         yield self.c_read
-        slot = (<TokenBufferPool> e.tbp).take()
+        slot = e.tbp.take()
         if slot < 0:
             raise WouldBlock(e.readers, f"no message on endpoint {e.ep}")
         e.took()
@@ -351,6 +356,7 @@ cdef class DirectedPoint:
         """
         cdef DmHeader h
         cdef PhysMem mem = self.mem
+        cdef Endpoint e
         if not span_ok(addr, length, mem.size):
             span_check(addr, length, mem.size, "MDR frame")
         if length < DM_HEADER or dm_parse(&mem.buf[addr], length, &h) < 0:
@@ -367,7 +373,7 @@ cdef class DirectedPoint:
         if e is None:
             self.rx_no_endpoint += 1
             return self.c_mdr
-        if not (<TokenBufferPool> e.tbp).deposit(mem.buf, addr + DM_HEADER, h.length, h.src_nid, h.src_ep):
+        if not e.tbp.deposit(mem.buf, addr + DM_HEADER, h.length, h.src_nid, h.src_ep):
             return self.c_mdr
         e.deposited()
         return self.c_mdr + self.copy_cost(h.length)

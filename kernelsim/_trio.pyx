@@ -29,8 +29,10 @@ import trio
 from trio._core import _run as _trio_run
 
 from kernelsim._clock import EngineClock
+from kernelsim._clock cimport RunnableCounter
 from kernelsim._cpu cimport Cpu
 from kernelsim._engine cimport Engine
+from kernelsim._waits cimport Waiter, WaitQueue
 from kernelsim._node import WouldBlock
 
 cdef int LEVEL_PROC = 1
@@ -44,20 +46,28 @@ _ABORT_FAILED = trio.lowlevel.Abort.FAILED
 _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 
 
-cdef class _Completion:
+cdef class _Completion(Waiter):
     """A path's `on_done` (and a wait queue's waiter): records, stops the engine, wakes.
 
     `task` is set only once the calling task has parked; until then the call is still
-    running on its own stack and looks at `done` itself.
+    running on its own stack and looks at `done` itself. As a waiter it knows its
+    `queue`, so that an aborted wait takes itself off it.
     """
     cdef Engine engine
     cdef readonly bint done
     cdef object value, exc, task
+    cdef WaitQueue queue
 
     def __cinit__(self, Engine engine):
         self.engine = engine
 
     def __call__(self, value=None, exc=None):
+        self._complete(value, exc)
+
+    cdef int wake_up(self) except -1:
+        return self._complete(None, None)
+
+    cdef int _complete(self, object value, object exc) except -1:
         self.done = True
         self.value = value
         self.exc = exc
@@ -66,6 +76,13 @@ cdef class _Completion:
         if self.task is not None:
             task, self.task = self.task, None
             _reschedule(task)
+        return 0
+
+    def abort_wait(self, _):
+        # A wait can be cancelled: nothing has happened yet but the queue entry.
+        self.task = None
+        self.queue.discard(self)
+        return _ABORT_SUCCEEDED
 
 
 def _refuse_abort(_):
@@ -78,11 +95,51 @@ __all__ = ["run_path", "wait_on", "run_blocking", "run_path_sync", "wait_on_sync
 
 DEFAULT_SPIN_S = 1e-3    # real time: poll this long before sleeping on a descriptor
 
+# How a modeled call goes on once its work is submitted (`_start_path`, `_start_wait`):
+cdef enum:
+    _PARK = 0       # not done: park the task until the engine (run by trio's clock) finishes it
+    _INLINE = 1     # done by driving the engine inline, and nothing else woke: no schedule point
+    _DONE = 2       # done, but other tasks may have woken: a full schedule point
+
 
 def after(cost: float, path):
     """The path `path`, preceded by `cost` seconds of CPU time."""
     yield cost
     return (yield from path)
+
+
+def _never():
+    return False
+
+
+cdef bint _cancel_pending() except -1:
+    """Would `checkpoint_if_cancelled` do anything? Asked first, since it almost never
+    would: a call that drove the engine inline then creates no coroutine at all."""
+    task = _current_task()
+    try:
+        runner = task._runner
+        return task._cancel_status.effectively_cancelled or (runner.ki_pending and task is runner.main_task)
+    except AttributeError:              # another trio's internals: let trio decide
+        return True
+
+
+cdef int _start_path(Engine engine, Cpu on, object path, _Completion done) except -1:
+    on.submit(LEVEL_PROC, path, done)
+    if done.done:
+        return _DONE
+    if _drive_inline(engine, done):
+        # Only this call's own completion stopped the engine: no other task can
+        # have become runnable, so the schedule point has nothing to do.
+        return _INLINE
+    return _DONE if done.done else _PARK
+
+
+cdef int _start_wait(Engine engine, WaitQueue queue, _Completion woken) except -1:
+    woken.queue = queue
+    queue.add(woken)
+    if _drive_inline(engine, woken):
+        return _INLINE
+    return _DONE if woken.done else _PARK
 
 
 async def run_path(node, path, cpu=None):
@@ -91,6 +148,7 @@ async def run_path(node, path, cpu=None):
     cdef Engine engine = node.engine
     cdef _Completion done
     cdef Cpu on = <Cpu> (node.cpu if cpu is None else cpu)
+    cdef int how
     if not node.modeled:
         done = _Completion(None)
         on.submit(LEVEL_PROC, path, done)
@@ -101,12 +159,11 @@ async def run_path(node, path, cpu=None):
         await _checkpoint()
     else:
         done = _Completion(engine)
-        on.submit(LEVEL_PROC, path, done)
-        if not done.done and _drive_inline(engine, done):
-            # Only this call's own completion stopped the engine: no other task can
-            # have become runnable, so the schedule point has nothing to do.
-            await _checkpoint_if_cancelled()
-        elif done.done:
+        how = _start_path(engine, on, path, done)
+        if how == _INLINE:
+            if _cancel_pending():
+                await _checkpoint_if_cancelled()
+        elif how == _DONE:
             await _checkpoint()
         else:
             done.task = _current_task()
@@ -119,23 +176,18 @@ async def run_path(node, path, cpu=None):
 async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     """Block the calling task until `queue` is woken."""
     cdef _Completion woken
+    cdef int how
     if node.modeled:
         woken = _Completion(None)          # the queue's wake stops the engine itself
-        queue.add(woken)
-        if _drive_inline(node.engine, woken):
-            await _checkpoint_if_cancelled()
-            return
-        if woken.done:
+        how = _start_wait(node.engine, queue, woken)
+        if how == _INLINE:
+            if _cancel_pending():
+                await _checkpoint_if_cancelled()
+        elif how == _DONE:
             await _checkpoint()
-            return
-        woken.task = _current_task()
-
-        def abort(_):
-            woken.task = None
-            queue.discard(woken)
-            return _ABORT_SUCCEEDED
-
-        await _wait_task_rescheduled(abort)
+        else:
+            woken.task = _current_task()
+            await _wait_task_rescheduled(woken.abort_wait)
         return
     woken_list = []
     waiter = lambda: woken_list.append(True)  # noqa: E731
@@ -157,23 +209,67 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     await trio.lowlevel.checkpoint()
 
 
-async def run_blocking(node, make_path, *, nonblocking=lambda: False, wake_cost: float = 0.0,
-                       spin_s: float = DEFAULT_SPIN_S):
+async def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=0.0,
+                       spin_s: float = DEFAULT_SPIN_S, double before=0.0):
     """Run ``make_path(True)``; on WouldBlock wait and run ``make_path(False)`` after `wake_cost`.
 
     ``make_path(first)`` builds the path: ``first`` is False for a continuation after a
     wait (no second kernel entry). `nonblocking()` is asked after each WouldBlock:
-    True turns it into BlockingIOError(EAGAIN), as on a non-blocking fd.
+    True turns it into BlockingIOError(EAGAIN), as on a non-blocking fd. `before`: CPU
+    time the caller spent before the first try (a poll that noticed what it waited for).
+
+    In modeled time this is `run_path` and `wait_on` inlined: every blocking call of a
+    ping-pong is one of these, and a coroutine less per call is a task switch cheaper.
     """
+    cdef Engine engine
+    cdef Cpu on
+    cdef _Completion done
+    cdef int how
     path = make_path(True)
+    if before:
+        path = after(before, path)
+    if not node.modeled:
+        while True:
+            try:
+                return await run_path(node, path)
+            except WouldBlock as wb:
+                if nonblocking():
+                    raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
+                await wait_on(node, wb.queue, spin_s)
+                path = after(wake_cost, make_path(False)) if wake_cost else make_path(False)
+    engine = <Engine> node.engine
+    on = <Cpu> node.cpu
     while True:
-        try:
-            return await run_path(node, path)
-        except WouldBlock as wb:
-            if nonblocking():
-                raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
-            await wait_on(node, wb.queue, spin_s)
-            path = after(wake_cost, make_path(False)) if wake_cost else make_path(False)
+        done = _Completion(engine)
+        how = _start_path(engine, on, path, done)
+        if how == _PARK:
+            done.task = _current_task()
+            await _wait_task_rescheduled(_refuse_abort)
+        elif how == _DONE:
+            await _checkpoint()
+        if done.exc is None or not isinstance(done.exc, WouldBlock):
+            if how == _INLINE and _cancel_pending():
+                await _checkpoint_if_cancelled()
+            if done.exc is not None:
+                raise done.exc
+            return done.value
+        wb = done.exc
+        if nonblocking():
+            if how == _INLINE and _cancel_pending():
+                await _checkpoint_if_cancelled()
+            raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
+        # The wait is this call's checkpoint (it parks, or checks for cancellation).
+        done = _Completion(None)
+        how = _start_wait(engine, (<WaitQueue?> wb.queue), done)
+        if how == _INLINE:
+            if _cancel_pending():
+                await _checkpoint_if_cancelled()
+        elif how == _DONE:
+            await _checkpoint()
+        else:
+            done.task = _current_task()
+            await _wait_task_rescheduled(done.abort_wait)
+        path = after(wake_cost, make_path(False)) if wake_cost else make_path(False)
 
 
 def run_path_sync(node, path):
@@ -224,7 +320,7 @@ cdef bint _drive_inline(Engine engine, _Completion done) except -1:
     clock = _current_clock()
     if type(clock) is not EngineClock and not isinstance(clock, EngineClock):
         return False
-    counter = clock.counter
+    cdef RunnableCounter counter = clock.counter
     if not counter.live or counter.runnable != 0:
         return False
     cdef double until = _next_trio_deadline()

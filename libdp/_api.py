@@ -97,23 +97,29 @@ class DP:
         """Copy the next message out of the endpoint's TBP (user-level; polls while empty)."""
         _check_count(nbytes)
         ep = self._endpoint(fd)
+        wait = self._poll_pool(ep)
+        if wait is not None:
+            await wait
         return await self._call(lambda entry: ep.dp.read_path(ep, nbytes), fd, self._poll_cost,
-                                await self._poll_pool(ep))
+                                0.0 if wait is None else self._poll_cost)
 
     async def dp_read_token(self, fd: int):
         """Zero-copy read: a Token whose `.data` is a read-only view of the TBP slot."""
         ep = self._endpoint(fd)
+        wait = self._poll_pool(ep)
+        if wait is not None:
+            await wait
         return await self._call(lambda entry: ep.dp.take_path(ep), fd, self._poll_cost,
-                                await self._poll_pool(ep))
+                                0.0 if wait is None else self._poll_cost)
 
-    async def _poll_pool(self, ep) -> float:
+    def _poll_pool(self, ep):
         """The TBP is mapped into the process: look at its count before entering anything.
 
-        Returns the time the poll took to notice a message it had to wait for."""
+        The wait to await when the pool is empty (the poll then takes ``_poll_cost`` more
+        to notice what arrived), or None."""
         if ep.tbp.count == 0 and not ep.nonblocking:
-            await self._wait(ep.readers)
-            return self._poll_cost
-        return 0.0
+            return wait_on(self.node, ep.readers, self.spin_s)
+        return None
 
     async def close(self, fd: int) -> int:
         """Close `fd`: an endpoint's pool is freed and its messages dropped; EBADF if not open."""
@@ -140,26 +146,25 @@ class DP:
             raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
         return f
 
-    async def _syscall(self, name, args):
-        return await self._call(lambda entry: self.node.syscall_path(self.proc, name, args, entry), None, 0.0)
+    def _syscall(self, name, args):
+        return self._call(lambda entry: self.node.syscall_path(self.proc, name, args, entry), None, 0.0)
 
-    async def _call(self, make_path, fd, wake_cost, before: float = 0.0):
-        if before:                  # time the caller spent before the first try (a poll)
-            inner = make_path
-            make_path = lambda entry: after(before, inner(entry)) if entry else inner(entry)  # noqa: E731
-        return await run_blocking(self.node, make_path, wake_cost=wake_cost, spin_s=self.spin_s,
-                                  nonblocking=self._nonblocking(fd))
+    def _call(self, make_path, fd, wake_cost, before: float = 0.0):
+        # Not a coroutine itself: the caller awaits run_blocking's, one layer less for
+        # every resume of a task parked in a call.
+        return run_blocking(self.node, make_path, wake_cost=wake_cost, spin_s=self.spin_s,
+                            nonblocking=self._nonblocking(fd), before=before)
 
     def _nonblocking(self, fd):
         return lambda: fd is not None and self.proc.fds.get(fd).nonblocking
 
     # What protocol user halves build on: run one path, wait on one queue.
 
-    async def _submit(self, path):
-        return await run_path(self.node, path)
+    def _submit(self, path):
+        return run_path(self.node, path)
 
-    async def _wait(self, queue):
-        await wait_on(self.node, queue, self.spin_s)
+    def _wait(self, queue):
+        return wait_on(self.node, queue, self.spin_s)
 
 
 class SyncDP:

@@ -1,0 +1,3 @@
+cdef class RunnableCounter:
+    cdef public long long runnable
+    cdef public bint live
