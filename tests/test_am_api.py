@@ -69,8 +69,8 @@ def test_sync_forms():
     b.sync.poll_until(lambda: b.stats()["stores_received"] == 1)
     assert a.sync.wait(x) is x and x.done
     assert seg_b.read(0, 10) == b"sync store"
-    a.sync.close()
-    b.sync.close()
+    b.sync.close()                                 # its close acknowledges the store ...
+    a.sync.close()                                 # ... which a's close then needs
 
 
 def test_many_requests_arrive_exactly_once_in_order_through_the_window():

@@ -209,9 +209,46 @@ def test_close_abandons_a_transfer_in_flight_to_a_node_that_is_gone():
     b = AM.open_sync(c.process(1))
     dst = b.segment(100_000)
     x = a.sync.am_store_async(1, bytes(100_000), dst.addr, 100_000, H_SINK, 0)
-    a.sync.close()                                    # node 1 never polls: bounded, then released
+    with pytest.raises(OSError) as e:                 # node 1 never polls: as long as a call would wait,
+        a.sync.close()                                # then ETIMEDOUT -- and released all the same
+    assert e.value.errno == errno.ETIMEDOUT
     assert not x.done
     assert c.nodes[0].services["am"].stats()["last_endpoint"]["abandoned"] > 0
     with pytest.raises(OSError) as e:
         a.sync.close()
     assert e.value.errno == errno.EBADF
+
+
+@pytest.mark.parametrize("seed", [1, 2, 5])
+def test_half_the_packets_lost_the_pingpong_still_ends_with_results(seed):
+    """Issue 11: at 50% loss the ping-pong used to end in a modeled deadlock (the replier
+    closed after 4 unanswered keep-alives, abandoning the last reply its peer waited for)
+    or in ETIMEDOUT (the first to close left before its last ack arrived, and the other's
+    keep-alives found no one). Close now waits as long as a call would, then lingers
+    `close_linger` keep-alive periods to answer the peer's keep-alives."""
+    from libdp._am_bench import am_pingpong
+    c = Cluster(nodes=2, nic="tb2", params=[("fault.loss", 0.5)], seed=seed, load=["am"])
+    rows = am_pingpong(c, words=(1,), iters=2)
+    assert rows[0]["rtt_us"] > 51.0
+    assert c.medium.stats()["faults"]["lost"] > 10
+    for n in c.nodes:
+        assert n.services["am"].stats()["last_endpoint"]["abandoned"] == 0
+
+
+def test_a_closed_endpoint_lingers_only_with_close_linger():
+    c = Cluster(nodes=2, nic="tb2", load=[("am", {"close_linger": "0"})])
+    a, b = AM.open_sync(c.process(0)), AM.open_sync(c.process(1))
+    b.set_handler(H_SINK, lambda tok, x: None)
+    a.sync.am_request_1(1, H_SINK, 1)
+    b.sync.poll_until(lambda: b.stats()["handlers_run"] == 1)
+    t0 = c.engine.now
+    b.sync.close()
+    quick = c.engine.now - t0
+    c2 = Cluster(nodes=2, nic="tb2", load=["am"])
+    a2, b2 = AM.open_sync(c2.process(0)), AM.open_sync(c2.process(1))
+    b2.set_handler(H_SINK, lambda tok, x: None)
+    a2.sync.am_request_1(1, H_SINK, 1)
+    b2.sync.poll_until(lambda: b2.stats()["handlers_run"] == 1)
+    t0 = c2.engine.now
+    b2.sync.close()
+    assert c2.engine.now - t0 > 32 * 500 * b2.ep.full_poll > 100 * quick

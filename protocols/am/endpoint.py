@@ -127,7 +127,6 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         self.c_request = cyc(params["request_cycles"])
         self.c_bulk = cyc(params["bulk_cycles"])
         self.full_poll = self.c_poll_own + uf.c_poll       # one am_poll of an empty network (SP-A35)
-        self.close_keepalives = 4
         self.handlers = [None] * MAX_HANDLERS
         self.hdr = W.Header()
         self.segments: list[Segment] = []        # sorted by address
@@ -301,8 +300,9 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
 
     def close_path(self, since=None):
         """Before the FIFOs go: acknowledge what we hold and wait for our own messages'
-        acks -- but not for a node that has stopped answering (`close_keepalives`
-        keep-alives in a row unanswered: its endpoint is gone)."""
+        acks -- for as long as a call would (``max_keepalives`` keep-alives in a row
+        unanswered: ETIMEDOUT), and not for a node already reported gone; then stay
+        ``close_linger`` keep-alive periods after the last packet heard (keepalive.py)."""
         if since is None:
             self.closing = True
             for peer in self.peers.values():
@@ -311,8 +311,10 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
                     self._kick(peer)
         yield from self.poll_path(since, raise_errors=False)
         for p in self.peers.values():
-            if (p.unacked() or p.tx_req.pending or p.tx_rep.pending or p.ctl) and p.keepalives < self.close_keepalives:
+            if (p.unacked() or p.tx_req.pending or p.tx_rep.pending or p.ctl) and not self.reported_gone(p):
                 raise WouldBlock(self.events, "AM endpoint draining")
+        if self.lingering():
+            raise WouldBlock(self.events, "AM endpoint lingering for the peers' last keep-alives")
         f = self.uf.fifos
         if f.outstanding():
             # Let the adapter take what we handed it, so the card is free when we go.
@@ -392,6 +394,7 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         st = self.stats_c
         st["rx_packets"] += 1
         peer.keepalives = 0
+        self.heard = self.polls
         # Every packet carries both acks (SP-C05: piggybacked where possible).
         self._acked(peer, peer.tx_req, h.ack_req)
         self._acked(peer, peer.tx_rep, h.ack_rep)
