@@ -94,27 +94,39 @@ class Token:
     pool gave back can never be read through them.
     """
 
-    __slots__ = ("_ep", "_slot", "data", "source", "__weakref__")
+    __slots__ = ("_ep", "_slot", "_data", "source", "__weakref__")
 
     def __init__(self, ep: "Endpoint", slot: int):
         self._ep = ep
         self._slot = slot
-        self.data = ep.tbp.view(slot)
+        self._data = ep.tbp.view(slot)
         self.source = ep.tbp.source(slot)
         ep.tokens.add(self)
+
+    @property
+    def data(self):
+        """The message, a read-only view of its slot: EINVAL once released, EBADF once its
+        endpoint is closed (a view kept from before is released too: ValueError on use)."""
+        if self._slot == -2:
+            raise OSError(errno.EBADF, "the token's endpoint was closed")
+        if self._slot < 0:
+            raise OSError(errno.EINVAL, "token already released")
+        return self._data
 
     def release(self) -> None:
         if self._slot == -2:
             raise OSError(errno.EBADF, "the token's endpoint was closed")
         if self._slot < 0:
             raise OSError(errno.EINVAL, "token already released")
-        self.data.release()
+        self._data.obj.revoke()
+        self._data.release()
         self._ep.tokens.discard(self)
         self._ep.tbp.release(self._slot)
         self._slot = -1
 
     def revoke(self) -> None:
-        self.data.release()
+        self._data.obj.revoke()
+        self._data.release()
         self._slot = -2
 
     def __enter__(self):

@@ -21,7 +21,7 @@ import errno
 from libc.stdlib cimport malloc, free
 from libc.string cimport memmove
 
-from kernelsim._physmem cimport span_check, span_ok
+from kernelsim._physmem cimport span_check, span_ok, window_on
 
 
 cdef class TokenBufferPool:
@@ -127,11 +127,12 @@ cdef class TokenBufferPool:
         return (self._src_nid[slot], self._src_ep[slot])
 
     def view(self, int slot):
-        """The user's read-only view of a held slot's message."""
+        """The user's read-only view of a held slot's message (its ``.obj`` a ReadOnlyWindow:
+        revoke it when the slot goes back to the pool)."""
         self._check_held(slot)
         self._check_pinned()
         cdef Py_ssize_t a = <Py_ssize_t> slot * self.slot_bytes
-        return self.region.buf[a:a + self._len[slot]].toreadonly()
+        return window_on(self._buf, a, self._len[slot])
 
     def copy_out(self, int slot, Py_ssize_t nbytes):
         self._check_held(slot)

@@ -23,3 +23,14 @@ cdef class PhysMem:
     cpdef bytes read(self, Py_ssize_t addr, Py_ssize_t n)
     cpdef move(self, Py_ssize_t dst, Py_ssize_t src, Py_ssize_t n)
     cpdef unsigned int rd16be(self, Py_ssize_t addr) except? 0xFFFFFFFF
+
+
+cdef class ReadOnlyWindow:
+    # a user's read-only window on kernel memory (see _physmem.pyx)
+    cdef unsigned char[::1] _mv
+    cdef Py_ssize_t _len
+    cdef Py_ssize_t _stride
+    cdef bint _revoked
+
+cdef object window_on(unsigned char[::1] mv, Py_ssize_t offset, Py_ssize_t n)
+    # a read-only memoryview of mv[offset:offset + n] whose .obj is a ReadOnlyWindow

@@ -14,6 +14,7 @@ touched, so an idle modeled node costs little host memory and a 1024-node cluste
 import errno
 import mmap
 
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES, PyBUF_WRITABLE
 from libc.string cimport memcpy, memmove, memset
 
 
@@ -112,3 +113,65 @@ cdef class PhysMem:
         if not span_ok(addr, 2, self.size):
             span_check(addr, 2, self.size, "physical memory")
         return (self.buf[addr] << 8) | self.buf[addr + 1]
+
+
+cdef class ReadOnlyWindow:
+    """A user's window on kernel memory: bytes it may read in place and never write.
+
+    ``memoryview(buf[a:b]).toreadonly()`` is not enough: its ``.obj`` is the writable
+    object underneath (a process holding a token could write the whole pool through
+    ``tok.data.obj``). A window is that ``.obj`` instead: it exports read-only buffers
+    only, and once revoked (the kernel took the memory back) it exports nothing.
+    Made only by `read_only_window`.
+    """
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        if self._revoked:
+            raise OSError(errno.EBADF, "the kernel took this memory back")
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("a window on kernel memory is read-only")
+        buffer.buf = NULL
+        if self._len:
+            buffer.buf = <void*> &self._mv[0]
+        buffer.len = self._len
+        buffer.readonly = 1
+        buffer.itemsize = 1
+        buffer.format = NULL
+        if flags & PyBUF_FORMAT:
+            buffer.format = "B"
+        buffer.ndim = 1
+        buffer.shape = NULL
+        if flags & PyBUF_ND:
+            buffer.shape = &self._len
+        buffer.strides = NULL
+        if flags & PyBUF_STRIDES:
+            buffer.strides = &self._stride
+        buffer.suboffsets = NULL
+        buffer.internal = NULL
+        buffer.obj = self
+
+    def __releasebuffer__(self, Py_buffer *buffer):
+        pass
+
+    def revoke(self) -> None:
+        """No new views from now on (views already taken must be released by their holder)."""
+        self._revoked = True
+
+    def __len__(self):
+        return self._len
+
+
+def read_only_window(memory, Py_ssize_t offset, Py_ssize_t n):
+    """A read-only memoryview of `n` bytes of `memory` at `offset`, whose ``.obj`` is a
+    `ReadOnlyWindow` (revoke it with ``view.obj.revoke()`` before the memory is reused)."""
+    return window_on(memory, offset, n)
+
+
+cdef object window_on(unsigned char[::1] mv, Py_ssize_t offset, Py_ssize_t n):
+    span_check(offset, n, mv.shape[0], "read-only window")
+    cdef ReadOnlyWindow w = ReadOnlyWindow.__new__(ReadOnlyWindow)
+    w._mv = mv[offset:offset + n]
+    w._len = n
+    w._stride = 1
+    w._revoked = False
+    return memoryview(w)

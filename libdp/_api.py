@@ -19,9 +19,35 @@ import time
 
 from kernelsim import DEFAULT_SPIN_S, after, run_blocking, run_blocking_sync, run_path, wait_on
 
-__all__ = ["DP", "SyncDP", "Endpoint"]
+__all__ = ["DP", "SyncDP", "Endpoint", "NodeView"]
 
 
+class NodeView:
+    """What a program may ask of its node (``dp.node``): id, profile, statistics.
+
+    Never the node itself: its memory, devices and other processes' files are the
+    kernel's. A process reaches them only through the calls, which check ownership.
+    """
+
+    __slots__ = ("nid", "profile", "modeled", "_stats")
+
+    def __init__(self, nid: int, profile, modeled: bool, stats):
+        self.nid = nid
+        self.profile = profile
+        self.modeled = modeled
+        self._stats = stats
+
+    def stats(self) -> dict:
+        """The node's statistics (a fresh snapshot)."""
+        return self._stats()
+
+    def __getattr__(self, name):
+        raise AttributeError(f"dp.node is a process's view of its node (nid, profile, modeled, stats()); "
+                             f"it has no {name!r}: kernel objects are reached only through the calls "
+                             f"(library code inside libdp uses dp._node)")
+
+    def __repr__(self):
+        return f"<node {self.nid} ({'modeled' if self.modeled else 'real'} time)>"
 
 
 class DP:
@@ -32,13 +58,14 @@ class DP:
     """
 
     def __init__(self, proc, *, spin_s: float = DEFAULT_SPIN_S):
-        self.proc = proc
-        self.node = proc.node
+        self._proc = proc
+        self._node = node = proc.node
+        self.node = NodeView(node.nid, node.profile, node.modeled, node.stats)
         self.spin_s = spin_s
         self.sync = SyncDP(self)
-        p = self.node.profile
-        self._poll_cost = self.node.costs.cycles(p["dp.poll_cycles"])
-        self._wake_cost = self.node.costs.wakeup
+        p = node.profile
+        self._poll_cost = self._node.costs.cycles(p["dp.poll_cycles"])
+        self._wake_cost = self._node.costs.wakeup
 
     @property
     def nid(self) -> int:
@@ -47,7 +74,7 @@ class DP:
 
     def now(self) -> float:
         """Seconds on this process's clock: modeled time, or the host's in real time."""
-        return self.node.engine.now if self.node.modeled else time.perf_counter()
+        return self._node.engine.now if self._node.modeled else time.perf_counter()
 
     # -- the calls ---------------------------------------------------------------------
 
@@ -74,13 +101,13 @@ class DP:
         EFAULT if `data` is not bytes-like; waits (or EAGAIN non-blocking) while the ring is full.
         """
         data = _bytes(data)
-        return await self._call(lambda entry: self.node.callgate_path(self.proc, "dp_write", (fd, data), entry),
+        return await self._call(lambda entry: self._node.callgate_path(self._proc, "dp_write", (fd, data), entry),
                                 fd, self._wake_cost)
 
     async def write(self, fd: int, data) -> int:
         """`dp_write` through the generic system-call entry (UNIX ``write``), at its higher cost."""
         data = _bytes(data)
-        return await self._call(lambda entry: self.node.syscall_path(self.proc, "write", (fd, data), entry),
+        return await self._call(lambda entry: self._node.syscall_path(self._proc, "write", (fd, data), entry),
                                 fd, self._wake_cost)
 
     async def read(self, fd: int, nbytes: int) -> bytes:
@@ -90,7 +117,7 @@ class DP:
         OSError(EDEADLK) if nothing could ever arrive).
         """
         _check_count(nbytes)
-        return await self._call(lambda entry: self.node.syscall_path(self.proc, "read", (fd, nbytes), entry),
+        return await self._call(lambda entry: self._node.syscall_path(self._proc, "read", (fd, nbytes), entry),
                                 fd, self._wake_cost)
 
     async def dp_read(self, fd: int, nbytes: int = 65536) -> bytes:
@@ -118,7 +145,7 @@ class DP:
         The wait to await when the pool is empty (the poll then takes ``_poll_cost`` more
         to notice what arrived), or None."""
         if ep.tbp.count == 0 and not ep.nonblocking:
-            return wait_on(self.node, ep.readers, self.spin_s)
+            return wait_on(self._node, ep.readers, self.spin_s)
         return None
 
     async def close(self, fd: int) -> int:
@@ -127,7 +154,7 @@ class DP:
 
     def set_blocking(self, fd: int, blocking: bool) -> None:
         """Blocking (the default) or not: a non-blocking call that would wait raises BlockingIOError."""
-        self.proc.fds.get(fd).nonblocking = not blocking
+        self._proc.fds.get(fd).nonblocking = not blocking
 
     async def endpoint(self, ep: int, target: tuple | None = None) -> "Endpoint":
         """Open endpoint `ep` as an `Endpoint` object, targeted at ``(nid, ep)`` if given."""
@@ -140,31 +167,31 @@ class DP:
     # -- machinery ---------------------------------------------------------------------
 
     def _endpoint(self, fd):
-        dp = self.node.services.get("dp")
-        f = self.proc.fds.get(fd)
+        dp = self._node.services.get("dp")
+        f = self._proc.fds.get(fd)
         if dp is None or f.kind != "DP endpoint":
             raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
         return f
 
     def _syscall(self, name, args):
-        return self._call(lambda entry: self.node.syscall_path(self.proc, name, args, entry), None, 0.0)
+        return self._call(lambda entry: self._node.syscall_path(self._proc, name, args, entry), None, 0.0)
 
     def _call(self, make_path, fd, wake_cost, before: float = 0.0):
         # Not a coroutine itself: the caller awaits run_blocking's, one layer less for
         # every resume of a task parked in a call.
-        return run_blocking(self.node, make_path, wake_cost=wake_cost, spin_s=self.spin_s,
+        return run_blocking(self._node, make_path, wake_cost=wake_cost, spin_s=self.spin_s,
                             nonblocking=self._nonblocking(fd), before=before)
 
     def _nonblocking(self, fd):
-        return lambda: fd is not None and self.proc.fds.get(fd).nonblocking
+        return lambda: fd is not None and self._proc.fds.get(fd).nonblocking
 
     # What protocol user halves build on: run one path, wait on one queue.
 
     def _submit(self, path):
-        return run_path(self.node, path)
+        return run_path(self._node, path)
 
     def _wait(self, queue):
-        return wait_on(self.node, queue, self.spin_s)
+        return wait_on(self._node, queue, self.spin_s)
 
 
 class SyncDP:
@@ -175,33 +202,33 @@ class SyncDP:
 
     def __init__(self, dp: DP):
         self._dp = dp
-        self.node = dp.node
-        self.proc = dp.proc
+        self._node = dp._node
+        self._proc = dp._proc
 
     def dp_open(self, ep):
         """Blocking `DP.dp_open`."""
-        return self._call(lambda e: self.node.syscall_path(self.proc, "dp_open", (ep,), e), None, 0.0)
+        return self._call(lambda e: self._node.syscall_path(self._proc, "dp_open", (ep,), e), None, 0.0)
 
     def dp_target(self, fd, nid, ep):
         """Blocking `DP.dp_target`."""
-        return self._call(lambda e: self.node.syscall_path(self.proc, "dp_target", (fd, nid, ep), e), None, 0.0)
+        return self._call(lambda e: self._node.syscall_path(self._proc, "dp_target", (fd, nid, ep), e), None, 0.0)
 
     def dp_write(self, fd, data):
         """Blocking `DP.dp_write`."""
         data = _bytes(data)
-        return self._call(lambda e: self.node.callgate_path(self.proc, "dp_write", (fd, data), e),
+        return self._call(lambda e: self._node.callgate_path(self._proc, "dp_write", (fd, data), e),
                           fd, self._dp._wake_cost)
 
     def write(self, fd, data):
         """Blocking `DP.write`."""
         data = _bytes(data)
-        return self._call(lambda e: self.node.syscall_path(self.proc, "write", (fd, data), e), fd,
+        return self._call(lambda e: self._node.syscall_path(self._proc, "write", (fd, data), e), fd,
                           self._dp._wake_cost)
 
     def read(self, fd, nbytes):
         """Blocking `DP.read`."""
         _check_count(nbytes)
-        return self._call(lambda e: self.node.syscall_path(self.proc, "read", (fd, nbytes), e), fd,
+        return self._call(lambda e: self._node.syscall_path(self._proc, "read", (fd, nbytes), e), fd,
                           self._dp._wake_cost)
 
     def dp_read(self, fd, nbytes=65536):
@@ -217,14 +244,14 @@ class SyncDP:
 
     def close(self, fd):
         """Blocking `DP.close`."""
-        return self._call(lambda e: self.node.syscall_path(self.proc, "close", (fd,), e), None, 0.0)
+        return self._call(lambda e: self._node.syscall_path(self._proc, "close", (fd,), e), None, 0.0)
 
     def set_blocking(self, fd, blocking):
         """`DP.set_blocking`."""
         self._dp.set_blocking(fd, blocking)
 
     def _call(self, make_path, fd, wake_cost):
-        return run_blocking_sync(self.node, make_path, wake_cost=wake_cost, spin_s=self._dp.spin_s,
+        return run_blocking_sync(self._node, make_path, wake_cost=wake_cost, spin_s=self._dp.spin_s,
                                  nonblocking=self._dp._nonblocking(fd))
 
 

@@ -43,6 +43,7 @@ import trio
 from kernelsim.daemon import (ERROR_WORD_OFFSET, GATE_CALL, GATE_FILEOP, EventRing, default_spin, pack_args,
                               recv_msg, send_msg)
 from kernelsim.media._shmring import ShmRing
+from libdp._api import NodeView
 from libdp._clusterfile import ClusterFile, default_run_dir, node_from_environment, node_socket
 
 __all__ = ["attach", "AttachedDP", "SyncAttachedDP", "NodeLink", "RemoteToken", "DEFAULT_SPIN_S"]
@@ -278,7 +279,9 @@ class _Endpoint(_File):
     def flush_releases(self) -> None:
         if self._releases:
             entry = bytes([GATE_FILEOP, _OP_RELEASE]) + b"".join(_U32.pack(s) for s in self._releases)
-            if self.ring.send(entry):
+            # No doorbell: the node takes the slots back when it next wakes -- before it
+            # takes frames (NodeServer._loop), so a full pool is refilled in time.
+            if self.ring.send(entry, False):
                 self._releases.clear()
 
     def unmap(self) -> None:
@@ -335,28 +338,37 @@ def _user_level_kernel(dp: "AttachedDP", card: _Card, proto: str):
 class RemoteToken:
     """A message read in place: ``data`` is a read-only view of its slot in the mapped pool."""
 
-    __slots__ = ("_ep", "_slot", "data", "source", "__weakref__")
+    __slots__ = ("_ep", "_slot", "_data", "source", "__weakref__")
 
     def __init__(self, ep: _Endpoint, slot: int, n: int, source):
         self._ep = ep
         self._slot = slot
         off = slot * ep.slot_bytes
-        self.data = ep.tbp[off:off + n]
+        self._data = ep.tbp[off:off + n]
         self.source = source
         ep.tokens.add(self)
+
+    @property
+    def data(self):
+        """The message: EINVAL once released, EBADF once its endpoint is closed (as dpcore's Token)."""
+        if self._slot == -2:
+            raise OSError(errno.EBADF, "the token's endpoint was closed")
+        if self._slot < 0:
+            raise OSError(errno.EINVAL, "token already released")
+        return self._data
 
     def release(self) -> None:
         if self._slot == -2:
             raise OSError(errno.EBADF, "the token's endpoint was closed")
         if self._slot < 0:
             raise OSError(errno.EINVAL, "token already released")
-        self.data.release()
+        self._data.release()
         self._ep.tokens.discard(self)
         self._ep.release(self._slot)
         self._slot = -1
 
     def _revoke(self) -> None:
-        self.data.release()
+        self._data.release()
         self._slot = -2
 
     def __enter__(self):
@@ -367,21 +379,7 @@ class RemoteToken:
             self.release()
 
     def __len__(self):
-        return self.data.nbytes
-
-
-class _NodeView:
-    """What a program may ask of "its node" (``dp.node``) in real mode: id, profile, statistics."""
-
-    modeled = False
-
-    def __init__(self, link: NodeLink):
-        self._link = link
-        self.nid = link.nid
-        self.profile = _ProfileView(link.hello.get("profile", {}), link.hello.get("platform"))
-
-    def stats(self) -> dict:
-        return self._link.admin("stats")
+        return self._data.nbytes if self._slot >= 0 else 0
 
 
 class _ProfileView(dict):
@@ -399,7 +397,8 @@ class AttachedDP:
     def __init__(self, link: NodeLink, *, spin_s: float = DEFAULT_SPIN_S):
         self.link = link
         self.spin_s = spin_s
-        self.node = _NodeView(link)
+        self.node = NodeView(link.nid, _ProfileView(link.hello.get("profile", {}), link.hello.get("platform")),
+                             False, lambda: link.admin("stats"))
         self._files: dict[int, _File] = {}
         self.sync = SyncAttachedDP(self)
 

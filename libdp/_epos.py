@@ -23,7 +23,7 @@ async def bulk_pingpong(dp, rank, size, sizes=BULK_SIZES, iters=10, pipeline="ad
     """
     if rank > 1 or size < 2:
         return None
-    node = dp.node
+    node = dp._node
     eng = bulk_device(node).bulk
     peer = 1 - rank
     rows = []

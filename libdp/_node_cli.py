@@ -62,7 +62,7 @@ def add_commands(sub, common) -> None:
     q.add_argument("--name", default="default", help="cluster name (default: default)")
     q.add_argument("--run-dir", default=None, help="run directory (default: <run base>/<name>)")
     q.add_argument("--spin-us", type=float, default=None, metavar="US",
-                   help="how long an idle node polls before it sleeps (default: 1000)")
+                   help="how long an idle node polls before it sleeps (default: 1000 with 4 CPUs or more, else 0)")
     q.set_defaults(func=_cluster_up)
     q = csub.add_parser("down", help="stop every node and remove every namespace, ring and file the cluster made")
     _cluster_opts(q)

@@ -22,7 +22,7 @@ async def raw_pingpong_program(dp, rank, size, sizes=(0,), iters=1000, warmup=10
         return None
     # Both ranks map their FIFOs before the engine moves (no modeled time passes
     # before a rank's first call), so the first packet finds the peer's card running.
-    fifos = open_fifos(dp, pop_every)
+    fifos = open_fifos(dp._proc, pop_every)
     peer = 1 - rank
     rows = []
     try:

@@ -60,7 +60,7 @@ class AM:
     def __init__(self, dp, fd: int):
         self.dp = dp
         self.fd = fd
-        self.ep = dp.proc.fds.get(fd)
+        self.ep = dp._proc.fds.get(fd)
         self.sync = SyncAM(self)
 
     @classmethod
@@ -77,7 +77,7 @@ class AM:
     @classmethod
     def open_sync(cls, dp, handlers=None) -> "AM":
         dp = dp.sync.user_level("am") if hasattr(dp, "user_level") else dp
-        fd = dp.sync._call(lambda e: dp.node.syscall_path(dp.proc, "am_open", (), e), None, 0.0)
+        fd = dp.sync._call(lambda e: dp._node.syscall_path(dp._proc, "am_open", (), e), None, 0.0)
         am = cls(dp, fd)
         am._install(handlers)
         return am
@@ -166,7 +166,7 @@ class AM:
     async def am_poll(self) -> int:
         """Handle every message that has arrived; the number handled."""
         self.ep.check_caller("am_poll")
-        return await run_path(self.dp.node, self.ep.poll_path())
+        return await run_path(self.dp._node, self.ep.poll_path())
 
     async def poll_until(self, pred) -> None:
         """Poll until ``pred()`` is true (checked before the first poll)."""
@@ -206,7 +206,7 @@ class AM:
         """Submit a path; while it says "not yet" (WouldBlock), spin -- modeled as a
         wait on the endpoint's events (arrival, send-FIFO room, keep-alive due)."""
         dp, ep = self.dp, self.ep
-        node = dp.node
+        node = dp._node
         since = None
         while True:
             try:
@@ -227,7 +227,7 @@ class SyncAM:
 
     def _run(self, make_path):
         am, ep = self._am, self.ep
-        node = am.dp.node
+        node = am.dp._node
         since = None
         while True:
             try:
@@ -269,7 +269,7 @@ class SyncAM:
 
     def am_poll(self) -> int:
         self.ep.check_caller("am_poll")
-        return self._am.dp.node.run_now(self.ep.poll_path())
+        return self._am.dp._node.run_now(self.ep.poll_path())
 
     def poll_until(self, pred) -> None:
         self.ep.check_caller("am_poll")

@@ -167,3 +167,85 @@ def test_rmmod_dp_is_ebusy_while_an_endpoint_is_open(pair):
     assert ei.value.errno == E.EBUSY
     a.close(fa)
     c.node(0).modules.rmmod("dp")
+
+
+# --------------------------------------------------------------------------- isolation
+
+
+def _reachable(root, depth=6):
+    """Every object reachable from `root` through public attributes (what a user script
+    can touch without reaching for names the library marks private)."""
+    import types
+    seen, frontier, out = {id(root)}, [root], [root]
+    for _ in range(depth):
+        nxt = []
+        for obj in frontier:
+            for name in dir(obj):
+                if name.startswith("_"):
+                    continue
+                try:
+                    val = getattr(obj, name)
+                except Exception:                       # noqa: BLE001 - a property that refuses is fine
+                    continue
+                if isinstance(val, (types.MethodType, types.BuiltinMethodType, types.FunctionType, type,
+                                    types.ModuleType, int, float, str, bytes, bool, type(None))):
+                    continue
+                if id(val) not in seen:
+                    seen.add(id(val))
+                    out.append(val)
+                    nxt.append(val)
+        frontier = nxt
+    return out
+
+
+def test_a_process_handle_reaches_no_kernel_object_and_no_writable_memory(pair):
+    """The attack of issue 11: from its own handle, a process walks every public attribute
+    (its DP, the sync calls, its node, an endpoint object, a token) looking for the node's
+    memory, another process's files or pool, or any writable view of kernel memory."""
+    from kernelsim import Node
+    from kernelsim._physmem import PhysMem
+    c, a, b, fa, fb = pair
+    a.dp_write(fa, b"victim's message")
+    tok = b.dp_read_token(fb)
+    attacker = c.process(1)
+    roots = [attacker, attacker.sync, attacker.node, tok]
+    found = [o for r in roots for o in _reachable(r)]
+    kernel = [o for o in found if isinstance(o, (Node, PhysMem))]
+    writable = [o for o in found if isinstance(o, (bytearray, memoryview)) and not
+                (isinstance(o, memoryview) and o.readonly)]
+    assert kernel == [] and writable == []
+    assert bytes(tok.data) == b"victim's message"
+
+
+def test_another_process_cannot_use_a_process_s_fd_or_token(pair):
+    c, a, b, fa, fb = pair
+    a.dp_write(fa, b"for b only")
+    other = c.process(1).sync                         # a second process on b's node
+    with pytest.raises(OSError) as ei:
+        other.dp_read(fb)                             # b's fd number means nothing in its table
+    assert ei.value.errno == E.EBADF
+    assert b.dp_read(fb) == b"for b only"             # and b lost nothing
+
+
+def test_node_view_offers_id_profile_and_statistics_only(pair):
+    c, a, b, fa, fb = pair
+    view = c.process(1).node
+    assert view.nid == 1 and view.modeled and "dp" in view.stats()
+    for name in ("mem", "netdevs", "services", "processes", "engine"):
+        with pytest.raises(AttributeError) as ei:
+            getattr(view, name)
+        assert "view of its node" in str(ei.value)
+
+
+def test_the_object_under_a_token_is_read_only_and_gone_with_the_slot(pair):
+    c, a, b, fa, fb = pair
+    a.dp_write(fa, b"abc")
+    tok = b.dp_read_token(fb)
+    under = tok.data.obj                  # what a memoryview is a view of
+    with pytest.raises(TypeError):
+        memoryview(under)[0] = 1          # read-only too: not the pool's writable bytes
+    assert bytes(memoryview(under)) == b"abc"
+    tok.release()
+    with pytest.raises(OSError) as ei:
+        memoryview(under)                 # the slot went back to the pool: no new view of it
+    assert ei.value.errno == E.EBADF

@@ -14,6 +14,7 @@ import pytest
 from dpcore._codec import dm_build_at, dm_pack, dm_parse_at
 from dpcore._tbp import TokenBufferPool
 from kernelsim import PhysMem, PrivateRegion
+from kernelsim._physmem import read_only_window
 from libdp import Cluster
 
 HUGE = [2 ** 62, 2 ** 63 - 1, -(2 ** 63)]
@@ -81,6 +82,17 @@ def test_physmem_spans_outside_memory_are_efault(addr, n):
     if 0 < n < 1 << 20:
         assert _errno(lambda: mem.write(addr, bytes(n))) == errno.EFAULT
     assert bytes(mem.view) == bytes(4096)
+
+
+@pytest.mark.parametrize("off,n", [(2 ** 62, 2 ** 62), (60, 2 ** 63 - 1), (65, 0), (-1, 8), (-(2 ** 63), 8)])
+def test_read_only_windows_outside_memory_are_efault(off, n):
+    assert _errno(lambda: read_only_window(bytearray(64), off, n)) == errno.EFAULT
+
+
+def test_read_only_window_edges_and_negative_length():
+    assert _errno(lambda: read_only_window(bytearray(64), 0, -1)) == errno.EINVAL
+    assert bytes(read_only_window(bytearray(b"x" * 64), 64, 0)) == b""
+    assert bytes(read_only_window(bytearray(range(64)), 63, 1)) == bytes([63])
 
 
 def test_physmem_negative_length_is_einval_and_the_last_byte_is_reachable():

@@ -174,10 +174,10 @@ def test_two_senders_to_one_receiver_reassemble_apart():
     msgs = {0: random.Random(1).randbytes(50_000), 2: random.Random(2).randbytes(30_000)}
 
     async def prog(dp, rank, size):
-        dev = dp.node.netdevs["myri0"]
+        dev = dp._node.netdevs["myri0"]
         if rank == 1:
-            return dict([await run_op(dp.node, dev.bulk_recv_op()) for _ in range(2)])
-        await run_op(dp.node, dev.bulk_send_op(1, msgs[rank], "fixed:2048"))
+            return dict([await run_op(dp._node, dev.bulk_recv_op()) for _ in range(2)])
+        await run_op(dp._node, dev.bulk_send_op(1, msgs[rank], "fixed:2048"))
         return None
 
     got = c.run_spmd(prog)[1]
@@ -193,12 +193,12 @@ def test_a_late_receiver_holds_the_sender_back_without_loss():
 
     async def prog(dp, rank, size):
         import trio
-        dev = dp.node.netdevs["myri0"]
+        dev = dp._node.netdevs["myri0"]
         if rank == 0:
-            await run_op(dp.node, dev.bulk_send_op(1, msg, "fixed:4096"))
-            return dp.node.engine.now
+            await run_op(dp._node, dev.bulk_send_op(1, msg, "fixed:4096"))
+            return dp._node.engine.now
         await trio.sleep(0.05)
-        return await run_op(dp.node, dev.bulk_recv_op())
+        return await run_op(dp._node, dev.bulk_recv_op())
 
     t_sent, (src, got) = c.run_spmd(prog)
     assert got == msg

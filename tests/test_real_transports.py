@@ -487,6 +487,20 @@ def test_doorbell_rung_only_for_a_sleeping_consumer(rings):
     assert r.stats()["wakeups"] == 1 and not _readable(fd)
 
 
+def test_a_quiet_send_leaves_a_sleeping_consumer_asleep(rings):
+    r = rings.ring(slots=8, slot_bytes=64)
+    fd = r.doorbell_fileno()
+    buf = bytearray(64)
+    assert r.prepare_to_sleep() is True
+    assert r.send(b"later", False)                  # published, no doorbell, still asleep
+    s = r.stats()
+    assert s["wakeups"] == 0 and s["receiver_sleeping"] and not _readable(fd)
+    assert r.send(b"now")                           # the next ordinary send rings
+    assert r.stats()["wakeups"] == 1 and _readable(fd)
+    assert r.recv_into(buf) == 5 and bytes(buf[:5]) == b"later"
+    assert r.recv_into(buf) == 3
+
+
 def test_wait_frame_sync_timeout_and_wake(rings):
     link = rings.link(slots=4, slot_bytes=64)
     e0, e1 = link.end(0), link.end(1)

@@ -39,7 +39,7 @@ def test_user_send_and_poll_carry_data_source_proto_and_user_header():
     c = raw_cluster()
 
     async def prog(dp, rank, size):
-        f = open_fifos(dp)
+        f = open_fifos(dp._proc)
         try:
             if rank == 0:
                 await f.send(dp, 1, b"payload", proto=0x4242, user=b"AMhdr")
@@ -208,38 +208,38 @@ def test_packet_too_big_bad_route_and_bad_destination():
 def test_second_open_is_ebusy_and_close_frees_the_card():
     c = raw_cluster()
     node = c.nodes[0]
-    f = open_fifos(c.process(0))
+    f = open_fifos(c.nodes[0])
     with pytest.raises(OSError) as ei:
-        open_fifos(c.process(0))
+        open_fifos(c.nodes[0])
     assert ei.value.errno == errno.EBUSY
     with pytest.raises(OSError) as ei:
         node.modules.rmmod("tb2")                          # mapped: the driver stays
     assert ei.value.errno == errno.EBUSY
     f.close()
-    g = open_fifos(c.process(0))
+    g = open_fifos(c.nodes[0])
     g.close()
     node.modules.rmmod("tb2")
 
 
 def test_process_exit_unmaps_the_fifos():
     c = raw_cluster()
-    dp = c.process(0)
-    open_fifos(dp)
-    dp.proc.exit()
-    open_fifos(c.process(0)).close()
+    proc = c.nodes[0].spawn("user")
+    open_fifos(proc)
+    proc.exit()
+    open_fifos(c.nodes[0]).close()
 
 
 def test_user_fifos_while_dp_runs_over_the_card_is_ebusy():
     c = Cluster(nodes=2, nic="tb2")
     with pytest.raises(OSError) as ei:
-        open_fifos(c.process(0))
+        open_fifos(c.nodes[0])
     assert ei.value.errno == errno.EBUSY and "dp" in str(ei.value)
 
 
 def test_loading_dp_while_a_process_has_the_fifos_is_ebusy_and_changes_nothing():
     c = raw_cluster()
     node = c.nodes[0]
-    f = open_fifos(c.process(0))
+    f = open_fifos(c.nodes[0])
     before = snapshot(node)
     with pytest.raises(OSError) as ei:
         node.modules.modprobe("dp")

@@ -109,7 +109,7 @@ def test_more_data_takes_longer(base):
 async def _stream(dp, rank, size, n):
     """Rank 0 streams `n` full packets over the raw FIFOs (bulk sends of 4); rank 1 polls."""
     from nic_drivers.tb2 import open_fifos
-    f = open_fifos(dp)
+    f = open_fifos(dp._proc)
     try:
         if rank == 0:
             sent = 0

@@ -41,13 +41,13 @@ to ``spin_s`` after the last piece of work; then announces that it sleeps (each 
 and transport's sleep flag, so producers ring their doorbells) and blocks in ``epoll``
 on every doorbell, transport descriptor and socket -- the polling watchdog of the LCI
 paper (FACTS LCI-C09), in the node. ``spin_s`` sets the poll (``dp cluster up
---spin-us``). The node polls; the processes attached to it sleep at once where no core is
-spare (`default_spin`): on a 2-core host a ping-pong through two spinning nodes then
-costs two wake-ups per round trip (node to script, each way) instead of six, and a
-yielding script does not queue behind every other runnable task (measured by
-benchmarks/bench_real_nodes.py: with everything spinning, milliseconds per round trip on
-a loaded 2-core host; everything sleeping, about 120 µs; nodes polling and scripts
-sleeping, about 70 µs).
+--spin-us``). Polling pays only where a core is spare (`default_spin`): with fewer than
+`SPIN_MIN_CPUS` usable CPUs a yielding poller takes its turn behind every other runnable
+task, while a sleeper its doorbell wakes preempts them, so there nodes and the processes
+attached to them sleep at once. Measured by benchmarks/bench_real_nodes.py on a loaded
+2-core host: everything polling, 2-3 ms per 1-byte round trip; nodes polling 0.05 to 1
+ms and scripts sleeping, 80 to 700 µs from run to run; everything sleeping, 105-150 µs
+and the steadiest -- and the fastest full-size stream.
 
 **Processes come and go.** A process is known by its connection: when it closes (the
 process exited, or was killed) the node exits the kernel process, which closes every
@@ -83,12 +83,12 @@ SPIN_MIN_CPUS = 4
 
 
 def default_spin(seconds: float) -> float:
-    """How long a process attached to a node polls: `seconds` where a core is spare for it
-    (at least `SPIN_MIN_CPUS` usable CPUs), else 0 (it sleeps on its descriptor at once)."""
+    """How long a node, or a process attached to one, polls before it sleeps: `seconds`
+    where a core is spare (at least `SPIN_MIN_CPUS` usable CPUs), else 0."""
     return seconds if len(os.sched_getaffinity(0)) >= SPIN_MIN_CPUS else 0.0
 
 
-DEFAULT_SPIN_S = 1e-3
+DEFAULT_SPIN_S = default_spin(1e-3)
 _EPOLL_IN = select.EPOLLIN
 _INF = float("inf")
 
@@ -262,14 +262,15 @@ class NodeServer:
         perf = time.perf_counter
         last_work = perf()
         while not self._stopping:
-            work = node.poll_devices()
+            # The gates first: entries that ring no doorbell (a pool's slots given back) are
+            # taken before the frames that may need them.
+            work = self._poll_gates() if self._gates else 0
+            work += node.poll_devices()
             if engine.peek() != _INF:
                 engine.run()                # device work a parked call left, timers paths armed
                 work += 1
             for src in self._sources:
                 work += src.poll()
-            if self._gates:
-                work += self._poll_gates()
             if self._ready:
                 work += self._resume_parked()
             events = epoll.poll(0)

@@ -478,6 +478,9 @@ cdef class ShmRing:
     # ------------------------------------------------------------ raw (C) API
 
     cdef int send_raw(self, const unsigned char* data, size_t n) noexcept nogil:
+        return self._publish(data, n, True)
+
+    cdef int _publish(self, const unsigned char* data, size_t n, bint wake) noexcept nogil:
         cdef dp_ring_hdr* h = _hdr(self)
         cdef uint64_t head, tail
         cdef uint32_t n32
@@ -499,7 +502,7 @@ cdef class ShmRing:
         dp_bump64(&h.sent)                     # counted before publishing: whoever
         dp_store_rel64(&h.head, head + 1)      # sees the frame sees the count
         dp_fence_seq_cst()                     # order head store before sleeping load
-        if dp_load_rlx32(&h.receiver_sleeping) and dp_xchg32(&h.receiver_sleeping, 0):
+        if wake and dp_load_rlx32(&h.receiver_sleeping) and dp_xchg32(&h.receiver_sleeping, 0):
             self._ring_doorbell()
         return RING_OK
 
@@ -567,11 +570,14 @@ cdef class ShmRing:
 
     # ------------------------------------------------------------ Python API
 
-    def send(self, frame):
-        """send(frame: bytes-like, C-contiguous) -> bool
+    def send(self, frame, bint wake=True):
+        """send(frame: bytes-like, C-contiguous, wake=True) -> bool
 
         Copy one frame into the next slot.  False (and dropped_full += 1) if
-        the ring is full; ValueError if len(frame) > max_frame.
+        the ring is full; ValueError if len(frame) > max_frame.  wake=False
+        leaves a sleeping consumer asleep (no doorbell): for entries that can
+        wait until it wakes for something else -- a doorbell costs a system
+        call here and, on a busy core, a context switch.
 
         The buffer is borrowed with PyObject_GetBuffer (a raw pointer; no
         Python object is created per frame -- a typed-memoryview argument
@@ -581,7 +587,7 @@ cdef class ShmRing:
         cdef Py_ssize_t n
         PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
         n = view.len
-        r = self.send_raw(<const unsigned char*>view.buf, <size_t>n)
+        r = self._publish(<const unsigned char*>view.buf, <size_t>n, wake)
         PyBuffer_Release(&view)
         if r == RING_OK:
             return True

@@ -457,15 +457,13 @@ class UserFifos(OpenFile):
 
 
 def open_fifos(who, pop_every: int | None = None) -> UserFifos:
-    """Map the TB2 FIFOs into one process: `who` is a libdp DP, a Process or a Node.
+    """Map the TB2 FIFOs into one process: `who` is a Process, or a Node (a new process on it).
 
     ENODEV without the tb2 module; EBUSY while DP (or any protocol) runs over the
     card, or while another process has the FIFOs (one user per node, SP-A18).
     """
-    proc = getattr(who, "proc", None)
-    if proc is None:
-        from kernelsim import Node
-        proc = who.spawn("tb2-user") if isinstance(who, Node) else who
+    from kernelsim import Node
+    proc = who.spawn("tb2-user") if isinstance(who, Node) else who
     node = proc.node
     devs = [d for d in node.netdevs.values() if getattr(d, "kind", None) == "tb2"]
     if not devs:
