@@ -24,7 +24,7 @@ __all__ = ["main", "build_parser", "common_parsers", "run_captured", "FAMILIES"]
 # The command families, in the order ``dp --help`` lists them.
 FAMILIES = (
     "libdp._dp_cli",        # pingpong, bandwidth, bibw
-    "libdp._am_cli",        # am-pingpong, am-bandwidth
+    "libdp._am_cli",        # am-pingpong, am-bandwidth, am-stress
     "libdp._info_cli",      # profile, modules, modinfo
     "libdp._fuzz",          # fuzz
     "libdp._tools_cli",     # reproduce, plot
