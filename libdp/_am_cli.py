@@ -1,19 +1,24 @@
-"""``dp am-pingpong`` and ``dp am-bandwidth``: the SP AM paper's figures, modeled or real.
+"""``dp am-pingpong``, ``dp am-bandwidth``, ``dp am-stress``: the SP AM paper's figures,
+modeled or real, and AM's reliability under a faulty switch.
 
     dp am-pingpong  [--sizes 1,2,3,4] [--iters 1000] [--param KEY=VALUE ...] [--seed N] [--stats] [--json]
                     [--real [--transport shm|udp | --cluster FILE]]
     dp am-bandwidth [--op store|get] [--mode async|blocking] [--sizes 16,...,1048576] [--total 1048576]
                     [--iters MAX_TRANSFERS] [--param KEY=VALUE ...] [--seed N] [--stats] [--json]
+    dp am-stress    [--nodes 4] [--messages 100000] [--max-store 102400] [--dist log|uniform]
+                    [--max-bytes N] [--param fault.loss=0.1 ...] [--seed N] [--json]
 
 ``--param`` overrides a platform-profile value (``--param pci.write_s=2e-6``) or, with
 the ``am.`` prefix, a parameter of the am module (``--param am.keepalive_polls=100``);
 ``--load am:key=value,...`` does the latter too. ``--real`` runs the same program on real
 nodes (`libdp._realrun`): a TB2 cluster with am loaded brought up for the run, or a
-running one (``--cluster FILE``, after ``dp insmod am --node all``). `add_commands` adds
-both subcommands to the ``dp`` parser.
+running one (``--cluster FILE``, after ``dp insmod am --node all``). ``am-stress`` is
+`libdp._am_stress` (the reliability suite of issue 11 by default). `add_commands` adds the
+subcommands to the ``dp`` parser.
 """
 from __future__ import annotations
 
+import argparse
 import errno
 import sys
 
@@ -24,7 +29,7 @@ __all__ = ["add_commands"]
 
 
 def add_commands(sub, common) -> None:
-    """Add ``am-pingpong`` and ``am-bandwidth`` to the ``dp`` command's subparsers."""
+    """Add ``am-pingpong``, ``am-bandwidth`` and ``am-stress`` to the ``dp`` command's subparsers."""
     parents = [common["model"]]
     p = sub.add_parser("am-pingpong", help="SP AM round trip: am_request_M / am_reply_M (SP-B01)", parents=parents,
                        description="SP Active Messages ping-pong on two modeled SP thin nodes: rank 0's "
@@ -51,6 +56,24 @@ def add_commands(sub, common) -> None:
                    help="at most this many transfers per size (default: all ceil(N/n), as the paper)")
     _real_options(p)
     p.set_defaults(func=_bandwidth)
+    p = sub.add_parser("am-stress", help="SP AM reliability: messages under combined faults, exactly once and intact",
+                       parents=parents,
+                       description="N nodes each send to the next two a seeded mix of am_request_M, am_store_async "
+                                   "and am_get over a switch that loses, corrupts, duplicates and reorders packets; "
+                                   "every handler checks order, count and contents. Defaults: the reliability "
+                                   "suite of issue 11 (100,000 messages, 4 nodes, fault.loss=0.1, fault.corrupt="
+                                   "0.01, fault.duplicate=0.01, fault.reorder=0.01; --param fault.KEY=VALUE "
+                                   "changes one). Exit status 1 unless every message arrived exactly once, intact.")
+    p.add_argument("--nodes", type=positive_int, default=4, help="nodes around the ring, 2 or more (default 4)")
+    p.add_argument("--messages", type=positive_int, default=100_000, help="messages in all (default 100000)")
+    p.add_argument("--max-store", type=positive_int, default=102_400,
+                   help="largest am_store_async in bytes (default 102400)")
+    p.add_argument("--dist", choices=("log", "uniform"), default="log",
+                   help="store sizes log-uniform (default) or uniform over 0..--max-store")
+    p.add_argument("--max-bytes", type=positive_int, default=None, help="bound on the bytes stored in all")
+    p.add_argument("--deadline", type=_positive_seconds, default=600.0,
+                   help="modeled seconds after which an unfinished run is a livelock (default 600)")
+    p.set_defaults(func=_stress)
 
 
 def _real_options(p) -> None:
@@ -196,5 +219,73 @@ def _bandwidth(args) -> int:
             print(f"{r['size']:<12}{r['mbytes_per_s']:>18.2f}{r['transfers']:>11}")
         nh = f"{n_half:.0f} bytes" if n_half is not None else "not reached"
         print(f"# r_inf = {r_inf:.2f} MB/s (largest transfer), n_1/2 = {nh}")
+
+    return emit(args, doc, stats, table)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"a positive number of seconds, not {text}")
+    return v
+
+
+def _stress(args) -> int:
+    from libdp._am_stress import SUITE_FAULTS, run_stress
+    from libdp._cluster import parse_load
+    from libdp._report import progress
+    if args.nodes < 2:
+        raise OSError(errno.EINVAL, "--nodes: at least 2 (every node sends to the next two around a ring)")
+    profile_params, am_params = _split_params(args.param)
+    for spec in args.load:
+        name, mparams = parse_load(spec)
+        if name != "am":
+            raise OSError(errno.EINVAL, f"--load {spec}: am-stress loads am only (give its parameters as am:KEY=VALUE)")
+        am_params.update(mparams)
+    faults = dict(SUITE_FAULTS)
+    faults.update((k, v) for k, v in profile_params if k.startswith("fault."))
+    others = [(k, v) for k, v in profile_params if not k.startswith("fault.")]
+    step = max(1, args.messages // 100)
+    with progress(args, -(-args.messages // step), f"am-stress: {args.messages} messages") as bar:
+        seen = [0]
+
+        def arrived(n):
+            seen[0] += n
+            if seen[0] % step == 0:
+                bar.advance(f"{seen[0]} arrived")
+
+        out = run_stress(args.nodes, args.messages, args.max_store, args.seed, faults, others, args.max_bytes,
+                         args.platform, am_params, args.deadline, args.dist, arrived)
+    am = out["am"]
+    row = {k: out[k] for k in ("nodes", "node_pairs", "messages", "arrived_once_intact", "bytes_stored",
+                               "modeled_s")}
+    row.update(not_once_intact=out["messages"] - out["arrived_once_intact"], errors=out["error_count"],
+               **{k: am.get(k, 0) for k in ("packets_sent", "retransmitted_packets", "gobacks", "nacks_sent",
+                                           "keepalives_sent", "duplicates", "out_of_order", "acks_sent")})
+    doc = {"benchmark": "am-stress", "time": "modeled", "platform": args.platform or "sp_thin", "nic": "tb2",
+           "seed": args.seed, "fault_rates": out["fault_rates"], "am_overrides": am_params,
+           "max_store": args.max_store, "dist": args.dist, "max_bytes": args.max_bytes, "results": [row],
+           "faults_injected": out["faults"], "wall_s": out["wall_s"], "events": out["events"]}
+    stats = {"am": am, "adapters": out["adapters"], "malformed": out["malformed"], "per_node": out["per_node"]}
+    if not out["ok"]:
+        first = out["errors"][0] if out["errors"] else f"nothing from {out['missing'][0]}" if out["missing"] else ""
+        raise OSError(errno.EIO, f"{out['messages'] - out['arrived_once_intact']} of {out['messages']} messages did "
+                                 f"not arrive exactly once intact ({first})")
+
+    def table():
+        rates = ", ".join(f"{k[6:]} {v:g}" for k, v in out["fault_rates"].items())
+        print(f"# SP AM stress: {args.nodes} nodes ({out['node_pairs']} pairs), {out['messages']} messages "
+              f"(requests, stores of {args.dist} sizes up to {args.max_store} B, gets), modeled time; "
+              f"faults: {rates}")
+        print(f"# {out['arrived_once_intact']} of {out['messages']} arrived exactly once, in order, intact; "
+              f"{out['bytes_stored']} bytes stored; modeled {out['modeled_s'] * 1e3:.1f} ms, "
+              f"wall {out['wall_s']:.1f} s")
+        print(f"# injected: {out['faults']}")
+        for k in ("packets_sent", "retransmitted_packets", "gobacks", "nacks_sent", "keepalives_sent",
+                  "duplicates", "out_of_order", "acks_sent"):
+            print(f"{k:<24}{row[k]:>12}")
 
     return emit(args, doc, stats, table)

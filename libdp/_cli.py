@@ -24,7 +24,8 @@ __all__ = ["main", "build_parser", "common_parsers", "run_captured", "FAMILIES"]
 # The command families, in the order ``dp --help`` lists them.
 FAMILIES = (
     "libdp._dp_cli",        # pingpong, bandwidth, bibw
-    "libdp._am_cli",        # am-pingpong, am-bandwidth
+    "libdp._am_cli",        # am-pingpong, am-bandwidth, am-stress
+    "libdp._fm_cli",        # fm-pingpong, fm-bandwidth
     "libdp._lci_cli",       # lci-logp, lci-pingpong, lci-bandwidth
     "libdp._lci_mcast_cli", # lci-bcast, lci-fa
     "libdp._info_cli",      # profile, modules, modinfo

@@ -48,6 +48,8 @@ Requesting, storing, getting or polling from inside a handler raises
 """
 from __future__ import annotations
 
+import errno
+
 from kernelsim import WouldBlock, run_path, wait_on, wait_on_sync
 from protocols.am.endpoint import HandlerRuleError, Segment, Token, Transfer
 
@@ -187,18 +189,26 @@ class AM:
         return transfer
 
     async def close(self) -> None:
-        """Acknowledge what we hold, wait (bounded) for our messages' acks, unmap."""
+        """Acknowledge what we hold, wait (bounded) for our messages' acks, unmap.
+
+        Works in any state -- also after a call failed with ETIMEDOUT because a peer
+        stopped answering: what is still in flight is abandoned (counted in the
+        statistics as ``abandoned``) and the endpoint is released, so ``rmmod am`` can
+        follow. A second close is EBADF."""
         if self.ep.closed:
-            return
+            raise OSError(errno.EBADF, "the AM endpoint is already closed")
         self.ep.check_caller("am_close")
-        await self._run(lambda since: self.ep.close_path(since))
-        await self.dp.close(self.fd)
+        try:
+            await self._run(lambda since: self.ep.close_path(since))
+        finally:
+            await self.dp.close(self.fd)
 
     async def __aenter__(self):
         return self
 
     async def __aexit__(self, *exc):
-        await self.close()
+        if not self.ep.closed:
+            await self.close()
 
     # -- machinery ---------------------------------------------------------------------------
 
@@ -289,10 +299,12 @@ class SyncAM:
 
     def close(self) -> None:
         if self.ep.closed:
-            return
+            raise OSError(errno.EBADF, "the AM endpoint is already closed")
         self.ep.check_caller("am_close")
-        self._run(lambda since: self.ep.close_path(since))
-        self._am.dp.sync.close(self._am.fd)
+        try:
+            self._run(lambda since: self.ep.close_path(since))
+        finally:
+            self._am.dp.sync.close(self._am.fd)
 
     def set_handler(self, index, fn):
         self.ep.set_handler(index, fn)

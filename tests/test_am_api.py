@@ -39,7 +39,7 @@ def test_request_reply_with_one_to_four_words_in_order():
             await am.am_request_1(1, H_ECHO, 1)
             await am.am_request_2(1, H_ECHO, 1, 2)
             await am.am_request_3(1, H_ECHO, 1, 2, 3)
-            await am.am_request_4(1, H_ECHO, 1, 2, 0xFFFFFFFF, -1)
+            await am.am_request_4(1, H_ECHO, 1, 2, 0xFFFFFFFF, 0x80000000)
             await am.poll_until(lambda: len(log) == 4)
         else:
             await am.poll_until(lambda: len(log) == 4)
@@ -47,9 +47,9 @@ def test_request_reply_with_one_to_four_words_in_order():
         return log
 
     r0, r1 = c.run_spmd(prog)
-    assert r1 == [(0, (1,)), (0, (1, 2)), (0, (1, 2, 3)), (0, (1, 2, 0xFFFFFFFF, 0xFFFFFFFF))]
+    assert r1 == [(0, (1,)), (0, (1, 2)), (0, (1, 2, 3)), (0, (1, 2, 0xFFFFFFFF, 0x80000000))]
     assert r0 == [("reply", (1,)), ("reply", (2, 1)), ("reply", (3, 2, 1)),
-                  ("reply", (0xFFFFFFFF, 0xFFFFFFFF, 2, 1))]
+                  ("reply", (0x80000000, 0xFFFFFFFF, 2, 1))]
 
 
 def test_sync_forms():
@@ -69,8 +69,8 @@ def test_sync_forms():
     b.sync.poll_until(lambda: b.stats()["stores_received"] == 1)
     assert a.sync.wait(x) is x and x.done
     assert seg_b.read(0, 10) == b"sync store"
-    a.sync.close()
-    b.sync.close()
+    b.sync.close()                                 # its close acknowledges the store ...
+    a.sync.close()                                 # ... which a's close then needs
 
 
 def test_many_requests_arrive_exactly_once_in_order_through_the_window():
@@ -195,6 +195,15 @@ def test_a_handler_error_comes_out_of_the_poll_and_the_protocol_goes_on():
     (lambda a: a.sync.am_request_1(1, -1, 0), errno.EINVAL),
     (lambda a: a.sync.am_request(1, 1, 1, 2, 3, 4, 5), errno.EINVAL),
     (lambda a: a.sync.am_request_1(1, 1, 1 << 32), errno.EINVAL),
+    (lambda a: a.sync.am_request_1(1, 1, -1), errno.EINVAL),                     # words are unsigned 32-bit
+    (lambda a: a.sync.am_request_2(1, 1, 0, -(1 << 31)), errno.EINVAL),
+    (lambda a: a.sync.am_request_1(1, 1, True), errno.EINVAL),
+    (lambda a: a.sync.am_request_1(True, 1, 0), errno.EINVAL),                    # no bool as a node id
+    (lambda a: a.sync.am_request_1(1, True, 0), errno.EINVAL),
+    (lambda a: a.sync.am_store(False, b"abc", 0x100, 3, 1, 0), errno.EINVAL),
+    (lambda a: a.sync.am_get(True, 0x100, 0x100, 3, 1, 0), errno.EINVAL),
+    (lambda a: a.sync.am_store(1, b"abc", 0x100, 3, 1, -5), errno.EINVAL),
+    (lambda a: a.sync.am_store(1, b"abc", 0x100, True, 1, 0), errno.EINVAL),
     (lambda a: a.sync.am_request_1(1, 1, "x"), errno.EINVAL),
     (lambda a: a.sync.am_request_1(7, 1, 0), errno.EHOSTUNREACH),
     (lambda a: a.sync.am_request_1("1", 1, 0), errno.EINVAL),

@@ -14,18 +14,21 @@ from libdp import Cluster
 from libdp.am import AM
 from protocols.am import AM_PROTO
 from protocols.am import _wire as E
-from libdp.am_stress import run_stress
+from libdp._am_stress import SUITE_FAULTS, run_stress
 
 H_SINK, H_ECHO, H_REPLY = 1, 2, 3
+ONE_PERCENT = {"fault.loss": 0.01, "fault.corrupt": 0.01, "fault.duplicate": 0.01, "fault.reorder": 0.01}
 
 
 def test_ten_thousand_messages_under_faults_arrive_exactly_once_in_order_intact():
     """4 nodes, each sending to the next two: 10,000 requests (1-4 words, every third
     answered), stores of 0 B .. 100 KB (log-uniform sizes, 4 MB in all to fit the test
-    budget; ``python -m libdp.am_stress`` runs the unbounded one) and gets, with 1%
+    budget; ``dp am-stress --messages 10000 --dist uniform --param fault.loss=0.01`` runs the
+    unbounded one) and gets, with 1%
     loss, 1% corruption, 1% duplication and 1% reordering on the switch. Every handler
     checks order, count and contents as it runs."""
-    out = run_stress(nodes=4, messages=10_000, max_store=102_400, seed=1, max_bytes=4_000_000, deadline_s=10.0)
+    out = run_stress(nodes=4, messages=10_000, max_store=102_400, seed=1, faults=ONE_PERCENT, max_bytes=4_000_000,
+                     deadline_s=10.0)
     assert out["ok"], (out["errors"], out["missing"])
     assert out["messages"] == 10_000
     f = out["faults"]
@@ -38,12 +41,41 @@ def test_ten_thousand_messages_under_faults_arrive_exactly_once_in_order_intact(
     assert f["corrupted"] - ad["rx_disabled"] <= ad["rx_crc_errors"] <= f["corrupted"]
     assert sum(out["malformed"].values()) == 0
     assert am["handlers_run"] >= 10_000
+    assert out["arrived_once_intact"] == 10_000
+
+
+def test_the_reliability_suite_short():
+    """The reliability suite of issue 11 (``dp am-stress``: 100,000 messages) in short:
+    2,000 messages across 4 nodes (8 pairs) with 10% loss, 1% corruption, duplication
+    and reordering -- every one arrives exactly once, in order, intact."""
+    out = run_stress(nodes=4, messages=2_000, max_store=102_400, seed=3, max_bytes=1_000_000, deadline_s=30.0)
+    assert out["fault_rates"] == SUITE_FAULTS and out["node_pairs"] == 8
+    assert out["ok"] and out["arrived_once_intact"] == out["messages"] == 2_000, (out["errors"], out["missing"])
+    f = out["faults"]
+    assert f["lost"] > 0.05 * out["am"]["packets_sent"] and min(f["corrupted"], f["duplicated"], f["reordered"]) > 0
+    assert out["am"]["retransmitted_packets"] > f["lost"] / 2
+
+
+def test_dp_am_stress_reports_and_fails_loudly(capsys):
+    import json
+    from libdp._cli import main
+    assert main(["am-stress", "--nodes", "3", "--messages", "300", "--max-bytes", "200000", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    row = doc["results"][0]
+    assert row["messages"] == row["arrived_once_intact"] == 300 and row["not_once_intact"] == 0
+    assert doc["fault_rates"]["fault.loss"] == 0.1 and doc["faults_injected"]["lost"] > 0
+    # a partition: nothing gets through, and the command says so in one line
+    assert main(["am-stress", "--nodes", "2", "--messages", "20", "--param", "fault.loss=1",
+                 "--load", "am:max_keepalives=3,keepalive_polls=50"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "keep-alives" in err
 
 
 @pytest.mark.parametrize("seed,loss,dup,reorder", [(2, 0.03, 0.0, 0.0), (3, 0.0, 0.05, 0.05), (4, 0.02, 0.02, 0.1)])
 def test_other_seeds_and_harsher_switches(seed, loss, dup, reorder):
-    out = run_stress(nodes=3, messages=600, max_store=30_000, seed=seed, loss=loss, corrupt=loss, duplicate=dup,
-                     reorder=reorder, max_bytes=600_000, deadline_s=10.0)
+    faults = {"fault.loss": loss, "fault.corrupt": loss, "fault.duplicate": dup, "fault.reorder": reorder}
+    out = run_stress(nodes=3, messages=600, max_store=30_000, seed=seed, faults=faults, max_bytes=600_000,
+                     deadline_s=10.0)
     assert out["ok"], (out["errors"], out["missing"])
 
 
@@ -171,3 +203,84 @@ def test_a_node_that_is_gone_ends_in_etimedout():
         a.sync.poll_until(lambda: False)
     assert e.value.errno == errno.ETIMEDOUT
     assert a.stats()["keepalives_sent"] == 3
+
+
+def test_close_after_etimedout_releases_the_endpoint_and_rmmod_follows():
+    """Issue 11: a peer that stopped polling made close() raise ETIMEDOUT forever and kept
+    `rmmod am` EBUSY. Now close works in any state: in-flight traffic is abandoned and
+    counted, a second close is EBADF, the module's use count drops."""
+    c = Cluster(nodes=2, nic="tb2", load=[("am", {"keepalive_polls": "50", "max_keepalives": "3"})])
+    a = AM.open_sync(c.process(0))
+    b = AM.open_sync(c.process(1))                    # node 1 opens, then never polls again
+    for i in range(5):
+        a.sync.am_request_1(1, H_SINK, i)
+    with pytest.raises(OSError) as e:
+        a.sync.poll_until(lambda: False)
+    assert e.value.errno == errno.ETIMEDOUT
+    node = c.nodes[0]
+    with pytest.raises(OSError) as e:
+        node.modules.rmmod("am")
+    assert e.value.errno == errno.EBUSY
+    a.sync.close()                                    # releases, although node 1 never acked
+    st = node.services["am"].stats()
+    assert not st["endpoint_open"] and st["last_endpoint"]["abandoned"] == 5
+    with pytest.raises(OSError) as e:
+        a.sync.close()
+    assert e.value.errno == errno.EBADF
+    with pytest.raises(OSError) as e:
+        a.sync.am_request_1(1, H_SINK, 9)
+    assert e.value.errno == errno.EBADF
+    node.modules.rmmod("am")                          # the use count dropped
+    assert not node.modules.loaded("am")
+    b.sync.close()
+
+
+def test_close_abandons_a_transfer_in_flight_to_a_node_that_is_gone():
+    c = Cluster(nodes=2, nic="tb2", load=[("am", {"keepalive_polls": "50"})])
+    a = AM.open_sync(c.process(0))
+    b = AM.open_sync(c.process(1))
+    dst = b.segment(100_000)
+    x = a.sync.am_store_async(1, bytes(100_000), dst.addr, 100_000, H_SINK, 0)
+    with pytest.raises(OSError) as e:                 # node 1 never polls: as long as a call would wait,
+        a.sync.close()                                # then ETIMEDOUT -- and released all the same
+    assert e.value.errno == errno.ETIMEDOUT
+    assert not x.done
+    assert c.nodes[0].services["am"].stats()["last_endpoint"]["abandoned"] > 0
+    with pytest.raises(OSError) as e:
+        a.sync.close()
+    assert e.value.errno == errno.EBADF
+
+
+@pytest.mark.parametrize("seed", [1, 2, 5])
+def test_half_the_packets_lost_the_pingpong_still_ends_with_results(seed):
+    """Issue 11: at 50% loss the ping-pong used to end in a modeled deadlock (the replier
+    closed after 4 unanswered keep-alives, abandoning the last reply its peer waited for)
+    or in ETIMEDOUT (the first to close left before its last ack arrived, and the other's
+    keep-alives found no one). Close now waits as long as a call would, then lingers
+    `close_linger` keep-alive periods to answer the peer's keep-alives."""
+    from libdp._am_bench import am_pingpong
+    c = Cluster(nodes=2, nic="tb2", params=[("fault.loss", 0.5)], seed=seed, load=["am"])
+    rows = am_pingpong(c, words=(1,), iters=2)
+    assert rows[0]["rtt_us"] > 51.0
+    assert c.medium.stats()["faults"]["lost"] > 10
+    for n in c.nodes:
+        assert n.services["am"].stats()["last_endpoint"]["abandoned"] == 0
+
+
+def test_a_closed_endpoint_lingers_only_with_close_linger():
+    c = Cluster(nodes=2, nic="tb2", load=[("am", {"close_linger": "0"})])
+    a, b = AM.open_sync(c.process(0)), AM.open_sync(c.process(1))
+    b.set_handler(H_SINK, lambda tok, x: None)
+    a.sync.am_request_1(1, H_SINK, 1)
+    b.sync.poll_until(lambda: b.stats()["handlers_run"] == 1)
+    t0 = c.engine.now
+    b.sync.close()
+    quick = c.engine.now - t0
+    c2 = Cluster(nodes=2, nic="tb2", load=["am"])
+    a2, b2 = AM.open_sync(c2.process(0)), AM.open_sync(c2.process(1))
+    b2.set_handler(H_SINK, lambda tok, x: None)
+    a2.sync.am_request_1(1, H_SINK, 1)
+    b2.sync.poll_until(lambda: b2.stats()["handlers_run"] == 1)
+    t0 = c2.engine.now
+    b2.sync.close()
+    assert c2.engine.now - t0 > 32 * 500 * b2.ep.full_poll > 100 * quick

@@ -5,18 +5,19 @@ dropped and counted by the NI."""
 from __future__ import annotations
 
 import errno
+import json
 
 import pytest
 
 from libdp import Cluster
 from libdp.lci import LCI
-from libdp.lci_stress import run_stress
+from libdp._cli import main
+from libdp._lci_stress import run_stress
 
 
 @pytest.mark.parametrize("variant,packets", [("I-nirx", 1000), ("I-hrx", 1000)])
 def test_reliable_variants_deliver_exactly_once_in_order_under_faults(variant, packets):
-    out = run_stress(variant, nodes=4, packets=packets, loss=0.01, corrupt=0.01, duplicate=0.01, reorder=0.01,
-                     seed=3)
+    out = run_stress(variant, nodes=4, packets=packets, seed=3)
     assert out["ok"], out["errors"] or out["missing"]
     assert out["delivered"] == out["packets"] == packets
     f = out["faults"]
@@ -27,7 +28,7 @@ def test_reliable_variants_deliver_exactly_once_in_order_under_faults(variant, p
 
 def test_isdma_stops_with_the_broken_assumption():
     with pytest.raises(OSError) as e:
-        run_stress("I-sdma", nodes=4, packets=600, loss=0.01, corrupt=0.01, duplicate=0.01, reorder=0.01, seed=3)
+        run_stress("I-sdma", nodes=4, packets=600, seed=3)
     assert e.value.errno == errno.EIO
     assert "reliable network" in str(e.value) and "LCI-C03" in str(e.value)
 
@@ -48,3 +49,13 @@ def test_malformed_packets_are_dropped_and_counted_by_the_ni():
     assert sum(fw["malformed"].values()) == 4 and c.nodes[1].pci_devices[0].rx_no_buffer == 0
     a.sync.close()
     b.sync.close()
+
+
+def test_dp_lci_stress_reports_and_fails_with_one_line(capsys):
+    assert main(["lci-stress", "--variant", "I-nirx", "--packets", "300", "--nodes", "3", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["results"]
+    assert row["ok"] and row["delivered"] == row["packets"] == 300 and doc["fault_rates"]["fault.loss"] == 0.01
+    assert main(["lci-stress", "--variant", "I-sdma", "--packets", "600"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "LCI-C03" in err and len(err.splitlines()) == 1

@@ -165,6 +165,10 @@ MODULE = Module(
                                  min=1, max=10**9),
         "max_keepalives": Param(int, 200, "keep-alives unanswered before a call fails with ETIMEDOUT (SP AM does "
                                 "not recover from crashes, SP-C01; modeling choice)", min=1, max=10**9),
+        "close_linger": Param(int, 32, "keep-alive periods a closing endpoint goes on answering after the last "
+                              "packet it heard: its last acknowledgement may be lost, and the peer's keep-alive "
+                              "then asks again (modeling choice, as TCP's TIME_WAIT; 0: leave at once)",
+                              min=0, max=10**6),
         "pop_every": Param(int, DEFAULT_POP_EVERY, "receive entries consumed per lazy pop (SP-C04; N7: "
                            "unvalued, the tb2 module's default)", min=1, max=64),
         "displace_dp": Param(bool, True, "unload an idle DP from the node at insmod and load it back at rmmod "

@@ -22,9 +22,10 @@ def handler_index(h) -> int:
 
 
 def word(a) -> int:
-    if not isinstance(a, int) or isinstance(a, bool) or not -(1 << 31) <= a <= U32:
-        raise OSError(errno.EINVAL, f"an AM argument is a 32-bit word, not {a!r}")
-    return a & U32
+    """An argument word: an unsigned 32-bit value (SP-A34), as a handler receives it."""
+    if not isinstance(a, int) or isinstance(a, bool) or not 0 <= a <= U32:
+        raise OSError(errno.EINVAL, f"an AM argument is an unsigned 32-bit word (0..{U32}), not {a!r}")
+    return a
 
 
 def pack_words(args) -> bytes:

@@ -127,7 +127,6 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         self.c_request = cyc(params["request_cycles"])
         self.c_bulk = cyc(params["bulk_cycles"])
         self.full_poll = self.c_poll_own + uf.c_poll       # one am_poll of an empty network (SP-A35)
-        self.close_keepalives = 4
         self.handlers = [None] * MAX_HANDLERS
         self.hdr = W.Header()
         self.segments: list[Segment] = []        # sorted by address
@@ -136,7 +135,7 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         self.polls = 0
         self._handler_depth = 0
         self.pending_errors: deque = deque()
-        self._closing_mark = None
+        self.closing = False
         self.stats_c = {k: 0 for k in STAT_KEYS}
         self.malformed = {k: 0 for k in W.MALFORMED_NAMES[1:] + ("bad_handler", "bad_proto", "bad_source")}
         self._init_window(params)
@@ -301,18 +300,21 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
 
     def close_path(self, since=None):
         """Before the FIFOs go: acknowledge what we hold and wait for our own messages'
-        acks -- but not for a node that has stopped answering (`close_keepalives`
-        keep-alives in a row unanswered: its endpoint is gone)."""
+        acks -- for as long as a call would (``max_keepalives`` keep-alives in a row
+        unanswered: ETIMEDOUT), and not for a node already reported gone; then stay
+        ``close_linger`` keep-alive periods after the last packet heard (keepalive.py)."""
         if since is None:
-            self._closing_mark = self.polls
+            self.closing = True
             for peer in self.peers.values():
                 if peer.rx_req.unacked or peer.rx_rep.unacked:
                     peer.rx_req.ack_owed = True
                     self._kick(peer)
         yield from self.poll_path(since, raise_errors=False)
         for p in self.peers.values():
-            if (p.unacked() or p.tx_req.pending or p.tx_rep.pending or p.ctl) and p.keepalives < self.close_keepalives:
+            if (p.unacked() or p.tx_req.pending or p.tx_rep.pending or p.ctl) and not self.reported_gone(p):
                 raise WouldBlock(self.events, "AM endpoint draining")
+        if self.lingering():
+            raise WouldBlock(self.events, "AM endpoint lingering for the peers' last keep-alives")
         f = self.uf.fifos
         if f.outstanding():
             # Let the adapter take what we handed it, so the card is free when we go.
@@ -392,6 +394,7 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         st = self.stats_c
         st["rx_packets"] += 1
         peer.keepalives = 0
+        self.heard = self.polls
         # Every packet carries both acks (SP-C05: piggybacked where possible).
         self._acked(peer, peer.tx_req, h.ack_req)
         self._acked(peer, peer.tx_rep, h.ack_rep)
@@ -459,11 +462,15 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
     # -- close -------------------------------------------------------------------------------
 
     def release(self, proc) -> None:
-        """Last close (or process exit): unmap the FIFOs, unpin the segments."""
+        """Last close (or process exit): unmap the FIFOs, unpin the segments. Messages
+        still unacknowledged or not yet sent are abandoned, and counted."""
         if self.closed:
             return
         self.closed = True
         self._cancel_timer()
+        for p in self.peers.values():
+            for ch in (p.tx_req, p.tx_rep):
+                self.stats_c["abandoned"] += len(ch.unacked) + len(ch.pending)
         if not self.uf.closed:
             self.uf.close()
         for seg in list(self.segments):
@@ -487,4 +494,4 @@ STAT_KEYS = ("requests", "stores", "gets", "polls", "empty_polls", "idle_polls",
              "retransmitted_packets", "gobacks", "nacks_sent", "nacks_received", "acks_sent", "acks_received",
              "keepalives_sent", "keepalives_received", "rejects_sent", "rejects_received", "duplicates",
              "out_of_order", "handlers_run", "chunks_received", "stores_received", "bytes_stored",
-             "stores_completed", "gets_served", "gets_completed", "fifo_full")
+             "stores_completed", "gets_served", "gets_completed", "fifo_full", "abandoned")

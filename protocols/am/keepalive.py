@@ -11,6 +11,10 @@ due once ``keepalive_polls`` polls have passed since its oldest unacknowledged m
 last made progress (its `mark`). N7 leaves the number unvalued; the module's
 default is a modeling choice. After ``max_keepalives`` in a row unanswered the call
 fails with ETIMEDOUT: SP AM does not recover from crashes or partitions (SP-C01).
+Closing waits for acknowledgements by the same rule -- a close that gave up sooner
+would abandon a reply its peer is still waiting for, and under heavy loss the peer
+would wait for ever -- so a close that finds a node gone fails with ETIMEDOUT too
+(having released the endpoint); a node already reported gone is not waited for.
 
 Only peers with unacknowledged messages can be due. The endpoint keeps them in
 `settling` and a lower bound of the poll count at which the first may fall due, so a
@@ -37,6 +41,9 @@ class KeepAlive:
         self.settling: dict = {}              # peers with unacked messages (an ordered set)
         self._ka_due = _NEVER                 # no peer falls due before this poll count
         self._timer = -1
+        self.gone: set = set()                # nodes a call has reported ETIMEDOUT for
+        self.linger_polls = params["close_linger"] * self.keepalive_polls
+        self.heard = -1                       # the poll count at the last packet from a peer
 
     def _unsettled(self, peer) -> None:
         """`peer` is about to have its first unacknowledged message."""
@@ -72,11 +79,18 @@ class KeepAlive:
                 self._kick(peer)
         self._next_due()
 
+    def reported_gone(self, peer) -> bool:
+        """A call has failed with ETIMEDOUT for `peer`, and it has not been heard from since."""
+        return peer.keepalives >= self.max_keepalives and peer.nid in self.gone
+
     def _keepalive_path(self, peer):
         """The end of a peer's pump: a keep-alive if one is due (SP-C08)."""
         if not peer.unacked() or self.polls - peer.mark < self.keepalive_polls:
             return True
         if peer.keepalives >= self.max_keepalives:
+            if self.closing and peer.nid in self.gone:
+                return True                     # said once already: closing abandons what it holds for it
+            self.gone.add(peer.nid)
             raise OSError(errno.ETIMEDOUT, f"node {peer.nid} has not answered {peer.keepalives} keep-alives "
                                            "(SP AM does not recover from crashes or partitions)")
         ok = yield from self._send_ctl(peer, W.K_KEEPALIVE, 0, 0, 0,
@@ -105,6 +119,12 @@ class KeepAlive:
         if not gap:
             peer.rx_req.ack_owed = True
 
+    def lingering(self) -> bool:
+        """Closing: has a peer been heard from within the last `close_linger` keep-alive
+        periods? Then the endpoint stays to answer its keep-alives, which ask again for an
+        acknowledgement of ours that was lost (the two-generals problem of the last ack)."""
+        return self.heard >= 0 and self.polls - self.heard < self.linger_polls
+
     # -- the waiting caller's timer ------------------------------------------------------------
 
     def arm_timer(self) -> None:
@@ -113,9 +133,12 @@ class KeepAlive:
         if self._timer >= 0:
             self.engine.cancel(self._timer)
             self._timer = -1
-        if not self.settling:
+        due = self._next_due() if self.settling else _NEVER
+        if self.closing and self.heard >= 0:
+            due = min(due, self.heard + self.linger_polls)
+        if due == _NEVER:
             return
-        left = self._next_due() - self.polls
+        left = due - self.polls
         self._timer = self.engine.after(max(1, left) * self.full_poll, self._timer_fired, None)
 
     def _timer_fired(self, _arg) -> None:
