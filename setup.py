@@ -50,6 +50,7 @@ setup(
             "myrinet = nic_drivers.myrinet:MODULE",
             "tb2 = nic_drivers.tb2:MODULE",
             "am = protocols.am:MODULE",
+            "fm = protocols.fm:MODULE",
         ],
     },
 )

@@ -25,6 +25,7 @@ __all__ = ["main", "build_parser", "common_parsers", "run_captured", "FAMILIES"]
 FAMILIES = (
     "libdp._dp_cli",        # pingpong, bandwidth, bibw
     "libdp._am_cli",        # am-pingpong, am-bandwidth, am-stress
+    "libdp._fm_cli",        # fm-pingpong, fm-bandwidth
     "libdp._info_cli",      # profile, modules, modinfo
     "libdp._fuzz",          # fuzz
     "libdp._tools_cli",     # reproduce, plot

@@ -44,6 +44,14 @@ CASES: dict[str, list[str]] = {
     "am_bandwidth_store_blocking": ["am-bandwidth", "--op", "store", "--mode", "blocking"],
     "am_bandwidth_get_async": ["am-bandwidth", "--op", "get", "--mode", "async"],
     "am_bandwidth_get_blocking": ["am-bandwidth", "--op", "get", "--mode", "blocking"],
+    # Fast Messages (HPVM 1.9) on Myrinet and shared memory; FM 2.1's machine; the LPR unpaced
+    "fm_pingpong_hpvm19": ["fm-pingpong", "--iters", "200"],
+    "fm_bandwidth_hpvm19": ["fm-bandwidth"],
+    "fm_pingpong_hpvm19_pci": ["fm-pingpong", "--iters", "200", "--notify", "pci", "--sizes", "0,64,1024"],
+    "fm_pingpong_hpvm19_smt": ["fm-pingpong", "--iters", "200", "--transport", "smt"],
+    "fm_pingpong_pii300_fm21": ["fm-pingpong", "--iters", "200", "--platform", "pii300_lanai4", "--notify", "pci",
+                                "--pacing", "off", "--sizes", "0,64,1024"],
+    "fm_bandwidth_lpr_unpaced": ["fm-bandwidth", "--platform", "lpr_lanai4", "--pacing", "off"],
 }
 
 

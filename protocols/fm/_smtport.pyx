@@ -1,0 +1,219 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""A context's side of FM's shared-memory transport, per packet, in C -- both time modes.
+
+The queue steps themselves are `_smt.SmtRegion`'s (FM-C10, FM-C11); this is what FM's
+message layer does around them for one packet: find the receiver (step 1, the SMT ID
+map), check the peer's credits (the count its receiver keeps of what it consumed),
+claim a frame (steps 2-3), write the FM header and the data into it (step 4), publish
+it (steps 5-6); and on the receiving side, poll and take (steps 1-2), expose the frame,
+release it (step 4). Every method returns the CPU time its work costs on the modeled
+machine -- each atomic instruction at ``cpu.atomic_cycles`` (FM-A10), each copy at the
+memory's rate, each poll at FM-A08 -- which a modeled path yields and real time ignores.
+
+`send_one` is a whole message of at most one packet in one call: claim, header and
+data now, and the frame published by `publish_pending` -- at once in real time, once
+the modeled time of the work has passed in a modeled path. The general stream path
+uses the same steps one by one (`claim`, `header`, `write`, `publish`).
+"""
+from libc.stdint cimport uint32_t, uint64_t
+from libc.string cimport memcpy
+
+import errno
+
+from protocols.fm._wire cimport FM_HDR, FM_DATA, KIND_DATA, FLAG_FIRST, FLAG_LAST
+
+__all__ = ["Peer", "SmtPort"]
+
+
+cdef class Peer:
+    """What a context keeps about one other FM node."""
+
+    def __init__(self, int vnode, int host, int inst, bint smt):
+        self.vnode = vnode
+        self.host = host
+        self.inst = inst
+        self.smt = smt           # reached over the shared-memory transport
+        self.rid = -1            # its SMT ID, once looked up
+        self.credits = 0         # packets it may hold of ours at once
+        self.sent = 0            # packets sent to it
+        self.returned = 0        # packets of ours it has consumed (credits back)
+        self.consumed = 0        # packets of its we have consumed
+        self.credited = 0        # ... of which we have told it
+        self.seq = 0             # messages sent to it
+        self.skip_seq = 0xFFFFFFFF
+        self.open_stream = None
+        self.rx = None           # the message arriving from it
+
+    def __repr__(self):
+        return f"<FM peer {self.vnode} (host {self.host}.{self.inst}, {'smt' if self.smt else 'net'})>"
+
+
+cdef class SmtPort:
+    """A context's place in its job's shared-memory region."""
+
+    def __init__(self, host, uint32_t me, uint32_t instance, costs):
+        self.host = host
+        self.region = host.region
+        self.me = me
+        self.instance = instance
+        self.h = Header()
+        self.c_atomic = costs.atomic
+        self.c_copy_base = costs.copy_base
+        self.c_copy_rate = costs.copy_rate
+        self.c_poll = costs.smt_poll
+        self.c_miss = costs.miss
+        self._idx_pending = -1
+
+    cdef inline double _copy(self, Py_ssize_t n):
+        return self.c_copy_base + n / self.c_copy_rate
+
+    # -- send ----------------------------------------------------------------------------------
+
+    cpdef int rid_of(self, Peer peer) except -2:
+        """Step 1: the receiver's SMT ID from the map; -1 before it has attached, EPIPE
+        once it has left."""
+        cdef int rid = self.region.lookup(peer.inst)
+        if rid < 0:
+            if peer.rid >= 0:
+                raise OSError(errno.EPIPE, f"FM node {peer.vnode} has left the shared-memory transport")
+            return -1
+        peer.rid = rid
+        return rid
+
+    cpdef long long returned(self, Peer peer) except -1:
+        """Credits back: the frames of ours `peer` has consumed (its count, in shared memory)."""
+        cdef uint64_t v
+        if peer.rid < 0 and self.rid_of(peer) < 0:
+            return peer.returned
+        v = self.region.consumed(peer.rid, self.me)
+        if <long long> v > peer.returned:
+            peer.returned = <long long> v
+        return peer.returned
+
+    cpdef int claim(self, Peer peer):
+        """Steps 1-3 (the caller checked the credit): a frame of the receiver's, or -1."""
+        if self.rid_of(peer) < 0:
+            return -1
+        cdef int idx = self.region.claim(peer.rid, self.me)
+        self.claim_tries += self.region.last_tries
+        return idx
+
+    cpdef double header(self, uint32_t rid, uint32_t idx, Header h):
+        """Part of step 4: the FM header at the frame's start."""
+        h.pack_into(self.region.view, self.region.frame_offset(rid, idx))
+        return self._copy(FM_HDR)
+
+    cpdef double write(self, uint32_t rid, uint32_t idx, Py_ssize_t at, const unsigned char[::1] data):
+        """Step 4: data into the frame at `at` (past the header)."""
+        self.region.fill(rid, idx, at, data)
+        return self._copy(data.shape[0])
+
+    cpdef double publish(self, uint32_t rid, uint32_t idx, uint32_t plen):
+        """Steps 5-6: hand the frame over; the receiver is told (modeled time)."""
+        self.region.publish(rid, self.me, idx, FM_HDR + plen)
+        self.sent += 1
+        self.host.notify(rid, "smt")
+        return 0.0
+
+    def claim_cost(self):
+        """CPU time of the last claim: a fetch-and-increment and a test-and-set per frame tried."""
+        return self.region.last_tries * 2 * self.c_atomic
+
+    @property
+    def publish_cost(self):
+        return self.c_atomic
+
+    cpdef double send_one(self, Peer peer, int src_host, int program, int handler, unsigned int seq,
+                          const unsigned char[::1] data):
+        """A whole message of at most one packet: credit, claim, header, data. Its cost,
+        or -1 without a credit or a frame; `publish_pending` hands it over."""
+        cdef Py_ssize_t n = data.shape[0]
+        cdef int idx
+        cdef Header h = self.h
+        cdef double cost
+        if n > FM_DATA or self._idx_pending >= 0:
+            return -1.0
+        if peer.sent - self.returned(peer) >= peer.credits:
+            return -1.0
+        idx = self.claim(peer)
+        if idx < 0:
+            return -1.0
+        cost = self.region.last_tries * 2 * self.c_atomic
+        h.kind = KIND_DATA
+        h.flags = FLAG_FIRST | FLAG_LAST
+        h.src = src_host
+        h.dst = peer.host
+        h.program = program
+        h.src_inst = self.instance
+        h.dst_inst = peer.inst
+        h.handler = handler
+        h.plen = <int> n
+        h.mlen = <unsigned int> n
+        h.offset = 0
+        h.seq = seq
+        h.credits = <unsigned int> (peer.consumed & 0xFFFFFFFF)
+        cost += self.header(peer.rid, idx, h)
+        if n:
+            cost += self.write(peer.rid, idx, FM_HDR, data)
+        peer.sent += 1
+        self._rid_pending = peer.rid
+        self._idx_pending = idx
+        self._n_pending = <int> n
+        return cost + self.c_atomic
+
+    cpdef publish_pending(self):
+        if self._idx_pending >= 0:
+            idx, self._idx_pending = self._idx_pending, -1
+            self.publish(self._rid_pending, idx, self._n_pending)
+
+    # -- receive -------------------------------------------------------------------------------
+
+    cpdef int poll(self):
+        """Receive steps 1-2: the next frame, taken off its queue, or -1."""
+        cdef int idx = self.region.poll(self.me)
+        if idx < 0:
+            return -1
+        self.region.take(self.me, self.region.last_queue)
+        return idx
+
+    def poll_cost(self, bint found):
+        """An empty poll looks at M queues (FM-A08 each); a hit misses once on the frame
+        another CPU wrote and does a fetch-and-increment."""
+        if not found:
+            return self.c_poll * self.region.nqueues
+        return self.c_poll + self.c_miss + self.c_atomic
+
+    def packet(self, uint32_t idx):
+        return self.region.view, self.region.frame_offset(self.me, idx), self.region.frame_len(self.me, idx)
+
+    cpdef release(self, uint32_t idx):
+        """Receive step 4: the frame is free, its sender has a credit back (and is told)."""
+        cdef uint32_t src = self.region.frame_src(self.me, idx)
+        self.region.release(self.me, idx)
+        self.received += 1
+        self.host.notify(src, "smt")
+
+    # -- faults --------------------------------------------------------------------------------
+
+    def reclaim(self) -> int:
+        """Give back what dead processes hold in my area; the number of things given back."""
+        found = 0
+        for sid in range(self.region.ids_handed_out()):
+            if sid == self.me:
+                continue
+            state, pid, start, _inst = self.region.process(sid)
+            if state == 1 and not self.host.alive(pid, start):
+                self.region.mark_dead(sid)
+                state = 2
+            if state == 2:
+                frames, holes = self.region.reclaim(self.me, sid)
+                self.reclaimed_frames += frames
+                self.skipped_positions += holes
+                found += frames + holes
+        return found
+
+    def stats(self) -> dict:
+        return {"smt_id": self.me, "frames_sent": self.sent, "frames_received": self.received,
+                "claim_tries": self.claim_tries, "reclaimed_frames": self.reclaimed_frames,
+                "skipped_positions": self.skipped_positions, "queues": self.region.nqueues,
+                "frames": self.region.nframes}
