@@ -13,7 +13,8 @@ pools, so the whole receive path sees the frames, not only the device (a card th
 no buffer ready would otherwise drop most of them at its door).
 
 A *crash* is any exception that escapes the receive path, or a device model that stops
-working. After the frames, a real DP message must still travel node 0 -> node 1 intact.
+working. After the frames, a real DP message must still travel node 0 -> node 1 intact
+(within three tries: the last junk may leave a half-done AAL5 reassembly that eats one).
 The report gives frames per second and where the frames went (delivered, or dropped and
 counted by which layer), read from the counters the kernel and devices keep.
 """
@@ -153,16 +154,31 @@ def _drain(reader, fds) -> int:
     return n
 
 
-def _still_works(cluster) -> bool:
+def _still_works(cluster, attempts: int = 3) -> bool:
+    """A real message still travels node 0 -> node 1 intact, within `attempts` tries.
+
+    One try may be lost for a good reason: the last hostile frames can leave a half-done
+    reassembly behind (an AAL5 PDU whose end cell never came), and the next PDU on that
+    connection then fails its length check with it, as it would on a real link. A path
+    that delivers nothing in three tries is broken.
+    """
     a, b = cluster.process(0).sync, cluster.process(1).sync
     fa, fb = a.dp_open(77), b.dp_open(77)
     a.dp_target(fa, 1, 77)
-    msg = bytes(range(200)) * 2
-    a.dp_write(fa, msg[:min(400, cluster.node(0).services["dp"].max_message)])
-    got = b.dp_read(fb)
+    b.set_blocking(fb, False)
+    msg = (bytes(range(200)) * 2)[:min(400, cluster.node(0).services["dp"].max_message)]
+    ok = False
+    for _ in range(attempts):
+        a.dp_write(fa, msg)
+        cluster.engine.run()
+        try:
+            ok = b.dp_read(fb) == msg
+            break
+        except BlockingIOError:         # this one was lost: try again
+            continue
     a.close(fa)
     b.close(fb)
-    return got == msg[:len(got)] and len(got) > 0
+    return ok
 
 
 def _where(stats: dict) -> dict:

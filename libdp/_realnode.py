@@ -97,7 +97,7 @@ def build_node(cluster: ClusterFile, nid: int, *, seed: int = 0):
         node.shared_allocator = MemfdRegion     # filter) is done before the first frame is taken
         by = cluster.extra.get("faults_by", "injector")
         if _faulty(prof) and by == "injector":
-            port.inject(FaultInjector(node.profile, random.Random(seed * 1_000_003 + nid)))
+            port.inject_faults(FaultInjector(node.profile, random.Random(seed * 1_000_003 + nid)))
         elif _faulty(prof):
             from libdp._realrun import link_shape
             port.faults_elsewhere = {"applied_by": by, **link_shape(prof).as_dict()}

@@ -36,10 +36,11 @@ class DevicePort:
         self._held: list = []   # (due wall time, sequence, frame, crc_ok): frames held back
         self._held_seq = 0
         if faults is not None:
-            self.inject(faults)
+            self.inject_faults(faults)
 
-    def inject(self, faults) -> None:
-        """Pass every received frame through `faults` (a FaultInjector) from now on."""
+    def inject_faults(self, faults) -> None:
+        """Pass every received frame through `faults` (a FaultInjector) from now on. (Not
+        ``inject``: a medium with ``inject(ni, data, token)`` is a Myrinet fabric to the NI.)"""
         self.faults = faults if faults.active else None
 
     def attach(self, device) -> None:
