@@ -27,7 +27,7 @@ from libdp._am_bench import summarize
 from libdp.fm import FM
 
 __all__ = ["fm_pingpong_program", "fm_bandwidth_program", "run_job", "placement_for", "summarize",
-           "real_smt_pingpong", "DEFAULT_PP_SIZES", "DEFAULT_BW_MESSAGES", "DEFAULT_BW_SIZES", "PAPER_LATENCY_US", "PAPER_BANDWIDTH",
+           "real_smt_pingpong", "real_smt_bandwidth", "DEFAULT_PP_SIZES", "DEFAULT_BW_MESSAGES", "DEFAULT_BW_SIZES", "PAPER_LATENCY_US", "PAPER_BANDWIDTH",
            "TRANSPORTS"]
 
 PAPER_LATENCY_US = 8.8          # FM-B01
@@ -153,35 +153,77 @@ def run_job(cluster, program, placement, *args):
 # -- real time: two real processes over the real shared-memory transport -----------------------
 
 
-def _real_child(vnode, name, sizes, iters, warmup, fm_params, conn):
+def _real_pingpong(fm, vnode, sizes, iters, warmup):
+    count = [0]
+
+    async def ping(stream, src):
+        await stream.receive(stream.length)
+        count[0] += 1
+
+    fm.set_handler(H_PING, ping)
+    s = fm.sync
+    rows = []
+    for n in sizes:
+        msg = bytes(n)
+        count[0] = 0
+        t0 = time.perf_counter()
+        for i in range(warmup + iters):
+            if i == warmup:
+                t0 = time.perf_counter()
+            if vnode == 0:
+                s.send(1, H_PING, msg)
+                s.extract_until(lambda i=i: count[0] > i)
+            else:
+                s.extract_until(lambda i=i: count[0] > i)
+                s.send(0, H_PING, msg)
+        rtt = (time.perf_counter() - t0) / iters
+        rows.append({"size": n, "one_way_us": rtt * 1e6 / 2, "rtt_us": rtt * 1e6})
+    return rows
+
+
+def _real_bandwidth(fm, vnode, sizes, count, _warmup):
+    """Node 0 streams `count` messages of each size; node 1 acknowledges once its
+    handlers took them all (as `fm_bandwidth_program`, in wall time)."""
+    got = {"n": 0, "bytes": 0, "ack": 0}
+    buf = bytearray(max(sizes))
+
+    async def data(stream, src):
+        got["bytes"] += await stream.receive_into(buf, stream.length)
+        got["n"] += 1
+
+    async def ack(stream, src):
+        await stream.receive(stream.length)
+        got["ack"] += 1
+
+    fm.set_handler(H_DATA, data)
+    fm.set_handler(H_ACK, ack)
+    s = fm.sync
+    rows = []
+    for k, n in enumerate(sizes):
+        if vnode == 0:
+            msg = bytes(n)
+            t0 = time.perf_counter()
+            for _ in range(count):
+                s.send(1, H_DATA, msg)
+            s.extract_until(lambda k=k: got["ack"] > k)
+            elapsed = time.perf_counter() - t0
+            rows.append({"size": n, "mbytes_per_s": n * count / elapsed / 1e6, "messages": count,
+                         "time_us": elapsed * 1e6})
+        else:
+            s.extract_until(lambda: got["n"] >= count)
+            if got["bytes"] != n * count:
+                raise AssertionError(f"FM bandwidth: {got['bytes']} bytes arrived of {n * count}")
+            got["n"] = got["bytes"] = 0
+            s.send(0, H_ACK, b"\0\0\0\0")
+    return rows
+
+
+def _real_child(body, vnode, name, sizes, iters, warmup, fm_params, conn):
     try:
         fm = FM.open_real(vnode, 2, PROGRAM, **{**fm_params, "smt_name": name})
-        count = [0]
-
-        async def ping(stream, src):
-            await stream.receive(stream.length)
-            count[0] += 1
-
-        fm.set_handler(H_PING, ping)
-        s = fm.sync
-        rows = []
-        for n in sizes:
-            msg = bytes(n)
-            count[0] = 0
-            t0 = time.perf_counter()
-            for i in range(warmup + iters):
-                if i == warmup:
-                    t0 = time.perf_counter()
-                if vnode == 0:
-                    s.send(1, H_PING, msg)
-                    s.extract_until(lambda i=i: count[0] > i)
-                else:
-                    s.extract_until(lambda i=i: count[0] > i)
-                    s.send(0, H_PING, msg)
-            rtt = (time.perf_counter() - t0) / iters
-            rows.append({"size": n, "one_way_us": rtt * 1e6 / 2, "rtt_us": rtt * 1e6})
+        rows = body(fm, vnode, sizes, iters, warmup)
         stats = fm.stats()
-        s.close()
+        fm.sync.close()
         conn.send(("ok", rows, stats))
     except BaseException as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", None))
@@ -192,13 +234,23 @@ def _real_child(vnode, name, sizes, iters, warmup, fm_params, conn):
 def real_smt_pingpong(sizes=(8,), iters=10000, warmup=100, timeout=120.0, fm_params=None):
     """FM ping-pong between two real processes of this host over POSIX shared memory:
     (rows of node 0, stats of both), wall-clock microseconds."""
+    return _real_job(_real_pingpong, sizes, iters, warmup, timeout, fm_params)
+
+
+def real_smt_bandwidth(sizes=(2048,), count=20000, timeout=120.0, fm_params=None):
+    """FM streaming between two real processes of this host over POSIX shared memory:
+    (rows of node 0 with MB/s, MB = 10^6 bytes; stats of both)."""
+    return _real_job(_real_bandwidth, sizes, count, 0, timeout, fm_params)
+
+
+def _real_job(body, sizes, iters, warmup, timeout, fm_params):
     name = f"/dp-fm-bench-{os.getpid()}-{time.monotonic_ns() & 0xFFFFFF}"
     ctx = multiprocessing.get_context("fork")
     procs, pipes = [], []
     try:
         for v in range(2):
             parent, child = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_real_child, args=(v, name, tuple(sizes), iters, warmup, dict(fm_params or {}), child), daemon=True)
+            p = ctx.Process(target=_real_child, args=(body, v, name, tuple(sizes), iters, warmup, dict(fm_params or {}), child), daemon=True)
             p.start()
             child.close()
             procs.append(p)

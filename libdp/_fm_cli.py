@@ -18,6 +18,7 @@ import sys
 
 from libdp._argtypes import int_list, positive_int
 from libdp._report import emit, overrides_note
+from libdp.targets import Target, register
 
 __all__ = ["add_commands"]
 
@@ -198,3 +199,42 @@ def _real_pingpong(args) -> int:
             print(f"{r['size']:<12}{r['one_way_us']:>14.2f}{r['rtt_us']:>14.2f}")
 
     return emit(args, doc, stats, table)
+
+
+# --------------------------------------------------------------------------- the paper's figures
+
+
+def _row(doc, size, key):
+    for r in doc["results"]:
+        if r.get("size") == size:
+            return r[key]
+    raise ValueError(f"no row of size {size} in the result")
+
+
+LINK_MBYTES_PER_S = 160.0   # the LANai 4 board's Myrinet link, 1.28 Gb/s (FM-A01): what "100+" can reach
+
+register(Target(
+    id="FM-B01", what="FM one-way latency, 0-byte message, HPVM 1.9 (memory notification)", unit="us",
+    argv=("fm-pingpong", "--sizes", "0"), quick_argv=("fm-pingpong", "--sizes", "0", "--iters", "50"),
+    model=lambda doc: _row(doc, 0, "one_way_us"), published=8.8,
+    benchmark="fm-pingpong", platform=DEFAULT_PLATFORM, nic="myrinet", size=0,
+    points={"one_way_us": 8.8, "rtt_us": 17.6}))
+register(Target(
+    id="FM-B02", what="FM streaming bandwidth, 64 KB messages, HPVM 1.9 (\"100+\": 100 up to the link's 160)",
+    unit="MB/s", argv=("fm-bandwidth", "--sizes", "65536"), quick_argv=("fm-bandwidth", "--sizes", "65536"),
+    model=lambda doc: _row(doc, 65536, "mbytes_per_s"), published=100.0,
+    published_range=(100.0, LINK_MBYTES_PER_S),
+    benchmark="fm-bandwidth", platform=DEFAULT_PLATFORM, nic="myrinet", size=65536, points={"mbytes_per_s": 100.0}))
+# FM 2.1 on the PII-300 polled a LANai register (memory notification came with HPVM 1.9):
+# the same costs, the PII-300's machine, notify=pci. Nothing is fitted to these two.
+register(Target(
+    id="FM-B16", what="FM 2.1 minimum latency, PII-300 (PCI-register notification)", unit="us",
+    argv=("fm-pingpong", "--platform", "pii300_lanai4", "--notify", "pci", "--sizes", "0"),
+    quick_argv=("fm-pingpong", "--platform", "pii300_lanai4", "--notify", "pci", "--sizes", "0", "--iters", "50"),
+    model=lambda doc: _row(doc, 0, "one_way_us"), published=9.0,
+    benchmark="fm-pingpong", platform="pii300_lanai4", nic="myrinet", size=0, points={"one_way_us": 9.0}))
+register(Target(
+    id="FM-B17", what="FM 2.1 peak bandwidth (64 KB messages), PII-300 (PCI-register notification)", unit="MB/s",
+    argv=("fm-bandwidth", "--platform", "pii300_lanai4", "--notify", "pci", "--sizes", "65536"),
+    model=lambda doc: _row(doc, 65536, "mbytes_per_s"), published=92.0,
+    benchmark="fm-bandwidth", platform="pii300_lanai4", nic="myrinet", size=65536, points={"mbytes_per_s": 92.0}))

@@ -253,3 +253,37 @@ def test_the_blocking_api():
     fa.sync.close()
     fb.sync.close()
     assert out == [b"sync", b"abcd"]
+
+
+def test_a_job_over_both_transports_polls_one_after_the_other():        # FM-C08
+    c = Cluster(nodes=2, platform="hpvm19", nic="myrinet", load=["fm"])
+    placement = (0, 0, 1)                                                 # two processes on host 0, one on host 1
+
+    async def prog(dp, vnode, placement):
+        fm = await FM.open(dp, 7, placement, vnode)
+        got = []
+
+        async def on_msg(stream, src):
+            got.append((src, await stream.receive(stream.length)))
+
+        fm.set_handler(1, on_msg)
+        for dest in range(3):
+            if dest != vnode:
+                await fm.send(dest, 1, b"from %d" % vnode)
+        await fm.extract_until(lambda: len(got) == 2)
+        ctx = fm.ctx
+        both = ctx.poll_round() == pytest.approx(ctx.c.poll + ctx.c.smt_poll * ctx.smt.region.nqueues) \
+            if ctx.smt is not None else ctx.poll_round() == pytest.approx(ctx.c.poll)
+        st = fm.stats()
+        await fm.close()
+        return sorted(got), st, both
+
+    results = run_job(c, prog, placement)
+    for vnode, (got, st, both) in enumerate(results):
+        assert got == [(s, b"from %d" % s) for s in range(3) if s != vnode]
+        assert both
+    for vnode in (0, 1):                                                  # one message by each transport
+        st = results[vnode][1]
+        assert {p["transport"] for p in st["peers"].values()} == {"smt", "net"}
+        assert st["smt"]["frames_received"] == 1 and st["net"]["consumed"] == 1
+    assert "smt" not in results[2][1] and results[2][1]["net"]["consumed"] == 2

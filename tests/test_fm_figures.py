@@ -96,3 +96,12 @@ def test_same_seed_same_result():
     a = pingpong(sizes=(0, 3000), iters=20)[0]
     b = pingpong(sizes=(0, 3000), iters=20)[0]
     assert json.dumps(a) == json.dumps(b)
+
+
+def test_dp_reproduce_shows_fm_beside_the_model(capsys):
+    from libdp._cli import main
+    assert main(["reproduce", "--quick", "--only", "FM-B01,FM-B02,FM-B16,FM-B17", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    marks = {r["id"]: r["pass"] for r in doc["results"]}
+    assert marks["FM-B01"] and marks["FM-B02"]                          # calibrated: 8.8 us; 100+ MB/s
+    assert set(marks) == {"FM-B01", "FM-B02", "FM-B16", "FM-B17"}        # FM 2.1's: whatever the mechanisms give
