@@ -239,6 +239,8 @@ def _stress(args) -> int:
     from libdp._report import progress
     if args.nodes < 2:
         raise OSError(errno.EINVAL, "--nodes: at least 2 (every node sends to the next two around a ring)")
+    if args.plot:
+        raise OSError(errno.EINVAL, "--plot: am-stress has no curve to draw (its result is one count)")
     profile_params, am_params = _split_params(args.param)
     for spec in args.load:
         name, mparams = parse_load(spec)
