@@ -10,17 +10,29 @@ advanced through without one, `Engine.advances`), at the same modeled delays. Th
 ratio dp/SimPy is the figure of merit; it does not depend on how loaded the machine is
 as much as either rate alone.
 
+Every rate is given per wall second and per CPU second of this process
+(``time.process_time``): on a machine shared with other work the second moves far less
+from run to run, so compare before/after with it.
+
+The floor trio sets: two bare trio tasks handing the turn back and forth
+(``reschedule`` + ``wait_task_rescheduled``), the two task switches a ping-pong between
+two user programs cannot avoid -- no modeled DP round trip can run faster than this.
+
 Last, wall microseconds per engine event: dp's engine stepping a self-rescheduling
 Python callback, next to a bare heapq loop doing the same, and what one event of the
-ping-pong costs all in (wall time / engine events).
+ping-pong costs all in (wall time / engine events). ``--sweeps`` also times the two
+sweeps issue 8 names: a 1 MB ``dp am-bandwidth`` sweep and a full
+``dp bandwidth --nic myrinet --pipeline adaptive`` sweep.
 
     python -m pip install -e '.[bench]'          # SimPy
-    python benchmarks/bench_sim_speed.py [--iters 20000] [--repeat 3] [--json]
+    python benchmarks/bench_sim_speed.py [--iters 20000] [--repeat 3] [--sweeps] [--json]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
+import io
 import json
 import time
 
@@ -34,37 +46,39 @@ SYSTEMS = {
 }
 
 
-def _dp_run(nic: str, proto: str | None, iters: int) -> tuple[float, int, int, float]:
-    """(wall s, modeled instants, engine events, modeled RTT s) of a modeled ping-pong."""
+def _dp_run(nic: str, proto: str | None, iters: int) -> tuple[float, float, int, int, float]:
+    """(wall s, CPU s, modeled instants, engine events, modeled RTT s) of a modeled ping-pong."""
     if proto == "am":
         from libdp._am_bench import am_pingpong_program
         c = Cluster(nodes=2, nic=nic, load=[("am", {})])
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         rows = c.run_spmd(am_pingpong_program, (1,), iters)[0]
     else:
         c = Cluster(nodes=2, nic=nic)
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         rows = c.run_spmd(pingpong, [1], iters, 0)[0]
-    wall = time.perf_counter() - t
-    return wall, c.engine.events_run + getattr(c.engine, "advances", 0), c.engine.events_run, rows[0]["rtt_us"] * 1e-6
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+    return wall, cpu, c.engine.events_run + getattr(c.engine, "advances", 0), c.engine.events_run, rows[0]["rtt_us"] * 1e-6
 
 
 def dp_rate(nic: str, proto: str | None, iters: int, repeat: int) -> dict:
     lo = max(iters // 10, 200)
     best = None
     for _ in range(repeat):
-        w_lo, i_lo, e_lo, _rtt = _dp_run(nic, proto, lo)
-        w_hi, i_hi, e_hi, rtt = _dp_run(nic, proto, iters + lo)
+        w_lo, c_lo, i_lo, e_lo, _rtt = _dp_run(nic, proto, lo)
+        w_hi, c_hi, i_hi, e_hi, rtt = _dp_run(nic, proto, iters + lo)
         rate = iters / (w_hi - w_lo)
         if best is None or rate > best["round_trips_per_s"]:
-            best = {"round_trips_per_s": rate, "instants_per_rt": (i_hi - i_lo) / iters,
+            best = {"round_trips_per_s": rate, "round_trips_per_cpu_s": iters / (c_hi - c_lo),
+                    "instants_per_rt": (i_hi - i_lo) / iters,
                     "events_per_rt": (e_hi - e_lo) / iters, "modeled_rtt_us": rtt * 1e6,
                     "wall_us_per_event": (w_hi - w_lo) / (e_hi - e_lo) * 1e6}
     return best
 
 
-def simpy_rate(events_per_rt: float, rtt_s: float, iters: int, repeat: int) -> float:
-    """Round trips per wall second of the SimPy model with `events_per_rt` events each."""
+def simpy_rate(events_per_rt: float, rtt_s: float, iters: int, repeat: int) -> tuple[float, float]:
+    """Round trips per wall second and per CPU second of the SimPy model with
+    `events_per_rt` events each."""
     import simpy
 
     per_dir = max(1, round(events_per_rt / 2))
@@ -87,12 +101,84 @@ def simpy_rate(events_per_rt: float, rtt_s: float, iters: int, repeat: int) -> f
 
         env.process(side(0))
         env.process(side(1))
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         env.run()
-        return time.perf_counter() - t
+        return time.perf_counter() - t, time.process_time() - cpu
 
+    return _best_rates(run, iters, repeat)
+
+
+def _best_rates(run, iters: int, repeat: int) -> tuple[float, float]:
+    """The best (wall, CPU) rates of `run(n) -> (wall s, CPU s)`, from the difference of
+    a long and a short run (set-up cancels out)."""
     lo = max(iters // 10, 200)
-    return max(iters / (run(iters + lo) - run(lo)) for _ in range(repeat))
+    wall = cpu = 0.0
+    for _ in range(repeat):
+        w_lo, c_lo = run(lo)
+        w_hi, c_hi = run(iters + lo)
+        wall = max(wall, iters / (w_hi - w_lo))
+        cpu = max(cpu, iters / (c_hi - c_lo))
+    return wall, cpu
+
+
+def trio_floor_rate(iters: int, repeat: int) -> tuple[float, float]:
+    """Round trips per (wall, CPU) second of two bare trio tasks handing the turn back and
+    forth: the two task switches a modeled ping-pong between two programs always costs."""
+    import outcome
+    import trio
+    from trio.lowlevel import Abort, current_task, reschedule, wait_task_rescheduled
+
+    def abort(_):
+        return Abort.SUCCEEDED
+
+    def run(n):
+        tasks = {}
+        spent = []
+
+        async def ping():
+            tasks["ping"] = current_task()
+            await trio.sleep(0)                 # pong has parked
+            t, cpu = time.perf_counter(), time.process_time()
+            for _ in range(n):
+                reschedule(tasks["pong"])
+                await wait_task_rescheduled(abort)
+            spent.append((time.perf_counter() - t, time.process_time() - cpu))
+            reschedule(tasks["pong"], outcome.Value(None))
+
+        async def pong():
+            tasks["pong"] = current_task()
+            for _ in range(n + 1):
+                await wait_task_rescheduled(abort)
+                if len(spent) == 0:
+                    reschedule(tasks["ping"])
+
+        async def main():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pong)
+                nursery.start_soon(ping)
+
+        trio.run(main)
+        return spent[0]
+
+    return _best_rates(run, iters, repeat)
+
+
+def sweep_seconds(argv: list[str]) -> tuple[float, float]:
+    """(wall s, CPU s) of one ``dp`` command, run in this process."""
+    from libdp._cli import main as dp_main
+
+    t, cpu = time.perf_counter(), time.process_time()
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = dp_main(argv)
+    if rc:
+        raise SystemExit(f"dp {' '.join(argv)} failed ({rc})")
+    return time.perf_counter() - t, time.process_time() - cpu
+
+
+SWEEPS = {
+    "am-bandwidth 1 MB": ["am-bandwidth", "--json"],
+    "bandwidth myrinet adaptive": ["bandwidth", "--nic", "myrinet", "--pipeline", "adaptive", "--json"],
+}
 
 
 def engine_us_per_event(n: int = 200000) -> float:
@@ -136,6 +222,7 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=20000, help="round trips timed (beyond the short run)")
     ap.add_argument("--repeat", type=int, default=3, help="best of this many")
     ap.add_argument("--only", choices=sorted(SYSTEMS), action="append", help="just these systems")
+    ap.add_argument("--sweeps", action="store_true", help="also time the two sweeps of issue 8")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     out = {"iters": args.iters, "systems": {}}
@@ -143,26 +230,44 @@ def main(argv=None) -> int:
         nic, proto = SYSTEMS[name]
         r = dp_rate(nic, proto, args.iters, args.repeat)
         try:
-            r["simpy_round_trips_per_s"] = simpy_rate(r["instants_per_rt"], r["modeled_rtt_us"] * 1e-6,
-                                                      args.iters, args.repeat)
+            r["simpy_round_trips_per_s"], r["simpy_round_trips_per_cpu_s"] = simpy_rate(
+                r["instants_per_rt"], r["modeled_rtt_us"] * 1e-6, args.iters, args.repeat)
             r["ratio_to_simpy"] = r["round_trips_per_s"] / r["simpy_round_trips_per_s"]
+            r["cpu_ratio_to_simpy"] = r["round_trips_per_cpu_s"] / r["simpy_round_trips_per_cpu_s"]
         except ImportError:
-            r["simpy_round_trips_per_s"] = r["ratio_to_simpy"] = None
+            r["simpy_round_trips_per_s"] = r["simpy_round_trips_per_cpu_s"] = None
+            r["ratio_to_simpy"] = r["cpu_ratio_to_simpy"] = None
         out["systems"][name] = r
+    out["trio_floor_round_trips_per_s"], out["trio_floor_round_trips_per_cpu_s"] = trio_floor_rate(
+        args.iters, args.repeat)
     out["engine_us_per_event"] = min(engine_us_per_event() for _ in range(args.repeat))
     out["heapq_us_per_event"] = min(heapq_us_per_event() for _ in range(args.repeat))
+    if args.sweeps:
+        out["sweeps"] = {}
+        for name, argv in SWEEPS.items():
+            wall, cpu = sweep_seconds(argv)
+            out["sweeps"][name] = {"wall_s": wall, "cpu_s": cpu}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"# modeled 1-byte ping-pong, {args.iters} round trips timed, best of {args.repeat}")
-    print(f"# {'system':<12}{'RT/s':>10}{'SimPy RT/s':>12}{'ratio':>8}{'events/RT':>11}{'instants/RT':>13}"
+    print(f"# modeled 1-byte ping-pong, {args.iters} round trips timed, best of {args.repeat}; "
+          f"rates per wall second (per CPU second of this process)")
+    print(f"# {'system':<12}{'RT/s':>18}{'SimPy RT/s':>18}{'ratio':>13}{'events/RT':>11}{'instants/RT':>13}"
           f"{'us/event':>10}")
     for name, r in out["systems"].items():
-        simpy_s = f"{r['simpy_round_trips_per_s']:12.0f}" if r["ratio_to_simpy"] else f"{'(no simpy)':>12}"
-        ratio = f"{r['ratio_to_simpy']:8.2f}" if r["ratio_to_simpy"] else f"{'-':>8}"
-        print(f"  {name:<12}{r['round_trips_per_s']:10.0f}{simpy_s}{ratio}{r['events_per_rt']:11.1f}"
+        rates = f"{r['round_trips_per_s']:9.0f} ({r['round_trips_per_cpu_s']:6.0f})"
+        if r["ratio_to_simpy"]:
+            simpy_s = f"{r['simpy_round_trips_per_s']:9.0f} ({r['simpy_round_trips_per_cpu_s']:6.0f})"
+            ratio = f"{r['ratio_to_simpy']:6.2f} ({r['cpu_ratio_to_simpy']:4.2f})"
+        else:
+            simpy_s, ratio = f"{'(no simpy)':>18}", f"{'-':>13}"
+        print(f"  {name:<12}{rates:>18}{simpy_s:>18}{ratio:>13}{r['events_per_rt']:11.1f}"
               f"{r['instants_per_rt']:13.1f}{r['wall_us_per_event']:10.2f}")
+    print(f"# trio floor (two bare tasks, two switches per round trip): "
+          f"{out['trio_floor_round_trips_per_s']:.0f} ({out['trio_floor_round_trips_per_cpu_s']:.0f}) RT/s")
     print(f"# bare event: dp engine {out['engine_us_per_event']:.3f} us, heapq loop {out['heapq_us_per_event']:.3f} us")
+    for name, t in out.get("sweeps", {}).items():
+        print(f"# sweep dp {name}: {t['wall_s']:.2f} s wall, {t['cpu_s']:.2f} s CPU")
     return 0
 
 

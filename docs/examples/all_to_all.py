@@ -49,7 +49,7 @@ def main(rounds: int = 20) -> int:
     am.close()
     ok = all(v == list(range(rounds)) for v in got.values())
     print(f"node {me}: {sum(map(len, got.values()))} messages from {len(peers)} peers, "
-          f"{'all in order' if ok else 'WRONG'}, {time.perf_counter() - t:.2f} s")
+          f"{'all in order' if ok else 'WRONG'}, {time.perf_counter() - t:.2f} s", flush=True)
     return 0 if ok else 1
 
 

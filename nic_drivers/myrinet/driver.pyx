@@ -1,3 +1,4 @@
+# cython: language_level=3, annotation_typing=False
 """The Myrinet driver: the kernel side of a LANai board running DP's control program.
 
 Open allocates, in pinned host memory, one transmit buffer per send descriptor, the

@@ -1,3 +1,4 @@
+# cython: language_level=3, annotation_typing=False
 """Control programs for the LANai: the firmware slot's interface and DP's firmware.
 
 A LANai board does nothing by itself: the host loads a control program into its SRAM
