@@ -16,6 +16,9 @@ import mmap
 
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES, PyBUF_WRITABLE
 from libc.string cimport memcpy, memmove, memset
+from posix.mman cimport MADV_DONTNEED, madvise
+
+cdef Py_ssize_t PAGE = mmap.PAGESIZE
 
 
 cdef int span_check(Py_ssize_t off, Py_ssize_t n, Py_ssize_t size, str what) except -1:
@@ -36,6 +39,20 @@ def anonymous_pages(Py_ssize_t nbytes):
         raise OSError(errno.EINVAL, f"anonymous memory needs a positive size, not {nbytes}")
     return memoryview(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
                                 prot=mmap.PROT_READ | mmap.PROT_WRITE))
+
+
+cdef void zero_span(unsigned char* base, Py_ssize_t addr, Py_ssize_t n) noexcept:
+    """Zero [addr, addr+n) of page-aligned anonymous memory at `base`: its whole pages go
+    back to the kernel (they read as zeros and take no host memory until written again),
+    the ragged ends are cleared by hand. A reused receive FIFO, sized by the node count,
+    then costs host memory only where packets land."""
+    cdef Py_ssize_t lo = (addr + PAGE - 1) // PAGE * PAGE
+    cdef Py_ssize_t hi = (addr + n) // PAGE * PAGE
+    if hi > lo and madvise(base + lo, hi - lo, MADV_DONTNEED) == 0:
+        memset(base + addr, 0, lo - addr)
+        memset(base + hi, 0, addr + n - hi)
+    else:
+        memset(base + addr, 0, n)
 
 
 cdef class PhysMem:
@@ -63,7 +80,7 @@ cdef class PhysMem:
         lst = self._free.get(nbytes)
         if lst:
             addr = lst.pop()
-            memset(&self.buf[addr], 0, nbytes)
+            zero_span(&self.buf[0], addr, nbytes)
         else:
             addr = (self._top + align - 1) // align * align
             if nbytes > self.size - addr:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import sys
 
 from libdp._argtypes import int_list, positive_int
 from libdp._report import emit, overrides_note
@@ -193,12 +192,13 @@ def _bandwidth(args) -> int:
     total = args.total or DEFAULT_TOTAL
     if max(sizes) > total:
         raise OSError(errno.EINVAL, f"a transfer size ({max(sizes)}) cannot exceed --total ({total})")
-    def progress(row):                              # a long run says how far it is
-        print(f"# {row['size']} B: {row['mbytes_per_s']:.2f} MB/s", file=sys.stderr, flush=True)
-
-    cluster, am_params, rows, stats = _run(args, am_bandwidth_program, args.op, args.mode, tuple(sizes), total,
-                                           args.iters, True,
-                                           progress if sys.stderr.isatty() and not args.real else None)
+    from libdp._report import progress
+    with progress(args, 0 if args.real else len(sizes), f"am-bandwidth {args.op} {args.mode}") as bar:
+        cluster, am_params, rows, stats = _run(args, am_bandwidth_program, args.op, args.mode, tuple(sizes), total,
+                                               args.iters, True,
+                                               None if args.real else
+                                               (lambda row: bar.advance(f"{row['size']} B: "
+                                                                        f"{row['mbytes_per_s']:.2f} MB/s")))
     if rows:
         rows[-1].pop("am_stats", None)
     r_inf, n_half = summarize(rows)
@@ -239,6 +239,8 @@ def _stress(args) -> int:
     from libdp._report import progress
     if args.nodes < 2:
         raise OSError(errno.EINVAL, "--nodes: at least 2 (every node sends to the next two around a ring)")
+    if args.plot:
+        raise OSError(errno.EINVAL, "--plot: am-stress has no curve to draw (its result is one count)")
     profile_params, am_params = _split_params(args.param)
     for spec in args.load:
         name, mparams = parse_load(spec)

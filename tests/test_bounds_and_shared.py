@@ -194,3 +194,20 @@ def test_alloc_shared_refuses_a_bad_size():
     node = Cluster(nodes=2).node(0)
     for bad in (0, -1, 1.5, True, "8"):
         assert _errno(lambda: node.alloc_shared(bad, "x")) == errno.EINVAL
+
+
+@pytest.mark.parametrize("nbytes, align", [(100_000, 16), (5000, 16), (3 * 4096, 4096), (10, 8)])
+def test_a_reused_allocation_reads_as_zeros_and_its_neighbours_are_untouched(nbytes, align):
+    """A block from the free list is zeroed (whole pages handed back to the kernel, the
+    ragged ends by hand) -- and not a byte beyond it."""
+    mem = PhysMem(1 << 20)
+    before = mem.alloc(64, 16)
+    a = mem.alloc(nbytes, align)
+    after = mem.alloc(64, 16)
+    mem.write(before, b"\x11" * 64)
+    mem.write(after, b"\x22" * 64)
+    mem.write(a, b"\xff" * nbytes)
+    mem.release(a)
+    b = mem.alloc(nbytes, align)
+    assert b == a and mem.read(b, nbytes) == bytes(nbytes)
+    assert mem.read(before, 64) == b"\x11" * 64 and mem.read(after, 64) == b"\x22" * 64

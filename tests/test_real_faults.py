@@ -115,12 +115,12 @@ def test_a_rate_on_the_packet_transport_shapes_the_veths():
     if not ok:
         pytest.skip(why)
     # 1 Mbit/s: a 1522-byte frame is 12 ms of the link, where an unshaped veth takes microseconds. Each side
-    # sends one frame per round trip, so the round trip cannot be shorter than one frame time.
-    fast, _ = run_real_spmd(libdp.pingpong, [1500], 10, transport="packet", timeout=TIMEOUT)
+    # sends one frame per round trip, so the round trip cannot be shorter than one frame time: a floor set
+    # by the shaper, which a loaded host can only raise. (No comparison with an unshaped run: two wall-clock
+    # measurements on a shared host order themselves by load as much as by link rate.)
     slow, _ = run_real_spmd(libdp.pingpong, [1500], 10, transport="packet", timeout=TIMEOUT,
                             params=[("link.rate_bps", 1e6)])
     assert slow[0][0]["rtt_us"] > 0.9 * 1522 * 8 / 1e6 * 1e6
-    assert slow[0][0]["rtt_us"] > fast[0][0]["rtt_us"]
 
 
 # --------------------------------------------------------------------------- dying and failing ranks
