@@ -13,8 +13,19 @@ from node 0 to the farthest node, queueing for the first link and streaming thro
 every switch, timed in wall microseconds per packet and per packet-hop against a bare
 engine event measured in the same run.
 
+``--bcast`` measures LCI broadcast at scale instead (issue 14's budgets: a 64-node
+16-byte broadcast under 1 s, a 1024-node binary-tree broadcast of 64 KB under 10 s and
+2 GB): per size, in a fresh interpreter, the CPU seconds to build the cluster with lci
+loaded, the CPU seconds of ``dp lci-bcast``'s program (a first broadcast, then a timed
+one, each reported back to the root by every receiver), engine events, CPU µs per
+event and per packet delivered, peak resident memory, and the same ratios against a
+bare engine event measured in the same run. "CPU" is the process's CPU time
+(``time.process_time``): on a shared machine it does not move with the load; on an
+idle machine the wall time is the CPU time.
+
     python benchmarks/bench_fabric.py                          # both platforms, 64/256/1024
     python benchmarks/bench_fabric.py --nodes 64,256 --platforms ppro200_lanai4 --json
+    python benchmarks/bench_fabric.py --bcast --nodes 64,256,1024 [--size 65536] [--variant I-sdma]
 """
 import argparse
 import gc
@@ -101,6 +112,38 @@ def one(platform: str, nodes: int, iters: int) -> dict:
             "bare_engine_event_us": round(engine_floor(200000) * 1e6, 3)}
 
 
+def bcast(platform: str, nodes: int, size: int, variant: str, tree: str) -> dict:
+    import resource
+
+    from libdp import Cluster
+    from libdp._lci_mcast_cli import bcast_program, combine_bcast
+
+    base = rss_mb()
+    t = time.process_time()
+    c = Cluster(nodes=nodes, nic="myrinet", platform=platform,
+                load=[("lci", {"variant": variant, "tree": tree})])
+    build_s = time.process_time() - t
+    built = rss_mb()
+    ev0 = c.engine.events_run
+    t = time.process_time()
+    res = c.run_spmd(bcast_program, (size,), 1, 0, None, False, None)
+    run_s = time.process_time() - t
+    events = c.engine.events_run - ev0
+    row = combine_bcast(res, (size,), variant, tree, nodes, False)[0]
+    deliveries = 2 * (nodes - 1) * max(1, -(-size // c.nodes[0].services["lci"].variant.mtu))   # two broadcasts
+    floor = engine_floor(200000)
+    return {"platform": platform, "nodes": nodes, "variant": variant, "tree": tree, "size": size,
+            "latency_us": round(row["latency_us"], 2), "build_cpu_s": round(build_s, 3),
+            "run_cpu_s": round(run_s, 3), "total_cpu_s": round(build_s + run_s, 3), "events": events,
+            "cpu_us_per_event": round(run_s / events * 1e6, 3),
+            "cpu_us_per_delivery": round(run_s / deliveries * 1e6, 2),
+            "events_per_delivery": round(events / deliveries, 2),
+            "event_vs_bare_engine_event": round(run_s / events / floor, 2),
+            "rss_build_per_node_kb": round((built - base) * 1024 / nodes, 1),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "bare_engine_event_us": round(floor * 1e6, 3)}
+
+
 def engine_floor(n: int) -> float:
     """Wall seconds per engine event for a self-rescheduling Python callback."""
     from kernelsim import Engine
@@ -124,10 +167,36 @@ def main():
     ap.add_argument("--platforms", default="ppro200_lanai4,p3_1000_lanai9")
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--bcast", action="store_true", help="LCI broadcast at scale (see above)")
+    ap.add_argument("--size", type=int, default=65536, help="--bcast: message bytes (default 65536)")
+    ap.add_argument("--variant", default="I-sdma", help="--bcast: LCI variant (default I-sdma)")
+    ap.add_argument("--tree", default="binary", help="--bcast: spanning tree (default binary)")
     ap.add_argument("--one", nargs=2, metavar=("PLATFORM", "NODES"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(args.one[0], int(args.one[1]), args.iters)))
+        if args.bcast:
+            print(json.dumps(bcast(args.one[0], int(args.one[1]), args.size, args.variant, args.tree)))
+        else:
+            print(json.dumps(one(args.one[0], int(args.one[1]), args.iters)))
+        return
+    if args.bcast:
+        rows = []
+        for platform in args.platforms.split(","):
+            for n in (int(x) for x in args.nodes.split(",")):
+                out = subprocess.run([sys.executable, __file__, "--bcast", "--one", platform, str(n), "--size",
+                                      str(args.size), "--variant", args.variant, "--tree", args.tree],
+                                     check=True, capture_output=True, text=True).stdout
+                rows.append(json.loads(out))
+                if not args.json:
+                    r = rows[-1]
+                    print(f"{platform:16} {n:5} nodes {args.variant} {args.tree} {args.size} B: latency "
+                          f"{r['latency_us']:9.2f} us | CPU build {r['build_cpu_s']:6.2f} s run {r['run_cpu_s']:6.2f} s"
+                          f" total {r['total_cpu_s']:6.2f} s | {r['events']} events, {r['cpu_us_per_event']:.2f} us"
+                          f"/event ({r['event_vs_bare_engine_event']:.1f} bare events), {r['cpu_us_per_delivery']:.1f}"
+                          f" us/packet delivered | RSS {r['rss_build_per_node_kb']:.0f} KB/node built, peak "
+                          f"{r['peak_rss_mb']:.0f} MB", flush=True)
+        if args.json:
+            print(json.dumps({"benchmark": "fabric-bcast", "results": rows}, indent=1))
         return
     rows = []
     for platform in args.platforms.split(","):

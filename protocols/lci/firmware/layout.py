@@ -25,6 +25,8 @@ written with the valid bit as the free-buffer ring is.
 """
 from __future__ import annotations
 
+from nic_drivers.myrinet.fabric import MAX_ROUTE_BYTES
+
 # Control block (byte offsets in SRAM)
 CB_CONFIG = 0x00           # reliability | transfer << 4 | (mtu >> 10) << 8
 CB_CPL_RING = 0x04         # host address of the send-completion ring
@@ -69,7 +71,8 @@ NTLB_CMDS = 16             # the host's NTLB command ring: VALID | cmd, vpage, p
 NTLB_CMD_BYTES = 12
 PAGE = 4096                # LCI-A43: page transfers of at most one 4 Kbyte page
 
-ROUTE_MAX = 16             # route bytes a packet buffer has room for (as DP's firmware)
+ROUTE_MAX = MAX_ROUTE_BYTES    # route bytes a packet buffer has room for: the fabric's longest (22 hops
+                               # on a 1024-node PPro grid); the buffers' 64-byte rounding absorbs it
 RX_HEADROOM = ROUTE_MAX    # before each receive buffer: a route, to forward the packet in place (C10)
 CTL_BUFFERS = 8            # NI-made control packets (acks, retransmission requests) in flight
 
