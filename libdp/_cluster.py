@@ -10,6 +10,7 @@ per OS process) is built by `Cluster.real_node` around a real transport.
 from __future__ import annotations
 
 import errno
+import gc
 import random
 
 import trio
@@ -156,11 +157,18 @@ class Cluster:
         Errors come out as they were raised (a lone error of a nursery is unwrapped), so
         ``except OSError`` works; a modeled deadlock is OSError(EDEADLK).
         """
+        # The cluster built so far lives as long as the run: the cyclic collector need not
+        # walk it again and again (a full collection visits every object of every node,
+        # so its cost per packet grew with the node count). Thawed afterwards, so that a
+        # cluster thrown away is collected as usual.
+        gc.freeze()
         try:
             return trio.run(self.clock.run, async_fn, *args, clock=self.clock,
                             instruments=[self.clock.counter])
         except BaseExceptionGroup as group:
             raise _sole(group) from None
+        finally:
+            gc.unfreeze()
 
     def run_spmd(self, program, *args):
         """Run ``program(dp, rank, size, *args)`` as one process on every node; return results by rank."""

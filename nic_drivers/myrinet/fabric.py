@@ -360,12 +360,13 @@ class RouteTable(MutableMapping):
     written or deleted by hand; ``used()`` is what the NI has asked for so far.
     """
 
-    __slots__ = ("_route", "_nodes", "_cache")
+    __slots__ = ("_route", "_nodes", "_cache", "_edited")
 
     def __init__(self, route, nodes):
         self._route = route             # callable(nid) -> bytes, or None for no such node
         self._nodes = nodes             # the destinations, as a range, keys view or collection
         self._cache = {}                # nid -> route bytes, or None once deleted
+        self._edited = False            # a route written or deleted by hand
 
     def __getitem__(self, nid):
         try:
@@ -383,11 +384,13 @@ class RouteTable(MutableMapping):
 
     def __setitem__(self, nid, route):
         self._cache[nid] = bytes(route)
+        self._edited = True
 
     def __delitem__(self, nid):
         if nid not in self:
             raise KeyError(nid)
         self._cache[nid] = None
+        self._edited = True
 
     def __contains__(self, nid):
         try:
@@ -398,6 +401,13 @@ class RouteTable(MutableMapping):
             return False
 
     def __iter__(self):
+        if not self._edited:
+            # As the mapper loaded it: every destination (each NI of a 1024-node cluster
+            # reads its table at insmod; a generator over it cost a second per cluster).
+            return iter(self._nodes)
+        return self._edited_iter()
+
+    def _edited_iter(self):
         cache = self._cache
         for nid in self._nodes:
             if cache.get(nid, b"") is not None:
@@ -407,7 +417,7 @@ class RouteTable(MutableMapping):
                 yield nid
 
     def __len__(self):
-        return sum(1 for _ in self)
+        return len(self._nodes) if not self._edited else sum(1 for _ in self)
 
     def used(self) -> dict:
         return {nid: r for nid, r in self._cache.items() if r is not None}
