@@ -225,6 +225,9 @@ class SyncFM:
     def __init__(self, fm: FM):
         self._fm = fm
         self.ctx = fm.ctx
+        # Real time over shared memory alone: the caller's own poll walks the queues
+        # (`FmContext.send_now` / `extract_now`); everything else takes the paths.
+        self._fast = not fm._node.modeled and fm.ctx.net is None and fm.ctx.smt is not None
 
     def _run(self, make_path):
         fm, ctx = self._fm, self.ctx
@@ -257,6 +260,8 @@ class SyncFM:
         self._run(lambda since: self.ctx.send_path(stream, True))
 
     def send(self, dest, handler, data) -> None:
+        if self._fast and self.ctx.send_now(dest, handler, data):
+            return
         data = memoryview(data).cast("B")
         s = self.ctx.begin(dest, len(data), handler)
         self.ctx.piece(s, data)
@@ -264,6 +269,8 @@ class SyncFM:
 
     def extract(self, max_bytes=None) -> int:
         _check_budget(max_bytes)
+        if self._fast:
+            return self.ctx.extract_now(max_bytes)
         self.ctx.check_caller("extract")
         if not self._fm._node.modeled:
             return _straight(self.ctx.extract_path(max_bytes))
@@ -271,6 +278,13 @@ class SyncFM:
 
     def extract_until(self, pred) -> None:
         self.ctx.check_caller("extract")
+        if self._fast:
+            ctx, spins = self.ctx, 0
+            while True:
+                ctx.extract_now()
+                if pred():
+                    return
+                spins = _spin(ctx, spins)
         self._run(lambda since: self.ctx.wait_path(pred, since))
 
     def set_handler(self, hid, fn) -> None:
