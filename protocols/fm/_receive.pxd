@@ -21,12 +21,16 @@ cdef class RecvStream:
     cdef Py_ssize_t _take(self, Py_ssize_t want, unsigned char* out) noexcept
 
 
-cdef class Receiver:
+cdef class ContextCore:
     cdef object ctx
     cdef dict handlers, stats
     cdef public dict smt_peers
+    cdef list peers
+    cdef public SmtPort smt
+    cdef long long n_extracts, n_empty, n_packets, n_bytes, n_messages, n_handlers, n_sent, n_bytes_sent
     cdef double c_handler
     cdef int program, instance, nid
 
     cpdef double run_handler(self, Peer peer, Header h, object view, Py_ssize_t data_at) except? -1.0
     cpdef long long extract_smt(self, SmtPort port, long long budget) except -1
+    cpdef int send_now(self, object dest, object handler, object data) except -3

@@ -1,9 +1,11 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """FM's receive side in C: a message as its handler sees it, handlers run, SMT frames taken.
 
-`RecvStream` is ``await stream.receive(n)`` (FM_receive); `Receiver` is one context's
-dispatch -- the first packet of a message starts its handler, later ones resume it --
-and, in real time, its walk of the shared-memory queues (`Receiver.extract_smt`).
+`RecvStream` is ``await stream.receive(n)`` (FM_receive). `ContextCore` is the per-packet
+half of one context: its handler dispatch -- the first packet of a message starts its
+handler, later ones resume it -- in both time modes, and in real time the shared-memory
+transport walked by the caller's own poll: `send_now` (a whole one-packet message) and
+`extract_smt`. Its counters are C fields, added to the context's by `add_counts`.
 
 FM 2.x hands a message to its handler as a stream the handler receives piece by piece
 into its own buffers (FM-B19a). The handler is an ``async def``; each ``receive`` is an
@@ -29,7 +31,10 @@ from types import CoroutineType
 from protocols.fm._smtport cimport Peer, SmtPort
 from protocols.fm._wire cimport Header, FM_HDR, KIND_DATA, FLAG_FIRST, FLAG_LAST
 
-__all__ = ["RecvStream", "Receiver", "HandlerRuleError", "NEED_MORE"]
+DEF MAXH = 1024
+MAX_HANDLERS = MAXH             # handler IDs are 0..MAX_HANDLERS-1
+
+__all__ = ["RecvStream", "ContextCore", "HandlerRuleError", "NEED_MORE", "MAX_HANDLERS"]
 
 
 class HandlerRuleError(OSError):
@@ -172,8 +177,8 @@ cdef class _Receive:
         pass
 
 
-cdef class Receiver:
-    """One context's handler dispatch (both time modes) and real-time SMT extract."""
+cdef class ContextCore:
+    """The per-packet half of one FM context (see the module essay)."""
 
     def __init__(self, ctx):
         self.ctx = ctx
@@ -184,6 +189,40 @@ cdef class Receiver:
         self.instance = ctx.instance
         self.nid = ctx.node.nid
         self.smt_peers = {}                      # instance on this host -> Peer (SMT peers)
+        self.peers = ctx.peers                   # by FM node (None for this one)
+
+    def add_counts(self, dict out):
+        """The C counters, added to a copy of the context's (``FmContext.stats``)."""
+        for key, v in (("extracts", self.n_extracts), ("empty_polls", self.n_empty),
+                       ("packets_received", self.n_packets), ("bytes_received", self.n_bytes),
+                       ("messages_received", self.n_messages), ("handlers_run", self.n_handlers),
+                       ("messages_sent", self.n_sent), ("packets_sent", self.n_sent),
+                       ("bytes_sent", self.n_bytes_sent)):
+            out[key] += v
+
+    cpdef int send_now(self, object dest, object handler, object data) except -3:
+        """Real time, a whole message of at most one packet to a peer on this host, sent
+        at once (`SmtPort.send_now`: FM-C10's steps in C): 1; 0 if it has no credit or
+        no free frame yet (extract and try again, FM-C03); -1 if the general path must
+        take it (it checks, waits and extracts)."""
+        cdef long long n
+        cdef Peer peer
+        cdef object p
+        if type(dest) is not int or type(handler) is not int or not 0 <= handler < MAXH \
+                or not 0 <= dest < len(self.peers) or self.ctx.in_handler or self.ctx.closed:
+            return -1
+        p = self.peers[dest]
+        if p is None:
+            return -1
+        peer = <Peer> p
+        if not peer.smt:
+            return -1
+        n = self.smt.send_now(peer, self.nid, self.program, handler, data)
+        if n < 0:
+            return 0 if n == -1 else -1
+        self.n_sent += 1
+        self.n_bytes_sent += n
+        return 1
 
     cpdef double run_handler(self, Peer peer, Header h, object view, Py_ssize_t data_at) except? -1.0:
         """Feed the packet's data to its message's handler (starting it on the first
@@ -191,20 +230,19 @@ cdef class Receiver:
         cdef RecvStream st
         cdef object start = None
         cdef object fn, r, got
-        cdef dict stats = self.stats
         if h.flags & FLAG_FIRST:
             if peer.rx is not None and peer.rx.coro is not None:
                 peer.rx.coro.close()                   # cannot happen with whole messages
             fn = self.handlers.get(h.handler)
             if fn is None:
-                stats["dropped_unknown_handler"] += 1
+                self.stats["dropped_unknown_handler"] += 1
                 peer.rx = None
                 peer.skip_seq = h.seq
                 return 0.0
             st = RecvStream(self.ctx, peer.vnode, h.mlen, h.handler)
             st.seq = h.seq
             peer.rx = st
-            stats["messages_received"] += 1
+            self.n_messages += 1
             st.cost = self.c_handler
             start = fn
         else:
@@ -213,16 +251,16 @@ cdef class Receiver:
                 if st is None and h.seq == peer.skip_seq:
                     pass                               # the rest of a message nobody handles
                 elif st is not None and st.seq == h.seq:
-                    stats["dropped_after_handler"] += 1     # the handler returned: FM drops the rest
+                    self.stats["dropped_after_handler"] += 1     # the handler returned: FM drops the rest
                 else:
-                    stats["dropped_malformed"] += 1
+                    self.stats["dropped_malformed"] += 1
                 return 0.0
             st.cost = 0.0
         st.open_window(view, data_at, h.plen)
         self.ctx.in_handler = True
         try:
             if start is not None:
-                stats["handlers_run"] += 1
+                self.n_handlers += 1
                 r = start(st, peer.vnode)
                 if type(r) is CoroutineType or inspect.iscoroutine(r):
                     st.coro = r
@@ -261,8 +299,7 @@ cdef class Receiver:
         cdef Header h = port.rx
         cdef Peer peer
         cdef object view = port.region.view
-        cdef dict stats = self.stats
-        stats["extracts"] += 1
+        self.n_extracts += 1
         while budget > 0:
             idx = port.poll()
             if idx < 0:
@@ -273,8 +310,8 @@ cdef class Receiver:
                 peer = self.smt_peers.get(h.src_inst)
             if peer is not None:
                 got = h.plen
-                stats["packets_received"] += 1
-                stats["bytes_received"] += got
+                self.n_packets += 1
+                self.n_bytes += got
                 self.run_handler(peer, h, view, port.region.frame_offset(port.me, idx) + FM_HDR)
             else:
                 peer, got, _cost = self.ctx._accept(True, port.rx_rc, h, view, port.region.frame_offset(port.me, idx))
@@ -284,5 +321,5 @@ cdef class Receiver:
             budget -= got if got > 1 else 1
             n += 1
         if not n:
-            stats["empty_polls"] += 1
+            self.n_empty += 1
         return n

@@ -35,7 +35,7 @@ cdef class SmtPort:
                           const unsigned char[::1] data)
     cdef double _send_one(self, Peer peer, int src_host, int program, int handler, unsigned int seq,
                           const unsigned char* data, Py_ssize_t n) except? -2
-    cpdef long long send_now(self, Peer peer, int src_host, int program, int handler, object data) except -2
+    cpdef long long send_now(self, Peer peer, int src_host, int program, int handler, object data) except -3
     cpdef publish_pending(self)
     cpdef int poll(self)
     cpdef release(self, uint32_t idx)

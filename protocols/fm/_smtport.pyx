@@ -171,19 +171,22 @@ cdef class SmtPort:
         self._n_pending = <int> n
         return cost + self.c_atomic
 
-    cpdef long long send_now(self, Peer peer, int src_host, int program, int handler, object data) except -2:
+    cpdef long long send_now(self, Peer peer, int src_host, int program, int handler, object data) except -3:
         """Real time: a whole message of at most one packet, sent at once -- `send_one`
         and steps 5-6 straight away, the message numbered as ``begin`` numbers it. Its
-        length, or -1 when it needs the general path (no credit or free frame, more than
-        one packet, a message to that peer still open, not a contiguous buffer)."""
+        length; -1 if no credit or no free frame yet; -2 when it needs the general path (more than
+        one packet, a message to that peer still open, not a contiguous buffer: -2)."""
         cdef Py_buffer pb
         cdef double cost
         if peer.open_stream is not None or self._idx_pending >= 0:
-            return -1
+            return -2
         try:
             PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
         except (BufferError, TypeError, ValueError):
-            return -1
+            return -2
+        if pb.len > FM_DATA:
+            PyBuffer_Release(&pb)
+            return -2
         try:
             cost = self._send_one(peer, src_host, program, handler, peer.seq, <const unsigned char*> pb.buf, pb.len)
         finally:

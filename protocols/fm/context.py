@@ -50,12 +50,11 @@ from kernelsim import OpenFile, WaitQueue, WouldBlock
 
 from protocols.fm import _wire
 from protocols.fm._smtport import Peer
-from protocols.fm._receive import HandlerRuleError, Receiver, RecvStream
+from protocols.fm._receive import MAX_HANDLERS, ContextCore, HandlerRuleError, RecvStream
 from protocols.fm.lcp import (CB_TX_WAIT, CX_DELIVERED, CX_SEND_PROD, MAX_INSTANCES, ROUTE_AREA, TRAILER_FULL)
 
 __all__ = ["FmContext", "SendStream", "RecvStream", "HandlerRuleError", "STAT_KEYS", "MAX_HANDLERS"]
 
-MAX_HANDLERS = 1024
 MAX_MESSAGE = (1 << 32) - 1
 MASK32 = 0xFFFFFFFF
 DATA = _wire.DATA_BYTES
@@ -139,7 +138,7 @@ class FmContext(OpenFile):
         self.smt = None
         self._waiting = False
         self._woken_by = None
-        self.receiver = Receiver(self)
+        self.core = ContextCore(self)
         self.wakes = 0                       # events so far (arrivals, credits, slots)
         self.wakes_seen = 0                  # ... when the last path started: one since means look again
 
@@ -148,6 +147,7 @@ class FmContext(OpenFile):
     def build_peers(self, net, smt) -> None:
         """Pick each peer's transport and give it its credits (EHOSTUNREACH if none reaches it)."""
         self.net, self.smt = net, smt
+        self.core.smt = smt
         me_host = self.placement[self.vnode]
         seen: dict = {}
         nnet = nsmt = 0
@@ -165,7 +165,7 @@ class FmContext(OpenFile):
             self.peers.append(p)
             self.by_addr[(host, inst)] = p
             if on_smt:
-                self.receiver.smt_peers[inst] = p
+                self.core.smt_peers[inst] = p
                 nsmt += 1
             else:
                 nnet += 1
@@ -186,6 +186,7 @@ class FmContext(OpenFile):
 
     def stats(self) -> dict:
         out = dict(self.stats_c)
+        self.core.add_counts(out)
         out.update(vnode=self.vnode, program=self.program, instance=self.instance,
                    peers={p.vnode: {"transport": "smt" if p.smt else "net", "credits": p.credits,
                                     "in_flight": p.sent - p.returned, "owed": p.consumed - p.credited}
@@ -484,35 +485,16 @@ class FmContext(OpenFile):
         self.stats_c["bytes_received"] += h.plen
         if not smt and ((h.credits - peer.returned) & MASK32) < 1 << 31:
             peer.returned = h.credits            # a piggybacked refill
-        return peer, h.plen, cost + self.receiver.run_handler(peer, h, view, off + HDR)
+        return peer, h.plen, cost + self.core.run_handler(peer, h, view, off + HDR)
 
     # -- real time: the shared-memory transport walked by the caller's own poll ----------------
 
-    def send_now(self, dest, handler, data) -> bool:
-        """Real time, a whole message of at most one packet to a peer on this host: sent
-        at once (`SmtPort.send_now`: FM-C10's steps in C) if a credit and a frame are
-        free. False: the general path must take it (it checks, waits and extracts)."""
-        if self.in_handler or self.closed or type(dest) is not int or type(handler) is not int \
-                or not 0 <= handler < MAX_HANDLERS or not 0 <= dest < len(self.peers):
-            return False
-        peer = self.peers[dest]
-        if peer is None or not peer.smt:
-            return False
-        n = self.smt.send_now(peer, self.node.nid, self.program, handler, data)
-        if n < 0:
-            return False
-        st = self.stats_c
-        st["messages_sent"] += 1
-        st["packets_sent"] += 1
-        st["bytes_sent"] += n
-        return True
-
     def extract_now(self, budget=None) -> int:
         """Real time FM_extract over the shared-memory transport alone (``net=null``):
-        the caller's own poll walks the queues (`Receiver.extract_smt`) -- no path, no
+        the caller's own poll walks the queues (`ContextCore.extract_smt`) -- no path, no
         generator, no yield."""
         self.check_caller("extract")
-        return self.receiver.extract_smt(self.smt, budget if budget is not None else 1 << 62)
+        return self.core.extract_smt(self.smt, budget if budget is not None else 1 << 62)
 
     def _refill(self, pend):
         """Explicit credit refills to network peers that are owed enough (FM-C03)."""
