@@ -7,7 +7,9 @@
 ``lci-bcast``, for each message size (MTU-sized packets beyond an MTU): the *latency*
 from the root's first send until the last receiver has the whole message in a user
 buffer (the mean over ``--iters`` broadcasts after a first one, each started once
-every receiver has reported the previous one), and the *throughput* of a stream of
+every receiver has reported the previous one -- up the same tree, each node once it
+and its subtree have it, so that the reports never converge on the root while the
+message is still going down), and the *throughput* of a stream of
 messages, as the root's outgoing data rate: bytes broadcast over the time until the
 last receiver has the last of them, the receivers copying every packet into a user
 buffer (MB = 10^6 bytes). Variants: the module's (I-sdma, I-pio, I-nirx: NI
@@ -93,18 +95,29 @@ def _variants(args, allowed) -> list[str]:
 
 
 async def bcast_program(dp, rank, size, sizes, iters, total, mpich_tree, do_tput, advance):
-    """Rank 0 broadcasts; every receiver copies into a user buffer and reports each message."""
+    """Rank 0 broadcasts; every receiver copies into a user buffer and reports each message.
+
+    Reports go up the broadcast's tree: a node reports to its parent once it has the
+    message and every child has reported. (Reports straight to the root from every node
+    converged on the root's link while the message was still going down: an interior
+    NI's report, stuck in that hot spot, held its one send engine and the forward to
+    its next child behind it -- a figure of the measurement, not of the broadcast.)"""
     from libdp.lci import LCI
     from libdp.lci_mcast import Inbox, mpich_bcast, packets
+    from protocols.lci.trees import Group, parse_tree
     root = 0
     lci = await LCI.open(dp)
     mtu = lci.mtu
     st = {"n": 0, "want": 0, "per": 1, "buf": None, "dones": 0, "dwant": 0}
     inbox = None
+    group = lci.group
+    tree = Group(group["members"], parse_tree(mpich_tree or group["tree"]))
+    kids = set(tree.children(rank, root))
+    parent = tree.parent(rank, root)
 
     def upcall(pkt):
-        if rank == root:
-            st["dones"] += 1
+        if pkt.src in kids and pkt.length == 1:
+            st["dones"] += 1                          # a child's subtree has the message
             return False
         if inbox is not None:
             inbox(pkt)
@@ -116,8 +129,14 @@ async def bcast_program(dp, rank, size, sizes, iters, total, mpich_tree, do_tput
 
     lci.set_upcall(upcall)
     out = {"t0": [], "arrive": [], "tput_t0": [], "tput_end": [], "stats": None}
-    group = lci.group
-    others = size - 1
+
+    async def report():
+        """This node and its subtree have the message: tell the parent."""
+        st["dwant"] += len(kids)
+        if st["dones"] < st["dwant"]:
+            await lci.poll_until(lambda: st["dones"] >= st["dwant"])
+        if parent >= 0:
+            await lci.send(parent, b"d")
 
     async def one_message(data, n):
         if mpich_tree is not None:
@@ -148,12 +167,10 @@ async def bcast_program(dp, rank, size, sizes, iters, total, mpich_tree, do_tput
                 if rank == root:
                     t0s.append(dp.now())
                     await one_message(data, n)
-                    st["dwant"] += others
-                    await lci.poll_until(lambda: st["dones"] >= st["dwant"])
                 else:
                     await one_message(None, n)
                     arrive.append(dp.now())
-                    await lci.send(root, b"d")
+                await report()
             out["t0"].append(t0s[1:])
             out["arrive"].append(arrive[1:])
             if do_tput:
@@ -162,15 +179,13 @@ async def bcast_program(dp, rank, size, sizes, iters, total, mpich_tree, do_tput
                     t0 = dp.now()
                     for _ in range(count):
                         await one_message(data, n)
-                    st["dwant"] += others
-                    await lci.poll_until(lambda: st["dones"] >= st["dwant"])
                     out["tput_t0"].append(t0)
                     out["tput_count"] = out.get("tput_count", []) + [count]
                 else:
                     for _ in range(count):
                         await one_message(None, n)
                     out["tput_end"].append(dp.now())
-                    await lci.send(root, b"d")
+                await report()
             if rank == root and advance is not None:
                 advance(f"{n} B")
         out["stats"] = lci.stats() if rank in (root, 1) else None

@@ -107,7 +107,7 @@ class Multicast:
         fw = self.fw
         self.holds = {}
         self.rx_slots = {}
-        self.tx_slots = [Slot(TX, i) for i in range(fw.nsend)]
+        self.tx_slots = {}              # send buffer -> Slot, made by its first multicast (an idle NI: none)
         for p in fw.tx:
             p.slot = None
         recvq = fw.recvq
@@ -220,7 +220,9 @@ class Multicast:
             fw.sendq.complete(index)
             return
         fw.counters["mcast_sent"] += 1
-        slot = self.tx_slots[buf]
+        slot = self.tx_slots.get(buf)
+        if slot is None:
+            slot = self.tx_slots[buf] = Slot(TX, buf)
         slot.desc = index
         slot.refs = len(kids)
         # One send per child, each in its child's staging queue now, in descriptor order: a
