@@ -239,6 +239,7 @@ class _File:
         self.node_fd = info["node_fd"]
         self.kind = info["kind"]
         self.fd, gate_mem, gate_bell = fds[0], fds[1], fds[2]
+        self.poller = None                  # select.poll of its fd and the control socket, once waited on
         self.nonblocking = False
         self.closed = False
         g = info["gate"]
@@ -262,6 +263,7 @@ class _File:
 
     def unmap(self) -> None:
         self.closed = True
+        self.poller = None
         self.ring.close()
         self._err.close()
         os.close(self.fd)
@@ -742,15 +744,23 @@ class SyncAttachedDP:
             if got:
                 spinner.waited(_perf() - start)
                 return got
-            link.pump()
             f.check_error()
             if end is not None and _perf() >= end:
                 raise TimeoutError(f"fd {f.fd}: nothing within {timeout} s")
             if readable is None:
+                link.pump()                             # ENETDOWN if the node died
                 time.sleep(pause)
                 pause = min(pause * 2, 2e-3)
             else:
-                select.select([readable.fileno(), link.sock.fileno()], [], [], 0.5)
+                poller = f.poller
+                if poller is None:                      # made once per file: a wait is one poll(2)
+                    poller = f.poller = select.poll()
+                    poller.register(readable.fileno(), select.POLLIN)
+                    poller.register(link.sock.fileno(), select.POLLIN)
+                sock_fd = link.sock.fileno()
+                for fd, _ in poller.poll(500):
+                    if fd == sock_fd:
+                        link.pump()                     # an answer, or ENETDOWN: the node died
             got = attempt()
             if got:
                 spinner.waited(_perf() - start)
