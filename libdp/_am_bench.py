@@ -8,6 +8,13 @@
   issued back to back) or one after the other (``am_store``; ``am_get`` then a poll
   for its handler); bandwidth = bytes / time from the first call to the last
   completion, MB = 10^6 bytes. `summarize` gives r∞ and the half-power point n½.
+* `am_window_program`: the OSU window benchmark (osu_bw) over AM, ``dp am-bandwidth
+  --window W``: rank 0 posts W transfers of n bytes (``am_store_async``, or ``am_get``),
+  and each window ends with one short request from the data's receiver -- rank 1 answers
+  when W stores have landed; for gets the data lands at rank 0 itself, which then
+  tells rank 1 with one short request. `iters` windows per size after `warmup` untimed
+  ones; MB/s of payload over the time from the first measured post to the last window's
+  end, MB = 10^6 bytes. AM is reliable: every message is delivered, none to report.
 
 `am_pingpong(cluster, ...)` and `am_bandwidth(cluster, ...)` run them on ranks 0 and 1
 of a cluster whose nodes carry the am module.
@@ -18,13 +25,16 @@ import math
 
 from libdp.am import AM
 
-__all__ = ["am_pingpong", "am_pingpong_program", "am_bandwidth", "am_bandwidth_program", "summarize",
+__all__ = ["am_pingpong", "am_pingpong_program", "am_bandwidth", "am_bandwidth_program", "am_window_program",
+           "summarize", "DEFAULT_WINDOW_SIZES",
            "PAPER_RTT_US", "PAPER_R_INF", "DEFAULT_TOTAL", "DEFAULT_BW_SIZES", "OPS", "MODES"]
 
 PAPER_RTT_US = 51.0             # SP-B01
 PAPER_R_INF = 34.3              # SP-B08, MBytes/s
 DEFAULT_TOTAL = 1 << 20         # N = 1 MByte (SP-B08)
 DEFAULT_BW_SIZES = tuple(1 << k for k in range(4, 21))      # 16 B .. 1 MB
+DEFAULT_WINDOW_SIZES = tuple(1 << k for k in range(4, 17))  # 16 B .. 64 KB: a window of 64 is 4 MB
+H_WINDOW = 6
 OPS = ("store", "get")
 MODES = ("async", "blocking")
 
@@ -157,6 +167,84 @@ async def _bw_size(am, state, op, mode, n, count, seg, total):
     moved = sum(span(i)[1] for i in range(count))
     return {"size": n, "mbytes_per_s": moved / elapsed / 1e6, "transfers": count, "bytes": moved,
             "time_us": elapsed * 1e6}
+
+
+async def am_window_program(dp, rank, size, op="store", sizes=DEFAULT_WINDOW_SIZES, window=64, iters=4, warmup=1,
+                            full=False, progress=None):
+    """OSU-style window bandwidth from rank 1's memory to rank 0's (get) or rank 0's to
+    rank 1's (store); rank 0 returns one row per size (the `libdp._bench.bandwidth` row:
+    ``size``, ``mbytes_per_s``, ``messages``, ``delivered``, ``dropped`` -- always 0 --,
+    ``windows``, ``messages_per_window``; with `full` the spread of the per-window rates)."""
+    from libdp._bench import _spread
+    if rank > 1:
+        return None
+    if op not in OPS:
+        raise ValueError(f"op must be one of {OPS}")
+    am = await AM.open(dp)
+    seg = am.segment(max(sizes))
+    peer = 1 - rank
+    state = {"remote": None, "landed": 0, "windows": 0}
+    am.set_handler(H_ADDR, lambda tok, addr: state.__setitem__("remote", addr))
+    am.set_handler(H_WINDOW, lambda tok, w: state.__setitem__("windows", state["windows"] + 1))
+
+    def landed(tok, addr, nbytes, arg):            # a store at rank 1, a get's data at rank 0
+        state["landed"] += 1
+
+    am.set_handler(H_DATA, landed)
+    rows = []
+    try:
+        if rank == 1:
+            await am.am_request_1(peer, H_ADDR, seg.addr)
+        else:
+            await am.poll_until(lambda: state["remote"] is not None)
+        g = 0                                      # windows so far, all sizes (both ranks count alike)
+        for n in sizes:
+            if n < 1:
+                raise ValueError(f"transfer size {n} must be at least 1")
+            if rank == 1:
+                for _ in range(warmup + iters):
+                    if op == "store":              # the receiver answers each window with one short request
+                        await am.poll_until(lambda g=g: state["landed"] >= window * (g + 1))
+                        await am.am_request_1(peer, H_WINDOW, g)
+                    else:                          # serve the gets until rank 0 says the window is in
+                        await am.poll_until(lambda g=g: state["windows"] > g)
+                    g += 1
+                continue
+            remote = state["remote"]
+            marks = []
+            t0 = dp.now()
+            for w in range(warmup + iters):
+                if w == warmup:
+                    t0 = dp.now()
+                for _ in range(window):
+                    if op == "store":
+                        await am.am_store_async(peer, seg.addr, remote, n, H_DATA, 0)
+                    else:
+                        await am.am_get(peer, remote, seg.addr, n, H_DATA, 0)
+                if op == "store":
+                    await am.poll_until(lambda g=g: state["windows"] > g)
+                else:
+                    await am.poll_until(lambda g=g: state["landed"] >= window * (g + 1))
+                    await am.am_request_1(peer, H_WINDOW, g)
+                g += 1
+                if w >= warmup:
+                    marks.append(dp.now())
+            elapsed = marks[-1] - t0
+            sent = window * iters
+            row = {"size": n, "mbytes_per_s": sent * n / elapsed / 1e6, "messages": sent, "delivered": sent,
+                   "dropped": 0, "windows": iters, "messages_per_window": window, "time_us": elapsed * 1e6}
+            if full:
+                starts = [t0] + marks[:-1]
+                row.update(_spread([window * n / (b - a) for a, b in zip(starts, marks)], "mbytes_per_s", 1e-6))
+            rows.append(row)
+            if progress is not None:
+                progress(row)
+        stats = am.stats()
+    finally:
+        await am.close()
+    if rank == 0 and rows:
+        rows[-1]["am_stats"] = stats
+    return rows
 
 
 def _pattern(rank: int, n: int) -> bytes:

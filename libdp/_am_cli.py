@@ -5,8 +5,9 @@ modeled or real, and AM's reliability under a faulty switch.
                     [--real [--transport shm|udp | --cluster FILE]]
     dp am-bandwidth [--op store|get] [--mode async|blocking] [--sizes 16,...,1048576] [--total 1048576]
                     [--iters MAX_TRANSFERS] [--param KEY=VALUE ...] [--seed N] [--stats] [--json]
+    dp am-bandwidth --window W [--op store|get] [--sizes 16,...,65536] [--iters WINDOWS] [--warmup N] [--full]
     dp am-stress    [--nodes 4] [--messages 100000] [--max-store 102400] [--dist log|uniform]
-                    [--max-bytes N] [--param fault.loss=0.1 ...] [--seed N] [--json]
+                    [--max-bytes N] [--mutate P] [--checksum] [--param fault.loss=0.1 ...] [--seed N] [--json]
 
 ``--param`` overrides a platform-profile value (``--param pci.write_s=2e-6``) or, with
 the ``am.`` prefix, a parameter of the am module (``--param am.keepalive_polls=100``);
@@ -45,14 +46,22 @@ def add_commands(sub, common) -> None:
                                    "transfers of n bytes; prints r_inf and the half-power point n_1/2. "
                                    "MB = 10^6 bytes. --param am.KEY=VALUE sets a parameter of the am module.")
     p.add_argument("--op", choices=("store", "get"), default="store")
-    p.add_argument("--mode", choices=("async", "blocking"), default="async",
-                   help="async: am_store_async / am_get issued back to back; blocking: am_store, or am_get "
-                        "waiting for its handler, one at a time")
+    p.add_argument("--mode", choices=("async", "blocking"), default=None,
+                   help="async (default): am_store_async / am_get issued back to back; blocking: am_store, or "
+                        "am_get waiting for its handler, one at a time")
+    p.add_argument("--window", type=positive_int, default=None, metavar="W",
+                   help="the OSU window benchmark instead of the paper's: W am_store_async (or am_get) per "
+                        "window, one short request from the data's receiver closing each; --iters windows per "
+                        "size (default 4), sizes 16..65536 by default")
+    p.add_argument("--warmup", type=positive_int, default=None, help="with --window: untimed windows per size "
+                                                                       "(default 1)")
+    p.add_argument("--full", action="store_true", help="with --window: min/max/stddev of the per-window rates")
     p.add_argument("--sizes", default=None, type=lambda t: int_list(t, "transfer sizes", 1),
                    help="transfer sizes n in bytes (default: 16, 32, ..., 1048576)")
     p.add_argument("--total", type=positive_int, default=None, help="N: bytes moved per size (default 1048576)")
     p.add_argument("--iters", type=positive_int, default=None,
-                   help="at most this many transfers per size (default: all ceil(N/n), as the paper)")
+                   help="at most this many transfers per size (default: all ceil(N/n), as the paper); with "
+                        "--window: windows per size")
     _real_options(p)
     p.set_defaults(func=_bandwidth)
     p = sub.add_parser("am-stress", help="SP AM reliability: messages under combined faults, exactly once and intact",
@@ -70,6 +79,12 @@ def add_commands(sub, common) -> None:
     p.add_argument("--dist", choices=("log", "uniform"), default="log",
                    help="store sizes log-uniform (default) or uniform over 0..--max-store")
     p.add_argument("--max-bytes", type=positive_int, default=None, help="bound on the bytes stored in all")
+    p.add_argument("--mutate", type=_probability, default=0.0, metavar="P",
+                   help="also damage this fraction of packets past the link CRC: one byte changed, the CRC "
+                        "valid (default 0); only --checksum catches it")
+    p.add_argument("--checksum", action="store_true",
+                   help="AM's end-to-end checksum on (am.checksum=1): damaged packets are dropped, counted "
+                        "(checksum_errors) and resent")
     p.add_argument("--deadline", type=_positive_seconds, default=600.0,
                    help="modeled seconds after which an unfinished run is a livelock (default 600)")
     p.set_defaults(func=_stress)
@@ -188,6 +203,12 @@ def _mode(doc) -> str:
 def _bandwidth(args) -> int:
     from libdp._am_bench import (DEFAULT_BW_SIZES, DEFAULT_TOTAL, PAPER_R_INF, am_bandwidth_program,
                                     summarize)
+    if args.window is not None:
+        return _window(args)
+    for opt, given in (("--warmup", args.warmup is not None), ("--full", args.full)):
+        if given:
+            raise OSError(errno.EINVAL, f"{opt}: use it with --window")
+    args.mode = args.mode or "async"
     sizes = args.sizes or [n for n in DEFAULT_BW_SIZES]
     total = args.total or DEFAULT_TOTAL
     if max(sizes) > total:
@@ -223,6 +244,47 @@ def _bandwidth(args) -> int:
     return emit(args, doc, stats, table)
 
 
+def _window(args) -> int:
+    """``dp am-bandwidth --window W``: the OSU window benchmark over AM (`am_window_program`)."""
+    from libdp._am_bench import DEFAULT_WINDOW_SIZES, PAPER_R_INF, am_window_program
+    from libdp._report import Column, Table, progress
+    if args.mode == "blocking":
+        raise OSError(errno.EINVAL, "--window posts W transfers at a time: it is am_store_async or am_get, not "
+                                    "--mode blocking")
+    if args.total is not None:
+        raise OSError(errno.EINVAL, "--total is the paper's mode (N bytes as ceil(N/n) transfers); --window moves "
+                                    "W x --iters transfers per size")
+    sizes = args.sizes or list(DEFAULT_WINDOW_SIZES)
+    iters = args.iters or 4
+    warmup = 1 if args.warmup is None else args.warmup
+    with progress(args, 0 if args.real else len(sizes), f"am-bandwidth --window {args.window} {args.op}") as bar:
+        cluster, am_params, rows, stats = _run(args, am_window_program, args.op, tuple(sizes), args.window, iters,
+                                               warmup, args.full,
+                                               None if args.real else
+                                               (lambda row: bar.advance(f"{row['size']} B: "
+                                                                        f"{row['mbytes_per_s']:.2f} MB/s")))
+    if rows:
+        rows[-1].pop("am_stats", None)
+    doc = _header_doc(args, cluster, am_params, "am-bandwidth")
+    doc.update(op=args.op, mode="window", window=args.window, iters=iters, warmup_windows=warmup, results=rows,
+               paper_r_inf_mbytes_per_s={"value": PAPER_R_INF, "source": "SP-B08"})
+    call = "am_store_async" if args.op == "store" else "am_get"
+    closer = "the receiver's one short request" if args.op == "store" else "the initiator's one short request " \
+                                                                             "once the data is in"
+    table = Table(
+        title=f"SP AM bandwidth, OSU window ({args.window} x {call}, closed by {closer}): {doc['platform']} + tb2, "
+              f"{_mode(doc)}, {iters} windows per size{_overrides(doc)}",
+        columns=[Column("size", "Size"), Column("mbytes_per_s", "Bandwidth (MB/s)", ".2f"),
+                 Column("messages", "Sent"), Column("delivered", "Delivered"),
+                 Column("min_mbytes_per_s", "Min (MB/s)", ".2f", full=True),
+                 Column("max_mbytes_per_s", "Max (MB/s)", ".2f", full=True),
+                 Column("stddev_mbytes_per_s", "Stddev (MB/s)", ".2f", full=True)],
+        rows=rows,
+        notes=["MB = 10^6 bytes of payload; AM is reliable: every transfer is delivered (no drops to report)",
+               f"paper (SP-B08): r_inf = {PAPER_R_INF} MB/s, measured its own way (dp am-bandwidth without --window)"])
+    return emit(args, doc, stats, table)
+
+
 def _positive_seconds(text: str) -> float:
     try:
         v = float(text)
@@ -230,6 +292,16 @@ def _positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not v > 0 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"a positive number of seconds, not {text}")
+    return v
+
+
+def _probability(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a probability: {text!r}") from None
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"a probability is between 0 and 1, not {text}")
     return v
 
 
@@ -247,6 +319,8 @@ def _stress(args) -> int:
         if name != "am":
             raise OSError(errno.EINVAL, f"--load {spec}: am-stress loads am only (give its parameters as am:KEY=VALUE)")
         am_params.update(mparams)
+    if args.checksum:
+        am_params["checksum"] = "1"
     faults = dict(SUITE_FAULTS)
     faults.update((k, v) for k, v in profile_params if k.startswith("fault."))
     others = [(k, v) for k, v in profile_params if not k.startswith("fault.")]
@@ -260,25 +334,30 @@ def _stress(args) -> int:
                 bar.advance(f"{seen[0]} arrived")
 
         out = run_stress(args.nodes, args.messages, args.max_store, args.seed, faults, others, args.max_bytes,
-                         args.platform, am_params, args.deadline, args.dist, arrived)
+                         args.platform, am_params, args.deadline, args.dist, arrived, args.mutate)
     am = out["am"]
     row = {k: out[k] for k in ("nodes", "node_pairs", "messages", "arrived_once_intact", "bytes_stored",
                                "modeled_s")}
     row.update(not_once_intact=out["messages"] - out["arrived_once_intact"], errors=out["error_count"],
                **{k: am.get(k, 0) for k in ("packets_sent", "retransmitted_packets", "gobacks", "nacks_sent",
-                                           "keepalives_sent", "duplicates", "out_of_order", "acks_sent")})
+                                           "keepalives_sent", "duplicates", "out_of_order", "acks_sent",
+                                           "checksum_errors")})
     doc = {"benchmark": "am-stress", "time": "modeled", "platform": args.platform or "sp_thin", "nic": "tb2",
            "seed": args.seed, "fault_rates": out["fault_rates"], "am_overrides": am_params,
-           "max_store": args.max_store, "dist": args.dist, "max_bytes": args.max_bytes, "results": [row],
+           "mutate": args.mutate, "max_store": args.max_store, "dist": args.dist, "max_bytes": args.max_bytes, "results": [row],
            "faults_injected": out["faults"], "wall_s": out["wall_s"], "events": out["events"]}
     stats = {"am": am, "adapters": out["adapters"], "malformed": out["malformed"], "per_node": out["per_node"]}
     if not out["ok"]:
-        first = out["errors"][0] if out["errors"] else f"nothing from {out['missing'][0]}" if out["missing"] else ""
+        first = (out["failure"] or (out["errors"][0] if out["errors"] else
+                                    f"nothing from {out['missing'][0]}" if out["missing"] else ""))
         raise OSError(errno.EIO, f"{out['messages'] - out['arrived_once_intact']} of {out['messages']} messages did "
                                  f"not arrive exactly once intact ({first})")
 
     def table():
-        rates = ", ".join(f"{k[6:]} {v:g}" for k, v in out["fault_rates"].items())
+        rates = ", ".join(f"{k[6:]} {float(v):g}" for k, v in out["fault_rates"].items())
+        if args.mutate:
+            rates += f", mutate {args.mutate:g} (CRC valid)"
+        rates += f"; checksum {'on' if am_params.get('checksum') in ('1', 'true', 'yes', 'on', True) else 'off'}"
         print(f"# SP AM stress: {args.nodes} nodes ({out['node_pairs']} pairs), {out['messages']} messages "
               f"(requests, stores of {args.dist} sizes up to {args.max_store} B, gets), modeled time; "
               f"faults: {rates}")
@@ -287,7 +366,7 @@ def _stress(args) -> int:
               f"wall {out['wall_s']:.1f} s")
         print(f"# injected: {out['faults']}")
         for k in ("packets_sent", "retransmitted_packets", "gobacks", "nacks_sent", "keepalives_sent",
-                  "duplicates", "out_of_order", "acks_sent"):
+                  "duplicates", "out_of_order", "acks_sent", "checksum_errors"):
             print(f"{k:<24}{row[k]:>12}")
 
     return emit(args, doc, stats, table)

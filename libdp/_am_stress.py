@@ -85,8 +85,13 @@ def plan(nodes: int, messages: int, max_store: int, seed: int, max_bytes: int | 
     return {p: [tuple(op) for op in lst] for p, lst in ops.items()}
 
 
-async def stress_program(dp, rank, size, the_plan, max_store, arrived=None):
-    """One node's part; `arrived(n)` is told of every message that arrived intact, in order."""
+async def stress_program(dp, rank, size, the_plan, max_store, arrived=None, errors=None):
+    """One node's part; `arrived(n)` is told of every message that arrived intact, in order;
+    `errors` (a list) collects what the handlers found wrong as they found it, so a run
+    that ends early still says what it saw.
+
+    The handlers take any arguments and never raise: damage the link CRC cannot see
+    (`SilentMutation`, with AM's checksum off) may hand one the wrong handler's words."""
     am = await AM.open(dp)
     srcs = sorted(s for (s, d) in the_plan if d == rank)
     dsts = sorted(d for (s, d) in the_plan if s == rank)
@@ -95,7 +100,7 @@ async def stress_program(dp, rank, size, the_plan, max_store, arrived=None):
     getsrc = am.segment(GET_REGION)
     getsrc.write(0, _get_pattern(rank))
     getdst = am.segment(GET_REGION * max(1, len(dsts)))     # one get region per target
-    errors: list[str] = []
+    errors = [] if errors is None else errors
     intact = [0]                                            # arrived once, in order, with the right contents
 
     def good():
@@ -115,6 +120,9 @@ async def stress_program(dp, rank, size, the_plan, max_store, arrived=None):
     addrs = {}
 
     def next_of(src, kind):
+        if src not in got:
+            errors.append(f"node {rank}: a {kind} from node {src}, which sends it nothing")
+            return None
         i = got[src]
         lst = expect[src]
         if i >= len(lst):
@@ -125,26 +133,48 @@ async def stress_program(dp, rank, size, the_plan, max_store, arrived=None):
         got[src] = i + 1
         return i, lst[i]
 
-    def on_req(tok, idx, *rest):
+    def tolerant(name, nargs):
+        """A handler that records a call with the wrong argument count, or one whose own
+        reply is refused, instead of raising out of am_poll."""
+        def deco(fn):
+            def handler(tok, *args):
+                if tok.src not in got and tok.src not in replies:
+                    errors.append(f"node {rank}: a {name} from node {tok.src}, which sends it nothing")
+                elif len(args) != nargs:
+                    errors.append(f"node {rank}: a {name} from node {tok.src} with {len(args)} words")
+                else:
+                    try:
+                        fn(tok, *args)
+                    except Exception as e:            # a damaged address or size: recorded, not raised
+                        errors.append(f"node {rank}: a {name} from node {tok.src}: {e}")
+            return handler
+        return deco
+
+    def on_req(tok, *args):
         r = next_of(tok.src, "req")
         if r is None:
             return
         i, op = r
         want = _words(tok.src, rank, i, op[1])
-        if (idx,) + rest != want:
-            errors.append(f"node {rank}: request {i} from {tok.src} arrived as {(idx,) + rest}, not {want}")
+        if args != want:
+            errors.append(f"node {rank}: request {i} from {tok.src} arrived as {args}, not {want}")
         elif op[0] == "req":
             good()
         if i % 3 == 0:
-            tok.reply(H_REP, i, _chk(rank, tok.src, i))
+            try:
+                tok.reply(H_REP, i, _chk(rank, tok.src, i))
+            except OSError as e:
+                errors.append(f"node {rank}: request {i} from {tok.src}: {e}")
 
+    @tolerant("reply", 2)
     def on_rep(tok, idx, chk):
         d = tok.src
-        k = replies[d]
-        if k >= len(replies_due[d]) or replies_due[d][k] != idx or chk != _chk(d, rank, idx):
+        k = replies.get(d, 0)
+        if d not in replies_due or k >= len(replies_due[d]) or replies_due[d][k] != idx or chk != _chk(d, rank, idx):
             errors.append(f"node {rank}: unexpected reply {idx} from node {d}")
         replies[d] = k + 1
 
+    @tolerant("store", 3)
     def on_store(tok, addr, nbytes, idx):
         r = next_of(tok.src, "store")
         if r is None:
@@ -158,6 +188,7 @@ async def stress_program(dp, rank, size, the_plan, max_store, arrived=None):
         elif op[0] == "store":
             good()
 
+    @tolerant("get reply", 3)
     def on_got(tok, addr, nbytes, k):
         d = tok.src
         j = gets[d]
@@ -169,6 +200,12 @@ async def stress_program(dp, rank, size, the_plan, max_store, arrived=None):
             good()
         gets[d] = j + 1
 
+    def on_done(tok, kind=0, a1=0, a2=0, *_rest):
+        if kind == 1:
+            addrs[tok.src] = (a1, a2)
+        else:
+            dones[0] += 1
+
     def stored(_arg):
         stores_done[0] += 1
 
@@ -176,8 +213,7 @@ async def stress_program(dp, rank, size, the_plan, max_store, arrived=None):
     am.set_handler(H_REP, on_rep)
     am.set_handler(H_STORE, on_store)
     am.set_handler(H_GOT, on_got)
-    am.set_handler(H_DONE, lambda tok, kind, a1=0, a2=0: (
-        addrs.__setitem__(tok.src, (a1, a2)) if kind == 1 else dones.__setitem__(0, dones[0] + 1)))
+    am.set_handler(H_DONE, on_done)
     # Tell the senders where my inbox slot for each of them and my get region are.
     for s in srcs:
         await am.am_request_3(s, H_DONE, 1, inbox.addr + srcs.index(s) * slot, getsrc.addr)
@@ -221,8 +257,46 @@ async def stress_program(dp, rank, size, the_plan, max_store, arrived=None):
             "replies": dict(replies), "gets": dict(gets), "stores_done": stores_done[0], "stats": stats}
 
 
+class SilentMutation:
+    """The switch's fault injector, then damage the link CRC cannot see: with probability
+    `rate` one byte of a delivered packet -- anywhere in it, TB2 header included -- is
+    replaced by another value and the packet arrives with a valid CRC (a bad switch
+    buffer, an adapter's DMA error). Only AM's end-to-end checksum can catch it
+    (``am.checksum=1``)."""
+
+    __slots__ = ("inner", "rate", "rng", "mutated", "active")
+
+    def __init__(self, inner, rate: float, rng: random.Random):
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"the mutation rate is a probability, not {rate}")
+        self.inner = inner
+        self.rate = rate
+        self.rng = rng
+        self.mutated = 0
+        self.active = inner.active or rate > 0
+
+    def apply(self, frame: bytes) -> list:
+        out = self.inner.apply(frame) if self.inner.active else [(frame, 0.0, True)]
+        if not self.rate:
+            return out
+        rng = self.rng
+        res = []
+        for data, delay, ok in out:
+            if ok and data and rng.random() < self.rate:
+                i = rng.randrange(len(data))
+                data = data[:i] + bytes([(data[i] + rng.randrange(1, 256)) & 0xFF]) + data[i + 1:]
+                self.mutated += 1
+            res.append((data, delay, ok))
+        return res
+
+    def stats(self) -> dict:
+        out = self.inner.stats()
+        out["mutated"] = self.mutated
+        return out
+
+
 def run_stress(nodes=4, messages=10_000, max_store=102_400, seed=1, faults=None, params=(), max_bytes=None,
-               platform=None, am_params=None, deadline_s=60.0, dist="log", arrived=None):
+               platform=None, am_params=None, deadline_s=60.0, dist="log", arrived=None, mutate=0.0):
     """Build the faulty cluster, run the workload; a summary dict (``ok`` says it all).
 
     `faults`: the switch's fault.* rates (default `SUITE_FAULTS`); `params`: other
@@ -233,39 +307,66 @@ def run_stress(nodes=4, messages=10_000, max_store=102_400, seed=1, faults=None,
     rates = dict(SUITE_FAULTS if faults is None else faults)
     cluster = Cluster(nodes=nodes, nic="tb2", platform=platform, params=[*rates.items(), *params], seed=seed,
                       load=[("am", dict(am_params or {}))])
+    switch = cluster.medium
+    switch.faults = SilentMutation(switch.faults, mutate, random.Random(seed * 1_000_003 + 17))
 
     def expired(_arg):
         raise OSError(errno.ETIMEDOUT, f"SP AM stress not finished after {deadline_s} s of modeled time (livelock)")
 
     watchdog = cluster.engine.after(deadline_s, expired, None)
+    errors: list[str] = []
+    seen = [0]
+
+    def count(n):
+        seen[0] += n
+        if arrived is not None:
+            arrived(n)
+
     t0 = time.perf_counter()
-    results = cluster.run_spmd(stress_program, the_plan, max_store, arrived)
+    failure = None
+    try:
+        results = cluster.run_spmd(stress_program, the_plan, max_store, count, errors)
+    except OSError as e:                 # a call failed, or the run livelocked: report what was seen
+        results, failure = None, f"{e.strerror or e}"
     cluster.engine.cancel(watchdog)
     wall = time.perf_counter() - t0
-    errors = [e for r in results for e in r["errors"]]
-    missing = [(rank, s) for rank, r in enumerate(results) for s, n in r["expected"].items()
-               if r["received"].get(s, 0) != n]
+    if results is not None:
+        missing = [(rank, s) for rank, r in enumerate(results) for s, n in r["expected"].items()
+                   if r["received"].get(s, 0) != n]
+        node_stats = [r["stats"] for r in results]
+    else:
+        missing = []
+        node_stats = [_endpoint_stats(n) for n in cluster.nodes]
     totals = {}
-    for r in results:
-        for k, v in r["stats"].items():
+    malformed = {}
+    for st in node_stats:
+        for k, v in st.items():
             if isinstance(v, int):
                 totals[k] = totals.get(k, 0) + v
+        for k, v in st.get("malformed", {}).items():
+            malformed[k] = malformed.get(k, 0) + v
     adapters = {}
     for n in cluster.nodes:
         for k, v in n.pci_devices[0].stats().items():
             if k.startswith("rx_") or k.startswith("tx_err"):
                 adapters[k] = adapters.get(k, 0) + v
-    malformed = {}
-    for r in results:
-        for k, v in r["stats"]["malformed"].items():
-            malformed[k] = malformed.get(k, 0) + v
     n_msgs = sum(len(v) for v in the_plan.values())
     stored = sum(op[1] for v in the_plan.values() for op in v if op[0] == "store")
-    intact = sum(r["intact"] for r in results)
-    return {"ok": not errors and not missing and intact == n_msgs, "messages": n_msgs,
-            "arrived_once_intact": intact, "errors": errors[:20], "error_count": len(errors), "missing": missing,
+    intact = seen[0]
+    return {"ok": failure is None and not errors and not missing and intact == n_msgs, "messages": n_msgs,
+            "arrived_once_intact": intact, "failure": failure, "errors": errors[:20], "error_count": len(errors),
+            "missing": missing,
             "bytes_stored": stored, "nodes": nodes, "node_pairs": len(the_plan), "fault_rates": rates,
             "modeled_s": cluster.engine.now, "wall_s": wall, "events": cluster.engine.stats()["events_run"],
             "faults": cluster.medium.stats()["faults"], "am": totals, "adapters": adapters, "malformed": malformed,
             "per_node": [{k: r[k] for k in ("intact", "received", "replies", "gets", "stores_done")}
-                         for r in results]}
+                         for r in results or ()]}
+
+
+def _endpoint_stats(node) -> dict:
+    """A node's AM counters after a run that ended early: its open endpoint's, or the last one's."""
+    svc = node.services.get("am")
+    if svc is None:
+        return {}
+    st = svc.stats()
+    return st.get("endpoint") or st.get("last_endpoint") or {}

@@ -175,6 +175,16 @@ MODULE = Module(
                               min=0, max=10**6),
         "pop_every": Param(int, DEFAULT_POP_EVERY, "receive entries consumed per lazy pop (SP-C04; N7: "
                            "unvalued, the tb2 module's default)", min=1, max=64),
+        "checksum": Param(bool, False, "an end-to-end checksum in every packet: a 4-byte Adler-32 trailer over "
+                          "source, destination, AM header and data, so a packet damaged past the link CRC is "
+                          "dropped, counted and resent (modeling choice, issue 11; off: the paper's protocol and "
+                          "costs; on: 220 data bytes per bulk packet)"),
+        "checksum_byte_cycles": Param(float, 1.5, "cycles per byte summed, at the sender and again at the receiver "
+                                      "(modeling choice: Adler-32's load and two adds per byte on the POWER2's two "
+                                      "fixed-point units)", min=0.0, max=1e6),
+        "checksum_packet_cycles": Param(float, 40.0, "cycles per packet summed besides its bytes: the two modulo "
+                                        "reductions, storing or comparing the trailer (modeling choice)",
+                                        min=0.0, max=1e6),
         "displace_dp": Param(bool, True, "unload an idle DP from the node at insmod and load it back at rmmod "
                              "(0: refuse with EBUSY while DP is loaded)"),
         "open_cycles": Param(float, 270.0, "am_open's kernel work: map the FIFOs, set up the endpoint (modeling "

@@ -3,10 +3,15 @@
 cpdef bytes pack(int kindflags, int handler, int seq, int ack_req, int ack_rep, int idx, int npkts, int tail,
                  unsigned int addr, unsigned int arg)
 cpdef tuple words(const unsigned char[::1] data)
+cpdef unsigned int checksum(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data,
+                            Py_ssize_t n)
+cpdef bytes trailer(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data)
+cpdef bint verify(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data)
 
 
 cdef class Header:
     cdef public int kind, flags, handler, seq, ack_req, ack_rep, idx, npkts, tail, dlen
+    cdef public int pkt_data                           # data bytes of a full bulk packet (224; 220 with the checksum)
     cdef public unsigned int addr, arg
     cdef public long long chunk_base, chunk_len, end   # bulk: the chunk's range and the transfer's end
 

@@ -67,7 +67,7 @@ class Bulk:
 
     def _init_bulk(self, params: dict) -> None:
         self.chunk_packets = params["chunk_packets"]
-        self.chunk_bytes = self.chunk_packets * W.PKT_DATA
+        self.chunk_bytes = self.chunk_packets * self.pkt_data
 
     # -- the initiator ---------------------------------------------------------------------
 
@@ -116,7 +116,8 @@ class Bulk:
         A transfer that fits in one packet is not bulk: its data is copied now and it
         travels as a short message (acknowledged by the window's rules, its source free
         as soon as it is handed over)."""
-        if nbytes <= W.PKT_DATA:
+        pkt = self.pkt_data
+        if nbytes <= pkt:
             ch.pending.append(W.Msg(kind, flags | W.F_FIRST | W.F_LAST, handler, read(0, nbytes), 1, nbytes, addr,
                                     arg, 0, x, True))
             return
@@ -126,10 +127,10 @@ class Bulk:
         for j in range(count):
             off = j * cb
             c = min(cb, nbytes - off)
-            npk = -(-c // W.PKT_DATA)
+            npk = -(-c // pkt)
             last = j == count - 1
             f = flags | (W.F_FIRST if j == 0 else 0) | (W.F_LAST if last else 0)
-            ch.pending.append(W.Msg(kind, f, handler, read, npk, c - (npk - 1) * W.PKT_DATA, addr + off,
+            ch.pending.append(W.Msg(kind, f, handler, read, npk, c - (npk - 1) * pkt, addr + off,
                                     arg if last else end, off, x))
 
     def _finish(self, x: Transfer) -> None:

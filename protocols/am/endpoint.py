@@ -127,8 +127,13 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         self.c_request = cyc(params["request_cycles"])
         self.c_bulk = cyc(params["bulk_cycles"])
         self.full_poll = self.c_poll_own + uf.c_poll       # one am_poll of an empty network (SP-A35)
+        self.checksum = params["checksum"]
+        self.c_sum_byte = cyc(params["checksum_byte_cycles"])
+        self.c_sum_packet = cyc(params["checksum_packet_cycles"])
+        self.pkt_data = W.PKT_DATA - (W.CHECKSUM_BYTES if self.checksum else 0)
         self.handlers = [None] * MAX_HANDLERS
         self.hdr = W.Header()
+        self.hdr.pkt_data = self.pkt_data
         self.segments: list[Segment] = []        # sorted by address
         self._starts: list[int] = []
         self.events = WaitQueue(node.engine)
@@ -375,6 +380,14 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         if pkt.proto != AM_PROTO:
             self.malformed["bad_proto"] += 1
             return
+        data = pkt.data
+        if self.checksum:
+            # Before a single field is read: a damaged packet is a lost packet (_wire.pyx).
+            yield self.c_sum_packet + self.c_sum_byte * (W.AM_HDR + len(data))
+            if not W.verify(pkt.src, self.node.nid, pkt.user, data):
+                self.stats_c["checksum_errors"] += 1
+                return
+            data = data[:-W.CHECKSUM_BYTES]
         peer = self.peers.get(pkt.src)
         if peer is None:
             peer = self._new_peer(pkt.src) if isinstance(pkt.src, int) and pkt.src != self.node.nid else None
@@ -382,12 +395,12 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
                 self.malformed["bad_source"] += 1
                 return
         h = self.hdr
-        bad = h.parse(pkt.user, len(pkt.data), self.chunk_packets)
+        bad = h.parse(pkt.user, len(data), self.chunk_packets)
         if bad:
             self.malformed[W.MALFORMED_NAMES[bad]] += 1
             return
         try:
-            yield from self._rx_packet(peer, h, pkt.data)
+            yield from self._rx_packet(peer, h, data)
         finally:
             if peer.busy():                       # it owes an answer, a resend, an ack...
                 self._kick(peer)
@@ -496,4 +509,4 @@ STAT_KEYS = ("requests", "stores", "gets", "polls", "empty_polls", "idle_polls",
              "retransmitted_packets", "gobacks", "nacks_sent", "nacks_received", "acks_sent", "acks_received",
              "keepalives_sent", "keepalives_received", "rejects_sent", "rejects_received", "duplicates",
              "out_of_order", "handlers_run", "chunks_received", "stores_received", "bytes_stored",
-             "stores_completed", "gets_served", "gets_completed", "fifo_full", "abandoned")
+             "stores_completed", "gets_served", "gets_completed", "fifo_full", "abandoned", "checksum_errors")

@@ -192,11 +192,12 @@ class Window:
         post = 0.0
         if (kind == W.K_STORE or kind == W.K_GETDATA) and not m.kept:
             read, npk, base, off, flags, tail = m.data, m.npkts, m.addr, m.src_off, kind | m.flags, m.tail
+            full = self.pkt_data
 
             def packet(i):
-                n = W.PKT_DATA if i < npk - 1 else tail
-                return (W.pack(flags, m.handler, m.seq, ack_req, ack_rep, i, npk, tail, base + i * W.PKT_DATA, m.arg),
-                        read(off + i * W.PKT_DATA, n))
+                n = full if i < npk - 1 else tail
+                return (W.pack(flags, m.handler, m.seq, ack_req, ack_rep, i, npk, tail, base + i * full, m.arg),
+                        read(off + i * full, n))
 
             ok = yield from self._send_packets(peer, npk, packet, 0.0, self.c_bulk)
         else:
@@ -252,6 +253,12 @@ class Window:
         costs = self.costs
         dest, route = peer.nid, peer.route
         pkts = [packet(i) for i in range(k)]
+        sum_byte = 0.0
+        if self.checksum:                          # the end-to-end trailer (_wire.pyx), summed as it is built
+            me = self.node.nid
+            pkts = [(h, W.trailer(me, dest, h, d)) for h, d in pkts]
+            sum_byte = self.c_sum_byte
+            each += self.c_sum_packet + sum_byte * W.AM_HDR
         units = [(hw.HDR_BYTES + len(d) + hw.LEN_UNIT - 1) // hw.LEN_UNIT for _h, d in pkts]
         cost = pre
         i = 0
@@ -260,6 +267,8 @@ class Window:
                 uf._write_entry(f.send_entry(), dest, route, AM_PROTO, hdr, data)
                 n = len(data)
                 cost += each + uf.c_send + f.flush_cost(hw.HDR_BYTES + n) + (costs.copy(n) if n else 0.0)
+                if sum_byte:
+                    cost += sum_byte * (n - W.CHECKSUM_BYTES)
                 f.tx_next = (f.tx_next + 1) & U32
             yield cost + f.c_sync + costs.pci_write
             cost = 0.0

@@ -44,6 +44,7 @@ CASES: dict[str, list[str]] = {
     "am_bandwidth_store_blocking": ["am-bandwidth", "--op", "store", "--mode", "blocking"],
     "am_bandwidth_get_async": ["am-bandwidth", "--op", "get", "--mode", "async"],
     "am_bandwidth_get_blocking": ["am-bandwidth", "--op", "get", "--mode", "blocking"],
+    "am_bandwidth_window": ["am-bandwidth", "--window", "16", "--sizes", "16,256,4096", "--iters", "2"],
     # Fast Messages (HPVM 1.9) on Myrinet and shared memory; FM 2.1's machine; the LPR unpaced
     "fm_pingpong_hpvm19": ["fm-pingpong", "--iters", "200"],
     "fm_bandwidth_hpvm19": ["fm-bandwidth"],
