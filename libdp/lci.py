@@ -299,8 +299,8 @@ class LCI:
 
 def _gave_up(lib) -> bool:
     """Closing does not wait forever on a peer that stopped answering (I-hrx: its
-    packets time out again and again) or a broken variant."""
-    return lib.aborted is not None or lib.st["timeouts"] > 64
+    packets time out ``lci.retx_give_up`` times in a row) or a broken variant."""
+    return lib.aborted is not None or lib.peer_gone()
 
 
 class SyncLCI:

@@ -140,7 +140,7 @@ MODULE = Module(
         "groups": Param(str, "", "multicast groups, disjoint (LCI-A50): members N or A-B joined by '+', groups "
                                  "separated by '/' (e.g. 0-31/32-63); empty: one group of all nodes (A52)"),
         "window": Param(int, 0, "W: credits per sender (reliability=none) or the go-back-N window; 0: derived "
-                                "from NI memory (lci.rx_pool_bytes, lci.senders) or lci.retx_window",
+                                "from NI memory (lci.rx_pool_bytes, lci.senders), for every variant",
                         min=0, max=4096),
         "displace_dp": Param(bool, True, "unload an idle DP from the node at insmod and load it back at rmmod "
                                          "(0: refuse with EBUSY while DP is loaded)"),

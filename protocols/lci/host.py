@@ -618,7 +618,7 @@ class HostLib:
 
     def _arm_retx(self, p: HostPeer) -> None:
         if p.retx_due is None and p.tx.outstanding():
-            p.retx_due = p.tx.oldest_stamp() + self.c.retx_timeout_s
+            p.retx_due = p.tx.oldest_stamp() + self.c.rto(p.tx)
             self.timed.add(p.nid)
 
     def _hrx_receive(self, hdr):
@@ -677,9 +677,8 @@ class HostLib:
                     p.ack_due = None
             if p.retx_due is not None and p.retx_due <= now:
                 p.retx_due = None
-                stale = p.tx.stale(now, self.c.retx_timeout_s)
-                if stale:
-                    self.st["timeouts"] += 1
+                stale = p.tx.stale(now, self.c.rto(p.tx))
+                resent = 0
                 for j in stale:
                     ok = yield from self._need(buffers=0)
                     if not ok:
@@ -688,7 +687,13 @@ class HostLib:
                     p.tx.restamp(j, now)
                     buf = p.tx.token(j)
                     self._post(L.SD_RETX, 0, 0, nid, buf, seq_ack=(p.tx.seq_at(j) << 16) | self._ack_going(p))
-                    self.st["retransmitted"] += 1
+                    resent += 1
+                if resent:
+                    self.st["timeouts"] += 1
+                    self.st["retransmitted"] += resent
+                    p.tx.expiries += 1                 # the next time-out is twice as long (costs.py)
+                elif stale:
+                    p.retx_due = now                   # no descriptor free: at the next poll
                 self._arm_retx(p)
             if p.ack_due is None and p.retx_due is None:
                 self.timed.discard(nid)
@@ -739,6 +744,11 @@ class HostLib:
         self.interrupts = bool(on)
         self.dev.pio_write32(L.CB_POLLED, self.polled & MASK32)
         self.dev.pio_write32(L.CB_IRQ, 1 if on else 0)
+
+    def peer_gone(self) -> bool:
+        """Has a peer acknowledged nothing through ``lci.retx_give_up`` time-outs in a row?"""
+        give_up = self.c.retx_give_up
+        return any(p.tx.expiries >= give_up for p in self.peers.values())
 
     def outstanding(self) -> int:
         """Descriptors the NI has not completed, plus I-hrx packets unacknowledged."""

@@ -67,10 +67,7 @@ class LciService:
         self.costs = LciCosts(kernel)
         c = self.costs
         p = kernel.profile
-        if variant.reliability == "none":
-            self.window = params["window"] or derive_window(p, variant.mtu)
-        else:
-            self.window = params["window"] or c.retx_window
+        self.window = params["window"] or derive_window(p, variant.mtu)     # one rule for every variant (costs.py)
         self.pool = int(p["lci.rx_pool_bytes"]) // variant.mtu
         if self.pool < 2:
             raise OSError(errno.EINVAL, f"lci: lci.rx_pool_bytes holds fewer than two {variant.mtu}-byte buffers")

@@ -96,6 +96,7 @@ class RecvQueue:
         ok = yield from fw.flow.on_data(peer, fw.hdr)
         if ok:
             fw.tohost.deliver(peer, buf, n)
+            yield from fw.flow.accepted(peer)       # its DMA is under way: acknowledge meanwhile
         else:
             yield from self.release(buf)
 
@@ -116,5 +117,6 @@ class RecvQueue:
         ok = yield from fw.flow.on_data(peer, fw.hdr)
         if ok:
             yield from fw.ntlb.on_rcpy(peer, buf, n, fw.hdr)
+            yield from fw.flow.accepted(peer)
         else:
             yield from self.release(buf)

@@ -5,7 +5,8 @@
   only if it expires before the host has taken what was delivered -- a host that polls
   in time never sees an interrupt.
 * I-nirx's retransmission timer per destination with packets outstanding: it fires
-  when the oldest of them has waited ``lci.retx_timeout_s`` (LCI-C12, C13).
+  when the oldest of them has waited the time-out (``lci.retx_timeout_s``, backed off
+  while nothing is acknowledged: ``LciCosts.rto``; LCI-C12, C13).
 * I-nirx's delayed-acknowledgement timer per sender: started when a packet from it is
   accepted and none runs, cancelled by any acknowledgement that goes back, and on
   expiry an explicit acknowledgement goes (LCI-C12).
@@ -53,7 +54,7 @@ class Timers:
             ni.cancel_timer(peer.retx_timer)
             peer.retx_timer = None
         if peer.retx_timer is None and peer.tx.outstanding():
-            due = peer.tx.oldest_stamp() + self.fw.c.retx_timeout_s - ni.rtc()
+            due = peer.tx.oldest_stamp() + self.fw.c.rto(peer.tx) - ni.rtc()
             peer.retx_timer = ni.timer(max(due, 1e-9), self.on_retx, peer)
 
     def on_retx(self, peer):
