@@ -105,6 +105,37 @@ def test_broadcast_reaches_every_node_once_in_order(variant, tree):
         assert ni["rx_held_for_forwards"] == 0
 
 
+async def _unicasts_and_broadcasts(dp, rank, size, rounds):
+    lci = await LCI.open(dp)
+    got = []
+    lci.set_upcall(lambda pkt: got.append((pkt.src, pkt.data)) and False)
+    try:
+        if rank == 0:
+            for i in range(rounds):
+                for r in range(1, size):
+                    await lci.send(r, b"u%03d" % i)
+                await lci.bcast(b"m%03d" % i)
+            await lci.poll_until(lambda: len(got) >= size - 1)
+        else:
+            await lci.poll_until(lambda: len(got) >= 2 * rounds)
+            await lci.send(0, b"done")
+    finally:
+        await lci.close()
+    return [d for s, d in got if s == 0]
+
+
+@pytest.mark.parametrize("variant", ["I-sdma", "I-pio", "I-rcpy", "I-nirx", "I-sdma-hmc", "I-hrx"])
+def test_unicast_and_broadcast_from_one_sender_stay_in_fifo_order(variant):
+    """The root's children get its unicasts and its broadcasts in the order it sent them
+    (LCI-C02): with I-rcpy a unicast's data is still being fetched from user memory when
+    the next broadcast's, written by PIO, is in place; the broadcast must wait its turn."""
+    rounds = 8
+    res = _cluster(3, variant).run_spmd(_unicasts_and_broadcasts, rounds)
+    want = [w for i in range(rounds) for w in (b"u%03d" % i, b"m%03d" % i)]
+    for got in res[1:]:
+        assert got == want
+
+
 def test_broadcast_group_is_a_subset_and_outsiders_refuse():
     async def program(dp, rank, size):
         lci = await LCI.open(dp)

@@ -19,7 +19,8 @@ in place before an earlier one's (RCPY: a send-side miss came by PIO while a hit
 still being fetched): each destination's packets wait in `peer.staging`, in
 descriptor order, until the ones before them are in their buffers. I-hrx's own descriptors (an explicit ack, the
 retransmission of a packet still held in its send buffer) go straight to the send
-queue.
+queue. A multicast descriptor (``SD_MCAST``) puts one send per child into that child's
+staging queue the same way, so unicast and multicast from one host keep their order.
 """
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ class HostSendQueue:
             if flags & L.SDF_MISS:
                 yield c.ni_ntlb
                 fw.ntlb.install(ni.rd32(d + 8) // L.PAGE, ni.rd32(d + 20))
-            yield from self._staged(peer, pkt)
+            yield from self.staged(peer, pkt)
             return
         addr = ni.rd32(d + 8)
         if fw.transfer == "rcpy":
@@ -117,7 +118,7 @@ class HostSendQueue:
                 fw.counters["bad_descriptors"] += 1
                 peer.staging.remove(pkt)
                 fw.sendq.complete(index)
-                yield from self._staged(peer, None)
+                yield from self.staged(peer, None)
                 return
             fw.counters["sent_rcpy"] += 1
             addr = phys
@@ -131,10 +132,11 @@ class HostSendQueue:
         fw = self.fw
         if fw.aborted is not None:
             return
-        yield from self._staged(fw.peers[pkt.dest], pkt)
+        yield from self.staged(fw.peers[pkt.dest], pkt)
 
-    def _staged(self, peer, pkt):
-        """`pkt`'s data is in its buffer: pass on every packet to `peer` whose turn has come."""
+    def staged(self, peer, pkt):
+        """`pkt`'s data is in its buffer: pass on every packet to `peer` whose turn has come
+        (a unicast's, or one child's send of a multicast descriptor: firmware/multicast.py)."""
         if pkt is not None:
             pkt.staged = True
         q = peer.staging

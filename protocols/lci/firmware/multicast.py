@@ -42,12 +42,13 @@ RX, TX = 0, 1
 class Forward:
     """One child's send out of a shared buffer (a TxPacket's fields, and the slot)."""
 
-    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "slot")
+    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "slot", "staged")
 
     def __init__(self, slot):
         self.slot = slot
         self.index = -1
         self.buf = self.dest = self.length = self.kind = self.flags = self.aux = 0
+        self.staged = False             # a host multicast's: its data is in the send buffer (hostq.py)
         self.desc = 0                   # >= 0: its first transmission finishes it (no host descriptor:
         self.seq = self.ack = -1        # `SendQueue.done` gives the slot back instead)
 
@@ -55,7 +56,7 @@ class Forward:
 class Slot:
     """A buffer several sends go out of: who waits for its header area, what it holds."""
 
-    __slots__ = ("kind", "buf", "busy", "waiting", "queued", "refs", "peer", "desc", "forwards")
+    __slots__ = ("kind", "buf", "busy", "waiting", "queued", "refs", "peer", "desc", "forwards", "staged")
 
     def __init__(self, kind: int, buf: int):
         self.kind = kind
@@ -67,6 +68,7 @@ class Slot:
         self.peer = None                # RX: the sender, whose credit the buffer holds
         self.desc = -1                  # TX: the descriptor to complete
         self.forwards = []              # reused, one per child
+        self.staged = 0                 # TX: how many of them wait in their children's staging queues
 
     def wait(self, peer, pkt=None) -> None:
         """`peer`'s queue (or the retransmission of `pkt`) goes on when this buffer's send has left."""
@@ -152,19 +154,27 @@ class Multicast:
                 yield from fw.unicast.xmit(peer, pkt, again=True)
 
     def fan_out(self, slot: Slot, buf: int, length: int, root: int, kids):
-        """One forward per child out of the packet area at `buf` (route in front of it)."""
+        """One forward per child out of the packet area at `buf` (route in front of it).
+        `kids`: the child nodes of a received packet (its forwards go straight to the send
+        queue), or None for a host descriptor's `slot.staged` forwards (they go on after
+        that host's earlier packets to the same child)."""
         fw = self.fw
         c = fw.c
-        for i, child in enumerate(kids):
+        for i in range(slot.staged if kids is None else len(kids)):
             yield c.ni_mcast                                # a send descriptor for the child
-            peer = fw.peer(child)
-            if peer is None:
-                fw.malformed["bad_source"] += 1             # the table names a node without a route
-                yield from self.unref(slot)
-                continue
-            f = slot.forward(i)
+            if kids is None:
+                f = slot.forwards[i]
+                peer = fw.peers[f.dest]
+            else:
+                child = kids[i]
+                peer = fw.peer(child)
+                if peer is None:
+                    fw.malformed["bad_source"] += 1         # the table names a node without a route
+                    yield from self.unref(slot)
+                    continue
+                f = slot.forward(i)
+                f.dest = child
             f.buf = buf
-            f.dest = child
             f.length = length
             f.kind = L.SD_MCAST
             f.flags = 0
@@ -172,7 +182,9 @@ class Multicast:
             f.seq = f.ack = -1
             if slot.kind == RX:
                 fw.counters["forwards"] += 1                # (a host's multicast: mcast_sent)
-            yield from fw.sendq.ready(peer, f)
+                yield from fw.sendq.ready(peer, f)
+            else:
+                yield from fw.hostq.staged(peer, f)         # FIFO with the host's unicasts (LCI-C02)
 
     # -- a multicast packet arrives (NI forwarding) -------------------------------------------
 
@@ -212,19 +224,35 @@ class Multicast:
         slot = self.tx_slots[buf]
         slot.desc = index
         slot.refs = len(kids)
+        # One send per child, each in its child's staging queue now, in descriptor order: a
+        # unicast to that child posted before this descriptor, whose data is still being
+        # fetched, goes first; one posted after waits for this buffer's data (FIFO per
+        # sender across unicast and multicast, LCI-C02).
+        slot.staged = 0
+        for child in kids:
+            peer = fw.peer(child)
+            if peer is None:
+                fw.malformed["bad_source"] += 1             # the table names a node without a route
+                yield from self.unref(slot)
+                continue
+            f = slot.forward(slot.staged)
+            f.dest = child
+            f.staged = False
+            peer.staging.append(f)
+            slot.staged += 1
         pkt = fw.tx[buf]
         if flags & L.SDF_PIO:
             fw.counters["sent_pio"] += 1
-            yield from self.fan_out(slot, pkt.buf, length, root, kids)
+            yield from self.fan_out(slot, pkt.buf, length, root, None)
             return
         fw.counters["sent_sdma"] += 1
         yield fw.c.ni_fetch
         ni.host_dma(False, ni.rd32(d + 8), pkt.buf + fw.unicast.payload_off, length, self.on_fetched,
-                    (slot, length, root, kids))
+                    (slot, length, root))
 
     def on_fetched(self, item):
-        slot, length, root, kids = item
+        slot, length, root = item
         fw = self.fw
         if fw.aborted is not None:
             return
-        yield from self.fan_out(slot, fw.tx[slot.buf].buf, length, root, kids)
+        yield from self.fan_out(slot, fw.tx[slot.buf].buf, length, root, None)
