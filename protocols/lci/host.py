@@ -184,6 +184,7 @@ class HostLib:
         self.pio_desc = self.dev.pio_time(DESC_WRITE)
         self.pio_word = self.dev.pio_time(4)
         self.mc = HostMulticast(self)   # multicast and fetch-and-add (hostmcast.py)
+        self.realtime = not node.modeled
 
     def setup(self, rx_bufs, slot, cpl_ring, nsd, status, sendq, anon) -> None:
         """The memory the service allocated; give the NI every receive buffer and anonymous page."""
@@ -235,7 +236,7 @@ class HostLib:
             raise OSError(errno.EINVAL, f"destination node must be an int, not {dest!r}")
         if dest == self.node.nid:
             raise OSError(errno.EINVAL, "LCI sends to other nodes only (no loopback)")
-        if dest not in self.dev.route_table and "myrinet" not in self.node.hosts.get(dest, {}):
+        if dest not in self.fw.routes:
             raise OSError(errno.EHOSTUNREACH, f"node {dest} is not on this node's Myrinet")
 
     def check_abort(self) -> None:
@@ -566,6 +567,8 @@ class HostLib:
             self.dev.pio_write32(L.CB_POLLED, self.polled & MASK32)
         if self.reliability == "host":
             yield from self._hrx_service()
+        if self.realtime:
+            self.dev.pio_write32(L.CB_TICK, 1)          # the NI looks at its clock (timer.py)
         if self.mc.queue:
             yield from self.mc.service_path()           # host-forwarded multicast (C12, C20)
         return n
@@ -706,6 +709,8 @@ class HostLib:
             for t in (p.ack_due, p.retx_due):
                 if t is not None and (due is None or t < due):
                     due = t
+        if self.realtime and self.reliability == "ni" and self.outstanding():
+            due = self.engine.now         # real time: keep polling while the NI may have to resend
         if self.reliability == "none" and self.stalled_since is not None:
             t = self.stalled_since + self.c.stall_s
             due = t if due is None or t < due else due

@@ -87,6 +87,13 @@ class RecvQueue:
         if off == self.drop_buf:
             yield from fw.flow.no_buffer(peer, hdr)
             return
+        if not ni.rd32(L.CB_ACCEPT):
+            # No LCI process behind this NI yet (a real node before its script opened LCI):
+            # nothing is accepted or acknowledged, so the sender's retransmission -- or
+            # I-sdma's stall error -- sees the packet lost, not swallowed.
+            fw.counters["dropped_no_process"] += 1
+            yield from self.release(off)
+            return
         yield from handler(peer, off, n)
 
     # -- the kinds every variant knows ---------------------------------------------------------

@@ -7,6 +7,11 @@
 * I-nirx's retransmission timer per destination with packets outstanding: it fires
   when the oldest of them has waited the time-out (``lci.retx_timeout_s``, backed off
   while nothing is acknowledged: ``LciCosts.rto``; LCI-C12, C13).
+* In real time (a board model in a process on a real transport) the engine runs every
+  event at once, so an interval timer cannot wait: the retransmission deadlines are
+  kept here and looked at whenever the host rings ``CB_TICK`` (it does at every poll),
+  as a LANai control program reads its clock in its event loop. The watchdog and the
+  delayed acknowledgement just go at once there.
 * I-nirx's delayed-acknowledgement timer per sender: started when a packet from it is
   accepted and none runs, cancelled by any acknowledgement that goes back, and on
   expiry an explicit acknowledgement goes (LCI-C12).
@@ -29,6 +34,10 @@ class Timers:
     def start(self) -> None:
         self.wd = None
         self.watchdog_s = self.fw.ni.rd32(L.CB_WATCHDOG_NS) * 1e-9
+        self.realtime = self.fw.realtime
+        self.waiting = {}               # real time: peers with packets unacknowledged
+        if self.realtime:
+            self.fw.ni.watch(L.CB_TICK, self.on_tick)
 
     # -- polling watchdog -----------------------------------------------------------------
 
@@ -50,6 +59,12 @@ class Timers:
     def retx(self, peer, restart: bool = False) -> None:
         """Keep a retransmission timer running while packets to `peer` are unacknowledged."""
         ni = self.fw.ni
+        if self.realtime:
+            if peer.tx.outstanding():
+                self.waiting[peer.nid] = peer
+            else:
+                self.waiting.pop(peer.nid, None)
+            return
         if restart and peer.retx_timer is not None:
             ni.cancel_timer(peer.retx_timer)
             peer.retx_timer = None
@@ -61,6 +76,17 @@ class Timers:
         peer.retx_timer = None
         yield self.fw.c.ni_timer
         yield from self.fw.flow.on_retx_timer(peer)
+
+    def on_tick(self, _):
+        """Real time: retransmit to every peer whose oldest packet has waited too long."""
+        if not self.waiting:
+            return
+        fw = self.fw
+        yield fw.c.ni_timer
+        now = fw.ni.rtc()
+        for peer in list(self.waiting.values()):
+            if peer.tx.outstanding() and peer.tx.oldest_stamp() + fw.c.rto(peer.tx) <= now:
+                yield from fw.flow.on_retx_timer(peer)
 
     def dack(self, peer) -> None:
         if peer.ack_timer is None:
