@@ -163,6 +163,10 @@ MODULE = Module(
         "keepalive_polls": Param(int, 500, "unsuccessful polls before a keep-alive forces NACKs (SP-A33, N7: "
                                  "unvalued; modeling choice: about 0.65 ms of spinning, some 13 round trips)",
                                  min=1, max=10**9),
+        "realtime_keepalive_ms": Param(float, 25.0, "real time only: the least wall time of a keep-alive period, "
+                                       "ms (modeling choice: a peer whose script starts late, or a host under "
+                                       "load, is not a node that is gone; giving up takes max_keepalives "
+                                       "periods, 5 s; modeled runs count polls only, SP-A33)", min=0.0, max=1e6),
         "max_keepalives": Param(int, 200, "keep-alives unanswered before a call fails with ETIMEDOUT (SP AM does "
                                 "not recover from crashes, SP-C01; modeling choice)", min=1, max=10**9),
         "close_linger": Param(int, 32, "keep-alive periods a closing endpoint goes on answering after the last "

@@ -338,6 +338,8 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         else:
             yield self.c_poll_own
         self.polls += 1
+        if self.wall_clock:
+            self._tick_wall_clock()
         self.stats_c["polls"] += 1
         limit = uf.fifos.recv_count
         n = 0

@@ -16,6 +16,16 @@ would abandon a reply its peer is still waiting for, and under heavy loss the pe
 would wait for ever -- so a close that finds a node gone fails with ETIMEDOUT too
 (having released the endpoint); a node already reported gone is not waited for.
 
+**In real time** (a node process, a script attached to it) the machine is this host, and
+a poll of the library is no 2 µs loop on a dedicated node: it is Python on a shared
+core, and a peer may be a script that has not yet started. Counted in polls of the
+paper's size, 200 keep-alives would pass in 0.13 s, and a peer still importing its
+libraries would be reported gone. So in real time the poll count follows the wall clock
+(one poll per `full_poll` since open, however few the library made), and a keep-alive
+period lasts at least ``realtime_keepalive_ms`` (a modeling choice, 25 ms: giving up
+takes ``max_keepalives`` periods, 5 s; closing lingers ``close_linger`` periods, 0.8 s).
+Modeled runs count polls exactly as before.
+
 Only peers with unacknowledged messages can be due. The endpoint keeps them in
 `settling` and a lower bound of the poll count at which the first may fall due, so a
 poll costs nothing here until then, whatever the number of nodes. A caller about to
@@ -24,6 +34,8 @@ wait arms a timer for that moment (its spin would make one poll every `full_poll
 from __future__ import annotations
 
 import errno
+import math
+from time import perf_counter as _wall
 
 from protocols.am import _wire as W
 
@@ -36,7 +48,13 @@ class KeepAlive:
     """The keep-alive half of an AM endpoint (a mixin of `AmEndpoint`)."""
 
     def _init_keepalive(self, params: dict) -> None:
-        self.keepalive_polls = params["keepalive_polls"]
+        polls = params["keepalive_polls"]
+        self.wall_clock = self.engine.realtime
+        if self.wall_clock:
+            self._opened_at = _wall()
+            if self.full_poll > 0:
+                polls = max(polls, math.ceil(params["realtime_keepalive_ms"] * 1e-3 / self.full_poll))
+        self.keepalive_polls = polls
         self.max_keepalives = params["max_keepalives"]
         self.settling: dict = {}              # peers with unacked messages (an ordered set)
         self._ka_due = _NEVER                 # no peer falls due before this poll count
@@ -44,6 +62,14 @@ class KeepAlive:
         self.gone: set = set()                # nodes a call has reported ETIMEDOUT for
         self.linger_polls = params["close_linger"] * self.keepalive_polls
         self.heard = -1                       # the poll count at the last packet from a peer
+
+    def _tick_wall_clock(self) -> None:
+        """Real time: the poll count is at least the wall time since open, in polls of
+        `full_poll` -- a caller that spins in am_poll and one that waits count the same
+        silence, however slowly this host runs the library's polls."""
+        p = int((_wall() - self._opened_at) / self.full_poll) if self.full_poll > 0 else 0
+        if p > self.polls:
+            self.polls = p
 
     def _unsettled(self, peer) -> None:
         """`peer` is about to have its first unacknowledged message."""
