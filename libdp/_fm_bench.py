@@ -15,9 +15,11 @@ the shared-memory transport (``"smt"``). `run_job` runs such a job in modeled ti
 """
 from __future__ import annotations
 
+import array
 import errno
 import multiprocessing
 import os
+import statistics
 import time
 import traceback
 
@@ -27,7 +29,7 @@ from libdp._am_bench import summarize
 from libdp.fm import FM
 
 __all__ = ["fm_pingpong_program", "fm_bandwidth_program", "run_job", "placement_for", "summarize",
-           "real_smt_pingpong", "real_smt_bandwidth", "DEFAULT_PP_SIZES", "DEFAULT_BW_MESSAGES", "DEFAULT_BW_SIZES", "PAPER_LATENCY_US", "PAPER_BANDWIDTH",
+           "real_smt_pingpong", "real_smt_bandwidth", "cpus_for", "DEFAULT_PP_SIZES", "DEFAULT_BW_MESSAGES", "DEFAULT_BW_SIZES", "PAPER_LATENCY_US", "PAPER_BANDWIDTH",
            "TRANSPORTS"]
 
 PAPER_LATENCY_US = 8.8          # FM-B01
@@ -154,6 +156,10 @@ def run_job(cluster, program, placement, *args):
 
 
 def _real_pingpong(fm, vnode, sizes, iters, warmup):
+    """Node 0 times each round trip (``perf_counter_ns`` into a preallocated array):
+    rows with the mean and the median, the statistic `bench_real_nodes` reports for its
+    socketpair baseline -- on a busy host the mean carries every preemption of either
+    spinning process, the median the round trip itself."""
     count = [0]
 
     async def ping(stream, src):
@@ -162,22 +168,26 @@ def _real_pingpong(fm, vnode, sizes, iters, warmup):
 
     fm.set_handler(H_PING, ping)
     s = fm.sync
+    send, extract_until = s.send, s.extract_until
+    clock = time.perf_counter_ns
     rows = []
     for n in sizes:
         msg = bytes(n)
         count[0] = 0
-        t0 = time.perf_counter()
+        times = array.array("q", bytes(8 * iters))
         for i in range(warmup + iters):
-            if i == warmup:
-                t0 = time.perf_counter()
             if vnode == 0:
-                s.send(1, H_PING, msg)
-                s.extract_until(lambda i=i: count[0] > i)
+                t = clock()
+                send(1, H_PING, msg)
+                extract_until(lambda i=i: count[0] > i)
+                if i >= warmup:
+                    times[i - warmup] = clock() - t
             else:
-                s.extract_until(lambda i=i: count[0] > i)
-                s.send(0, H_PING, msg)
-        rtt = (time.perf_counter() - t0) / iters
-        rows.append({"size": n, "one_way_us": rtt * 1e6 / 2, "rtt_us": rtt * 1e6})
+                extract_until(lambda i=i: count[0] > i)
+                send(0, H_PING, msg)
+        rtt = sum(times) / iters / 1e3
+        rows.append({"size": n, "one_way_us": rtt / 2, "rtt_us": rtt,
+                     "rtt_median_us": statistics.median(times) / 1e3})
     return rows
 
 
@@ -218,8 +228,10 @@ def _real_bandwidth(fm, vnode, sizes, count, _warmup):
     return rows
 
 
-def _real_child(body, vnode, name, sizes, iters, warmup, fm_params, conn):
+def _real_child(body, vnode, name, sizes, iters, warmup, fm_params, cpu, conn):
     try:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
         fm = FM.open_real(vnode, 2, PROGRAM, **{**fm_params, "smt_name": name})
         rows = body(fm, vnode, sizes, iters, warmup)
         stats = fm.stats()
@@ -231,26 +243,39 @@ def _real_child(body, vnode, name, sizes, iters, warmup, fm_params, conn):
         conn.close()
 
 
-def real_smt_pingpong(sizes=(8,), iters=10000, warmup=100, timeout=120.0, fm_params=None):
+def real_smt_pingpong(sizes=(8,), iters=10000, warmup=100, timeout=120.0, fm_params=None, pin=True):
     """FM ping-pong between two real processes of this host over POSIX shared memory:
-    (rows of node 0, stats of both), wall-clock microseconds."""
-    return _real_job(_real_pingpong, sizes, iters, warmup, timeout, fm_params)
+    (rows of node 0, stats of both), wall-clock microseconds. `pin`: each process on a
+    CPU of its own (see `cpus_for`)."""
+    return _real_job(_real_pingpong, sizes, iters, warmup, timeout, fm_params, pin)
 
 
-def real_smt_bandwidth(sizes=(2048,), count=20000, timeout=120.0, fm_params=None):
+def real_smt_bandwidth(sizes=(2048,), count=20000, timeout=120.0, fm_params=None, pin=True):
     """FM streaming between two real processes of this host over POSIX shared memory:
     (rows of node 0 with MB/s, MB = 10^6 bytes; stats of both)."""
-    return _real_job(_real_bandwidth, sizes, count, 0, timeout, fm_params)
+    return _real_job(_real_bandwidth, sizes, count, 0, timeout, fm_params, pin)
 
 
-def _real_job(body, sizes, iters, warmup, timeout, fm_params):
+def cpus_for(nodes: int, pin: bool = True) -> list:
+    """The CPU each FM node of a real job runs on: the SMT is for processes on the
+    processors of one SMP node (FM-C08), each spinning on its own queue, so with `pin`
+    node v gets the v-th CPU this process may use (round robin); None leaves placement
+    to the scheduler (and with one CPU there is nothing to pin)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2:
+        return [None] * nodes
+    return [cpus[v % len(cpus)] for v in range(nodes)]
+
+
+def _real_job(body, sizes, iters, warmup, timeout, fm_params, pin=True):
     name = f"/dp-fm-bench-{os.getpid()}-{time.monotonic_ns() & 0xFFFFFF}"
     ctx = multiprocessing.get_context("fork")
     procs, pipes = [], []
+    cpus = cpus_for(2, pin)
     try:
         for v in range(2):
             parent, child = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_real_child, args=(body, v, name, tuple(sizes), iters, warmup, dict(fm_params or {}), child), daemon=True)
+            p = ctx.Process(target=_real_child, args=(body, v, name, tuple(sizes), iters, warmup, dict(fm_params or {}), cpus[v], child), daemon=True)
             p.start()
             child.close()
             procs.append(p)

@@ -64,6 +64,7 @@ from protocols.fm.context import HandlerRuleError, RecvStream, SendStream
 __all__ = ["FM", "SyncFM", "SendStream", "RecvStream", "HandlerRuleError", "real_node"]
 
 REAL_CHECK_SPINS = 20000        # real time: empty polls between checks for dead peers
+YIELD_EVERY = 16                # real time: empty polls between offers of the CPU to another process
 
 
 class FM:
@@ -225,6 +226,9 @@ class SyncFM:
     def __init__(self, fm: FM):
         self._fm = fm
         self.ctx = fm.ctx
+        # Real time over shared memory alone: the caller's own poll walks the queues
+        # (`FmContext.send_now` / `extract_now`); everything else takes the paths.
+        self._fast = not fm._node.modeled and fm.ctx.net is None and fm.ctx.smt is not None
 
     def _run(self, make_path):
         fm, ctx = self._fm, self.ctx
@@ -257,6 +261,19 @@ class SyncFM:
         self._run(lambda since: self.ctx.send_path(stream, True))
 
     def send(self, dest, handler, data) -> None:
+        if self._fast:
+            core = self.ctx.core
+            sent = core.send_now(dest, handler, data)
+            if sent == 0:                        # no credit or frame yet: extract while waiting (FM-C03)
+                ctx, spins = self.ctx, 0
+                ctx.stats_c["credit_waits"] += 1
+                extract, smt = core.extract_smt, ctx.smt
+                while sent == 0:
+                    extract(smt, 1 << 62)
+                    sent = core.send_now(dest, handler, data)
+                    spins = _idle(ctx, spins)
+            if sent > 0:
+                return
         data = memoryview(data).cast("B")
         s = self.ctx.begin(dest, len(data), handler)
         self.ctx.piece(s, data)
@@ -264,6 +281,8 @@ class SyncFM:
 
     def extract(self, max_bytes=None) -> int:
         _check_budget(max_bytes)
+        if self._fast:
+            return self.ctx.extract_now(max_bytes)
         self.ctx.check_caller("extract")
         if not self._fm._node.modeled:
             return _straight(self.ctx.extract_path(max_bytes))
@@ -271,6 +290,14 @@ class SyncFM:
 
     def extract_until(self, pred) -> None:
         self.ctx.check_caller("extract")
+        if self._fast:
+            ctx, spins = self.ctx, 0
+            extract, smt = ctx.core.extract_smt, ctx.smt
+            while True:
+                extract(smt, 1 << 62)
+                if pred():
+                    return
+                spins = _spin(ctx, spins)
         self._run(lambda since: self.ctx.wait_path(pred, since))
 
     def set_handler(self, hid, fn) -> None:
@@ -303,13 +330,22 @@ def _spin(ctx, spins: int) -> int:
     """Real time: poll until something may have come (FM is a polling library); now and
     then look for dead peers, and let another process have the CPU between polls."""
     while not ctx.ready():
-        spins += 1
-        if spins % REAL_CHECK_SPINS == 0 and ctx.smt is not None and ctx.smt.reclaim():
-            break
-        if spins % 64 == 0:
-            os.sched_yield()
+        spins = _idle(ctx, spins)
+        if spins < 0:
+            return 0                     # a dead peer's frames came back
         if spins % 256 == 0:
             break                        # run the path again: credits may have come back
+    return spins
+
+
+def _idle(ctx, spins: int) -> int:
+    """One empty poll more: now and then look for dead peers (-1 if one's frames were
+    reclaimed) and let another process have the CPU."""
+    spins += 1
+    if spins % REAL_CHECK_SPINS == 0 and ctx.smt is not None and ctx.smt.reclaim():
+        return -1
+    if spins % YIELD_EVERY == 0:
+        os.sched_yield()
     return spins
 
 

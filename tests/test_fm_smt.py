@@ -184,3 +184,116 @@ def test_a_real_process_that_dies_holding_a_frame_is_detected_and_its_frames_rec
         except OSError:
             pass
     assert not os.path.exists(f"/dev/shm{name}")
+
+
+# -- real: the caller's own poll (SyncFM over shared memory alone) --------------------------
+
+
+def _two_real_nodes(name):
+    """Nodes 0 and 1 of one job, both in this process (each its own real node): the
+    real-time shared-memory path without a second process, so each step is visible."""
+    from libdp.fm import real_node
+
+    fms = []
+    for v in range(2):
+        dp = real_node({"smt_name": name})
+        args = (7, (dp.nid, dp.nid), v)
+        fd = dp.sync._call(lambda e, dp=dp, args=args: dp._node.syscall_path(dp._proc, "fm_open", args, e), None, 0.0)
+        fms.append(FM(dp, fd))
+    assert all(fm.ctx.peers_ready() for fm in fms)
+    return fms
+
+
+@pytest.fixture
+def real_pair():
+    name = f"/dp-fm-pair-{os.getpid()}"
+    fms = _two_real_nodes(name)
+    yield fms
+    for fm in fms:
+        fm.sync.close()
+
+
+def test_real_whole_messages_take_the_c_path_and_streams_the_general_one(real_pair):
+    a, b = real_pair
+    got = []
+
+    async def h(stream, src):
+        got.append((src, await stream.receive(stream.length)))
+
+    b.set_handler(3, h)
+    a.sync.send(1, 3, b"short")                                   # one packet: SmtPort.send_now
+    a.sync.send(1, 3, bytearray(range(256)) * 12)                 # 3072 bytes: two packets, general path
+    s = a.sync.begin_message(1, 6, 3)
+    a.sync.send_piece(s, b"abc")
+    a.sync.send_piece(s, b"def")
+    a.sync.end_message(s)
+    b.sync.extract_until(lambda: len(got) == 3)
+    assert got == [(0, b"short"), (0, bytes(range(256)) * 12), (0, b"abcdef")]
+    sa, sb = a.stats(), b.stats()
+    assert sa["messages_sent"] == 3 and sa["packets_sent"] == 4 and sa["bytes_sent"] == 5 + 3072 + 6
+    assert sb["messages_received"] == 3 and sb["packets_received"] == 4 and sb["handlers_run"] == 3
+
+
+def test_real_c_path_drops_and_counts_unknown_handlers_and_malformed_frames(real_pair):
+    a, b = real_pair
+    got = []
+
+    async def h(stream, src):
+        got.append(await stream.receive(stream.length))
+
+    b.set_handler(1, h)
+    a.sync.send(1, 9, b"nobody")                                  # no handler 9 at node 1
+    port = a.ctx.smt
+    peer = a.ctx.peers[1]
+    idx = port.claim(peer)                                        # a frame of garbage, published by hand
+    port.region.fill(peer.rid, idx, 0, b"\xff" * 40)
+    port.region.publish(peer.rid, port.me, idx, 40)
+    a.sync.send(1, 1, b"fine")
+    b.sync.extract_until(lambda: got)
+    assert got == [b"fine"]
+    st = b.stats()
+    assert st["dropped_unknown_handler"] == 1 and st["dropped_malformed"] == 1
+    assert b.ctx.smt.region.frames_held_by(b.ctx.smt.me, a.ctx.smt.me) == []     # every frame released
+
+
+def test_real_handler_rules_hold_on_the_c_path(real_pair):
+    a, b = real_pair
+    seen = []
+
+    async def sends(stream, src):
+        try:
+            b.sync.send(0, 1, b"no")
+        except OSError as e:
+            seen.append(e.errno)
+        await stream.receive(stream.length)
+
+    b.set_handler(1, sends)
+    a.sync.send(1, 1, b"x")
+    b.sync.extract()
+    assert seen == [errno.EDEADLK]
+
+
+def _both_send(fm, vnode, sizes, count, _warmup):
+    got = [0]
+
+    async def h(stream, src):
+        await stream.receive(stream.length)
+        got[0] += 1
+
+    fm.set_handler(1, h)
+    for i in range(count):
+        fm.sync.send(1 - vnode, 1, i.to_bytes(4, "little"))
+    fm.sync.extract_until(lambda: got[0] == count)
+    return [{"got": got[0], "credit_waits": fm.stats()["credit_waits"]}]
+
+
+def test_two_real_processes_sending_past_their_credits_to_each_other_both_finish():
+    from libdp._fm_bench import _real_job
+
+    count = 1000                                                  # far past 64 credits each way
+    rows, stats = _real_job(_both_send, (), count, 0, 60.0, {"smt_frames": 128})
+    assert rows == [{"got": count, "credit_waits": stats["node0"]["credit_waits"]}]
+    for node in stats.values():
+        assert node["messages_received"] == count and node["messages_sent"] == count
+        assert node["peers"][1 - node["vnode"]]["in_flight"] <= node["peers"][1 - node["vnode"]]["credits"]
+    assert stats["node0"]["credit_waits"] + stats["node1"]["credit_waits"] > 0

@@ -16,6 +16,8 @@ cdef class SmtPort:
     cdef public SmtRegion region
     cdef public uint32_t me, instance
     cdef Header h
+    cdef public Header rx           # the header of the frame `poll` took
+    cdef public int rx_rc           # ... PKT_OK, or why it is malformed
     cdef double c_atomic, c_copy_base, c_copy_rate, c_poll, c_miss
     cdef int _rid_pending
     cdef int _idx_pending
@@ -31,6 +33,9 @@ cdef class SmtPort:
     cpdef double publish(self, uint32_t rid, uint32_t idx, uint32_t plen)
     cpdef double send_one(self, Peer peer, int src_host, int program, int handler, unsigned int seq,
                           const unsigned char[::1] data)
+    cdef double _send_one(self, Peer peer, int src_host, int program, int handler, unsigned int seq,
+                          const unsigned char* data, Py_ssize_t n) except? -2
+    cpdef long long send_now(self, Peer peer, int src_host, int program, int handler, object data) except -3
     cpdef publish_pending(self)
     cpdef int poll(self)
     cpdef release(self, uint32_t idx)

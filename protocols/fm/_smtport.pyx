@@ -17,6 +17,7 @@ uses the same steps one by one (`claim`, `header`, `write`, `publish`).
 """
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 
 import errno
 
@@ -57,6 +58,7 @@ cdef class SmtPort:
         self.me = me
         self.instance = instance
         self.h = Header()
+        self.rx = Header()
         self.c_atomic = costs.atomic
         self.c_copy_base = costs.copy_base
         self.c_copy_rate = costs.copy_rate
@@ -128,9 +130,14 @@ cdef class SmtPort:
         """A whole message of at most one packet: credit, claim, header, data. Its cost,
         or -1 without a credit or a frame; `publish_pending` hands it over."""
         cdef Py_ssize_t n = data.shape[0]
+        return self._send_one(peer, src_host, program, handler, seq, &data[0] if n else NULL, n)
+
+    cdef double _send_one(self, Peer peer, int src_host, int program, int handler, unsigned int seq,
+                          const unsigned char* data, Py_ssize_t n) except? -2:
         cdef int idx
         cdef Header h = self.h
         cdef double cost
+        cdef unsigned char* frame
         if n > FM_DATA or self._idx_pending >= 0:
             return -1.0
         if peer.sent - self.returned(peer) >= peer.credits:
@@ -152,14 +159,43 @@ cdef class SmtPort:
         h.offset = 0
         h.seq = seq
         h.credits = <unsigned int> (peer.consumed & 0xFFFFFFFF)
-        cost += self.header(peer.rid, idx, h)
+        frame = self.region._base + self.region.frame_offset(peer.rid, idx)      # step 4: header, data
+        h.pack_at(frame)
+        cost += self._copy(FM_HDR)
         if n:
-            cost += self.write(peer.rid, idx, FM_HDR, data)
+            memcpy(frame + FM_HDR, data, n)
+            cost += self._copy(n)
         peer.sent += 1
         self._rid_pending = peer.rid
         self._idx_pending = idx
         self._n_pending = <int> n
         return cost + self.c_atomic
+
+    cpdef long long send_now(self, Peer peer, int src_host, int program, int handler, object data) except -3:
+        """Real time: a whole message of at most one packet, sent at once -- `send_one`
+        and steps 5-6 straight away, the message numbered as ``begin`` numbers it. Its
+        length; -1 if no credit or no free frame yet; -2 when it needs the general path (more than
+        one packet, a message to that peer still open, not a contiguous buffer: -2)."""
+        cdef Py_buffer pb
+        cdef double cost
+        if peer.open_stream is not None or self._idx_pending >= 0:
+            return -2
+        try:
+            PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
+        except (BufferError, TypeError, ValueError):
+            return -2
+        if pb.len > FM_DATA:
+            PyBuffer_Release(&pb)
+            return -2
+        try:
+            cost = self._send_one(peer, src_host, program, handler, peer.seq, <const unsigned char*> pb.buf, pb.len)
+        finally:
+            PyBuffer_Release(&pb)
+        if cost < 0:
+            return -1
+        peer.seq = (peer.seq + 1) & 0xFFFFFFFF
+        self.publish_pending()
+        return self._n_pending
 
     cpdef publish_pending(self):
         if self._idx_pending >= 0:
@@ -169,11 +205,14 @@ cdef class SmtPort:
     # -- receive -------------------------------------------------------------------------------
 
     cpdef int poll(self):
-        """Receive steps 1-2: the next frame, taken off its queue, or -1."""
+        """Receive steps 1-2: the next frame, taken off its queue, or -1; its header is
+        parsed into `rx` (`rx_rc`: PKT_OK or why it is malformed)."""
         cdef int idx = self.region.poll(self.me)
         if idx < 0:
             return -1
         self.region.take(self.me, self.region.last_queue)
+        self.rx_rc = self.rx.parse_at(self.region._base + self.region.frame_offset(self.me, idx),
+                                      min(self.region.frame_len(self.me, idx), self.region.frame_bytes))
         return idx
 
     def poll_cost(self, bint found):

@@ -23,3 +23,5 @@ cdef class Header:
 
     cpdef pack_into(self, unsigned char[::1] buf, Py_ssize_t off)
     cpdef int parse(self, const unsigned char[::1] buf, Py_ssize_t off, Py_ssize_t n)
+    cdef void pack_at(self, unsigned char* b) noexcept nogil
+    cdef int parse_at(self, const unsigned char* b, Py_ssize_t n) noexcept nogil

@@ -21,21 +21,21 @@ a buffer, `parse` reads them and checks what a receiver can check without state
 (length, kind, offsets); nothing is allocated per packet.
 """
 
-cdef inline unsigned int _u16(const unsigned char[::1] b, Py_ssize_t o) noexcept nogil:
-    return (b[o] << 8) | b[o + 1]
+cdef inline unsigned int _u16(const unsigned char* b) noexcept nogil:
+    return (b[0] << 8) | b[1]
 
-cdef inline unsigned int _u32(const unsigned char[::1] b, Py_ssize_t o) noexcept nogil:
-    return (<unsigned int> b[o] << 24) | (<unsigned int> b[o + 1] << 16) | (<unsigned int> b[o + 2] << 8) | b[o + 3]
+cdef inline unsigned int _u32(const unsigned char* b) noexcept nogil:
+    return (<unsigned int> b[0] << 24) | (<unsigned int> b[1] << 16) | (<unsigned int> b[2] << 8) | b[3]
 
-cdef inline void _w16(unsigned char[::1] b, Py_ssize_t o, unsigned int v) noexcept nogil:
-    b[o] = (v >> 8) & 0xFF
-    b[o + 1] = v & 0xFF
+cdef inline void _w16(unsigned char* b, unsigned int v) noexcept nogil:
+    b[0] = (v >> 8) & 0xFF
+    b[1] = v & 0xFF
 
-cdef inline void _w32(unsigned char[::1] b, Py_ssize_t o, unsigned int v) noexcept nogil:
-    b[o] = (v >> 24) & 0xFF
-    b[o + 1] = (v >> 16) & 0xFF
-    b[o + 2] = (v >> 8) & 0xFF
-    b[o + 3] = v & 0xFF
+cdef inline void _w32(unsigned char* b, unsigned int v) noexcept nogil:
+    b[0] = (v >> 24) & 0xFF
+    b[1] = (v >> 16) & 0xFF
+    b[2] = (v >> 8) & 0xFF
+    b[3] = v & 0xFF
 
 
 HDR_BYTES = FM_HDR
@@ -70,40 +70,50 @@ cdef class Header:
     cpdef pack_into(self, unsigned char[::1] buf, Py_ssize_t off):
         if off < 0 or off + FM_HDR > buf.shape[0]:
             raise ValueError("FM header does not fit the buffer")
-        _w16(buf, off, FM_TYPE)
-        buf[off + 2] = self.kind & 0xFF
-        buf[off + 3] = self.flags & 0xFF
-        _w16(buf, off + 4, self.src)
-        _w16(buf, off + 6, self.dst)
-        _w16(buf, off + 8, self.program)
-        buf[off + 10] = self.src_inst & 0xFF
-        buf[off + 11] = self.dst_inst & 0xFF
-        _w16(buf, off + 12, self.handler)
-        _w16(buf, off + 14, self.plen)
-        _w32(buf, off + 16, self.mlen)
-        _w32(buf, off + 20, self.offset)
-        _w32(buf, off + 24, self.seq)
-        _w32(buf, off + 28, self.credits)
+        self.pack_at(&buf[off])
 
     cpdef int parse(self, const unsigned char[::1] buf, Py_ssize_t off, Py_ssize_t n):
         """Read the header of the `n`-byte packet at `buf[off]`; PKT_OK or why it is malformed."""
         if n < FM_HDR or off < 0 or off + n > buf.shape[0]:
             return PKT_RUNT
-        if _u16(buf, off) != FM_TYPE:
+        return self.parse_at(&buf[off], n)
+
+    cdef void pack_at(self, unsigned char* b) noexcept nogil:
+        """`pack_into` at an address the caller has checked (FM_HDR bytes)."""
+        _w16(b, FM_TYPE)
+        b[2] = self.kind & 0xFF
+        b[3] = self.flags & 0xFF
+        _w16(b + 4, self.src)
+        _w16(b + 6, self.dst)
+        _w16(b + 8, self.program)
+        b[10] = self.src_inst & 0xFF
+        b[11] = self.dst_inst & 0xFF
+        _w16(b + 12, self.handler)
+        _w16(b + 14, self.plen)
+        _w32(b + 16, self.mlen)
+        _w32(b + 20, self.offset)
+        _w32(b + 24, self.seq)
+        _w32(b + 28, self.credits)
+
+    cdef int parse_at(self, const unsigned char* b, Py_ssize_t n) noexcept nogil:
+        """`parse` of the `n`-byte packet at an address the caller has checked."""
+        if n < FM_HDR:
+            return PKT_RUNT
+        if _u16(b) != FM_TYPE:
             return PKT_TYPE
-        self.kind = buf[off + 2]
-        self.flags = buf[off + 3]
-        self.src = _u16(buf, off + 4)
-        self.dst = _u16(buf, off + 6)
-        self.program = _u16(buf, off + 8)
-        self.src_inst = buf[off + 10]
-        self.dst_inst = buf[off + 11]
-        self.handler = _u16(buf, off + 12)
-        self.plen = _u16(buf, off + 14)
-        self.mlen = _u32(buf, off + 16)
-        self.offset = _u32(buf, off + 20)
-        self.seq = _u32(buf, off + 24)
-        self.credits = _u32(buf, off + 28)
+        self.kind = b[2]
+        self.flags = b[3]
+        self.src = _u16(b + 4)
+        self.dst = _u16(b + 6)
+        self.program = _u16(b + 8)
+        self.src_inst = b[10]
+        self.dst_inst = b[11]
+        self.handler = _u16(b + 12)
+        self.plen = _u16(b + 14)
+        self.mlen = _u32(b + 16)
+        self.offset = _u32(b + 20)
+        self.seq = _u32(b + 24)
+        self.credits = _u32(b + 28)
         if self.kind != KIND_DATA and self.kind != KIND_CREDIT:
             return PKT_KIND
         if self.plen > FM_DATA or self.plen != n - FM_HDR or (self.kind == KIND_CREDIT and self.plen):

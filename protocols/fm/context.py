@@ -45,30 +45,24 @@ poll read is put on the modeled bus, since those reads are the point.
 from __future__ import annotations
 
 import errno
-import inspect
 
 from kernelsim import OpenFile, WaitQueue, WouldBlock
 
 from protocols.fm import _wire
 from protocols.fm._smtport import Peer
+from protocols.fm._receive import MAX_HANDLERS, ContextCore, HandlerRuleError, RecvStream
 from protocols.fm.lcp import (CB_TX_WAIT, CX_DELIVERED, CX_SEND_PROD, MAX_INSTANCES, ROUTE_AREA, TRAILER_FULL)
 
 __all__ = ["FmContext", "SendStream", "RecvStream", "HandlerRuleError", "STAT_KEYS", "MAX_HANDLERS"]
 
-MAX_HANDLERS = 1024
 MAX_MESSAGE = (1 << 32) - 1
 MASK32 = 0xFFFFFFFF
 DATA = _wire.DATA_BYTES
 HDR = _wire.HDR_BYTES
-_NEED_MORE = object()          # what a suspended handler's receive yields
 STAT_KEYS = ("messages_sent", "packets_sent", "bytes_sent", "messages_received", "packets_received",
              "bytes_received", "handlers_run", "extracts", "empty_polls", "pci_polls", "credit_waits",
              "slot_waits", "refills_sent", "dropped_unknown_handler", "dropped_unknown_peer", "dropped_malformed",
              "dropped_after_handler")
-
-
-class HandlerRuleError(OSError):
-    """A call FM's handlers may not make (a send or an extract from inside a handler)."""
 
 
 class SendStream:
@@ -94,87 +88,6 @@ class SendStream:
     def __repr__(self):
         return f"<FM send stream to node {self.peer.vnode}, handler {self.handler}: {self.sent}/{self.length} bytes" \
                f"{', ended' if self.ended else ''}>"
-
-
-class RecvStream:
-    """A message as its handler sees it: ``await stream.receive(n)`` (FM_receive)."""
-
-    __slots__ = ("ctx", "src", "length", "handler", "taken", "arrived", "window", "win_pos", "win_end", "coro",
-                 "done", "seq")
-
-    def __init__(self, ctx, src, length, handler):
-        self.ctx = ctx
-        self.src = src             # the sending FM node
-        self.length = length
-        self.handler = handler
-        self.taken = 0             # bytes the handler has received
-        self.arrived = 0           # bytes of the message that have arrived
-        self.window = None         # (memory view, offset) of the current packet's data
-        self.win_pos = 0
-        self.win_end = 0
-        self.coro = None
-        self.done = False
-
-    @property
-    def remaining(self) -> int:
-        return self.length - self.taken
-
-    def receive(self, n: int):
-        """Awaitable: the next `n` bytes of the message (fewer only at its end)."""
-        if not isinstance(n, int) or n < 0:
-            raise OSError(errno.EINVAL, f"receive takes a byte count, not {n!r}")
-        return _Receive(self, n, None)
-
-    def receive_into(self, buf, n: int | None = None):
-        """Awaitable: fill `buf` (or its first `n` bytes) with the message's next bytes;
-        the number of bytes received."""
-        mv = memoryview(buf).cast("B")
-        if mv.readonly:
-            raise OSError(errno.EFAULT, "receive_into needs a writable buffer")
-        n = len(mv) if n is None else n
-        if not isinstance(n, int) or not 0 <= n <= len(mv):
-            raise OSError(errno.EINVAL, f"receive_into: {n!r} bytes do not fit a {len(mv)}-byte buffer")
-        return _Receive(self, n, mv)
-
-    def _take(self, want: int, out, at: int) -> int:
-        """Copy up to `want` bytes of the current packet to `out` (bytearray or memoryview at `at`)."""
-        k = min(want, self.win_end - self.win_pos)
-        if k <= 0:
-            return 0
-        view, base = self.window
-        src = view[base + self.win_pos: base + self.win_pos + k]
-        if isinstance(out, bytearray):
-            out += src
-        else:
-            out[at:at + k] = src
-        self.win_pos += k
-        self.taken += k
-        self.ctx._cost += self.ctx.c.copy(k)
-        return k
-
-    def __repr__(self):
-        return f"<FM message from node {self.src} for handler {self.handler}: {self.taken}/{self.length} received>"
-
-
-class _Receive:
-    __slots__ = ("stream", "n", "buf")
-
-    def __init__(self, stream, n, buf):
-        self.stream = stream
-        self.n = n
-        self.buf = buf
-
-    def __await__(self):
-        s = self.stream
-        s.ctx._cost += s.ctx.c_receive
-        want = min(self.n, s.length - s.taken)
-        out = bytearray() if self.buf is None else self.buf
-        got = 0
-        while True:
-            got += s._take(want - got, out, got)
-            if got >= want:
-                return bytes(out) if self.buf is None else got
-            yield _NEED_MORE            # suspended until the message's next packet is here
 
 
 class _Costs:
@@ -212,8 +125,6 @@ class FmContext(OpenFile):
         self.instance = self.placement[:vnode].count(self.placement[vnode])
         self.params = service.params
         self.c = c = _Costs(node, service.params)
-        self.c_receive = c.receive
-        self._cost = 0.0
         self.events = WaitQueue(node.engine)
         self.handlers: dict = {}
         self.hdr = _wire.Header()
@@ -227,6 +138,7 @@ class FmContext(OpenFile):
         self.smt = None
         self._waiting = False
         self._woken_by = None
+        self.core = ContextCore(self)
         self.wakes = 0                       # events so far (arrivals, credits, slots)
         self.wakes_seen = 0                  # ... when the last path started: one since means look again
 
@@ -235,6 +147,7 @@ class FmContext(OpenFile):
     def build_peers(self, net, smt) -> None:
         """Pick each peer's transport and give it its credits (EHOSTUNREACH if none reaches it)."""
         self.net, self.smt = net, smt
+        self.core.smt = smt
         me_host = self.placement[self.vnode]
         seen: dict = {}
         nnet = nsmt = 0
@@ -252,6 +165,7 @@ class FmContext(OpenFile):
             self.peers.append(p)
             self.by_addr[(host, inst)] = p
             if on_smt:
+                self.core.smt_peers[inst] = p
                 nsmt += 1
             else:
                 nnet += 1
@@ -272,6 +186,7 @@ class FmContext(OpenFile):
 
     def stats(self) -> dict:
         out = dict(self.stats_c)
+        self.core.add_counts(out)
         out.update(vnode=self.vnode, program=self.program, instance=self.instance,
                    peers={p.vnode: {"transport": "smt" if p.smt else "net", "credits": p.credits,
                                     "in_flight": p.sent - p.returned, "owed": p.consumed - p.credited}
@@ -545,23 +460,8 @@ class FmContext(OpenFile):
         view, off, nbytes = port.packet(pkt) if port is self.smt else port.packet(self, pkt)
         h = self.hdr
         rc = h.parse(view, off, nbytes)
-        pend += self.c.dispatch
-        got = 0
-        peer = None
-        if rc or h.kind != _wire.DATA or h.program != self.program or h.dst_inst != self.instance:
-            self.stats_c["dropped_malformed"] += 1
-        else:
-            peer = self.by_addr.get((h.src, h.src_inst))
-            if peer is None or peer.smt != (port is self.smt):
-                self.stats_c["dropped_unknown_peer"] += 1
-                peer = None
-        if peer is not None:
-            got = h.plen
-            self.stats_c["packets_received"] += 1
-            self.stats_c["bytes_received"] += got
-            if not peer.smt and ((h.credits - peer.returned) & MASK32) < 1 << 31:
-                peer.returned = h.credits            # a piggybacked refill
-            pend += self._run_handler(peer, h, view, off + HDR)
+        peer, got, cost = self._accept(port is self.smt, rc, h, view, off)
+        pend += cost
         if port is self.smt:
             port.release(pkt)
         else:
@@ -570,70 +470,31 @@ class FmContext(OpenFile):
             peer.consumed += 1
         return pend, got
 
-    def _run_handler(self, peer, h, view, data_at) -> float:
-        """Feed the packet's data to its message's handler (starting it on the first
-        packet); the CPU time spent in the handler and its receives."""
-        start = None
-        if h.flags & _wire.FIRST:
-            if peer.rx is not None and peer.rx.coro is not None:
-                peer.rx.coro.close()                   # cannot happen with whole messages
-            fn = self.handlers.get(h.handler)
-            if fn is None:
-                self.stats_c["dropped_unknown_handler"] += 1
-                peer.rx = None
-                peer.skip_seq = h.seq
-                return 0.0
-            st = RecvStream(self, peer.vnode, h.mlen, h.handler)
-            st.seq = h.seq
-            peer.rx = st
-            self.stats_c["messages_received"] += 1
-            self._cost = self.c.handler
-            start = fn
-        else:
-            st = peer.rx
-            if st is None or st.done or st.seq != h.seq:
-                if st is None and h.seq == peer.skip_seq:
-                    pass                               # the rest of a message nobody handles
-                elif st is not None and st.seq == h.seq:
-                    self.stats_c["dropped_after_handler"] += 1     # the handler returned: FM drops the rest
-                else:
-                    self.stats_c["dropped_malformed"] += 1
-                return 0.0
-            self._cost = 0.0
-        st.window = (view, data_at)
-        st.win_pos = 0
-        st.win_end = h.plen
-        st.arrived += h.plen
-        self.in_handler = True
-        try:
-            if start is not None:
-                self.stats_c["handlers_run"] += 1
-                r = start(st, peer.vnode)
-                if inspect.iscoroutine(r):
-                    st.coro = r
-                else:
-                    st.done = True
-            if st.coro is not None:
-                try:
-                    got = st.coro.send(None)
-                except StopIteration:
-                    st.done = True
-                    st.coro = None
-                else:
-                    if got is not _NEED_MORE:
-                        st.coro.close()
-                        st.coro = None
-                        st.done = True
-                        raise HandlerRuleError(errno.EINVAL, "an FM handler may only await stream.receive() "
-                                                             f"and stream.receive_into(), not {got!r}")
-        finally:
-            self.in_handler = False
-            st.window = None
-        if h.flags & _wire.LAST and st.coro is not None:
-            st.coro.close()                            # cannot happen: receive returns at the end
-            st.coro = None
-            st.done = True
-        return self._cost
+    def _accept(self, smt, rc, h, view, off):
+        """A parsed packet for this context: its peer (None if dropped), its data bytes,
+        and the CPU time of dispatching it and running its handler."""
+        cost = self.c.dispatch
+        if rc or h.kind != _wire.DATA or h.program != self.program or h.dst_inst != self.instance:
+            self.stats_c["dropped_malformed"] += 1
+            return None, 0, cost
+        peer = self.by_addr.get((h.src, h.src_inst))
+        if peer is None or peer.smt != smt:
+            self.stats_c["dropped_unknown_peer"] += 1
+            return None, 0, cost
+        self.stats_c["packets_received"] += 1
+        self.stats_c["bytes_received"] += h.plen
+        if not smt and ((h.credits - peer.returned) & MASK32) < 1 << 31:
+            peer.returned = h.credits            # a piggybacked refill
+        return peer, h.plen, cost + self.core.run_handler(peer, h, view, off + HDR)
+
+    # -- real time: the shared-memory transport walked by the caller's own poll ----------------
+
+    def extract_now(self, budget=None) -> int:
+        """Real time FM_extract over the shared-memory transport alone (``net=null``):
+        the caller's own poll walks the queues (`ContextCore.extract_smt`) -- no path, no
+        generator, no yield."""
+        self.check_caller("extract")
+        return self.core.extract_smt(self.smt, budget if budget is not None else 1 << 62)
 
     def _refill(self, pend):
         """Explicit credit refills to network peers that are owed enough (FM-C03)."""
