@@ -10,7 +10,9 @@ Pool and delivery ring -> attached script):
 
   rtt      1-byte round trip script to script through two node processes over shared
            memory (`dp cluster up --nodes 2`), against a trio socketpair ping-pong
-           between two processes (each side ``await recv`` / ``await send``).
+           between two processes (each side ``await recv`` / ``await send``); once with
+           the scripts' default waits, once with scripts that poll up to --spin-us before
+           they sleep (``DP_SPIN_US``; the nodes sleep on their doorbells either way).
   gate     one attached script: ``dp_write`` (the call gate: a shared-memory submission
            ring the node polls) against ``write()`` (the generic entry: a request over
            the node's control socket through its system-call table), wall µs per call,
@@ -20,7 +22,7 @@ Pool and delivery ring -> attached script):
            acknowledgement per window; DP has no flow control of its own), delivered MB/s
            (10^6 bytes of payload per second), against a bare Python shared-memory frame
            ring (ShmLink) streaming frames of the same size between two processes.
-  packet   the rtt row over AF_PACKET (one network namespace per node, veth pair), against
+  packet   the rtt rows over AF_PACKET (one network namespace per node, veth pair), against
            a bare Python AF_PACKET ping-pong over the very same veth pair (another
            EtherType, so the nodes never see it; measured while the nodes are idle).
   alltoall an N-node packet cluster (`dp cluster up --nodes N --transport packet`): every
@@ -63,9 +65,32 @@ def _median_us(samples_ns) -> float:
     return statistics.median(s) / 1000
 
 
-def _dp_rtt(cluster, iters: int) -> float:
-    results, _ = run_real_spmd(round_trips, iters, cluster=cluster.path, timeout=120.0)
+def _dp_rtt(cluster, iters: int, spin_us: float | None = None) -> float:
+    """Median µs of `iters` round trips; `spin_us`: the scripts' DP_SPIN_US (None: the default waits)."""
+    old = os.environ.get("DP_SPIN_US")
+    if spin_us is not None:
+        os.environ["DP_SPIN_US"] = str(spin_us)     # the forked scripts' attach() reads it
+    try:
+        results, _ = run_real_spmd(round_trips, iters, cluster=cluster.path, timeout=120.0)
+    finally:
+        if old is None:
+            os.environ.pop("DP_SPIN_US", None)
+        else:
+            os.environ["DP_SPIN_US"] = old
     return _median_us(results[0])
+
+
+def _rtt_rows(label, cluster, args, baseline):
+    """The DP round trip with the default waits and with polling scripts, beside `baseline()`."""
+    dp, poll, base = [], [], []
+    for _ in range(args.runs):
+        dp.append(_dp_rtt(cluster, args.iters))
+        poll.append(_dp_rtt(cluster, args.iters, args.spin_us))
+        base.append(baseline())
+    d, p, b = statistics.median(dp), statistics.median(poll), statistics.median(base)
+    _row(f"DP 1-byte RTT, {label}", d, "us", f"runs {', '.join(f'{x:.1f}' for x in dp)}")
+    _row(f"  same, scripts poll (DP_SPIN_US={args.spin_us:g})", p, "us", f"runs {', '.join(f'{x:.1f}' for x in poll)}")
+    return d, p, b, base
 
 
 # ------------------------------------------------------------------ baselines (no DP)
@@ -206,15 +231,11 @@ def _row(label, value, unit, note=""):
 
 
 def bench_rtt(args, cluster):
-    dp, sp = [], []
-    for _ in range(args.runs):
-        dp.append(_dp_rtt(cluster, args.iters))
-        sp.append(_trio_socketpair_rtt(args.iters))
-    d, s = statistics.median(dp), statistics.median(sp)
-    _row("DP 1-byte RTT, script-node-shm-node-script", d, "us", f"runs {', '.join(f'{x:.1f}' for x in dp)}")
+    d, p, s, sp = _rtt_rows("script-node-shm-node-script", cluster, args, lambda: _trio_socketpair_rtt(args.iters))
     _row("trio socketpair ping-pong, 2 processes", s, "us", f"runs {', '.join(f'{x:.1f}' for x in sp)}")
-    print(f"# rtt: DP {s / d:.2f}x faster than trio socketpair (target >= 2x, <= 20 us)", flush=True)
-    return {"dp_rtt_us": d, "trio_socketpair_rtt_us": s}
+    print(f"# rtt: DP {s / d:.2f}x, with polling scripts {s / p:.2f}x faster than trio socketpair "
+          "(target >= 2x, <= 20 us)", flush=True)
+    return {"dp_rtt_us": d, "dp_rtt_polling_us": p, "trio_socketpair_rtt_us": s}
 
 
 def bench_gate(args, cluster):
@@ -244,17 +265,13 @@ def bench_stream(args, cluster):
 def bench_packet(args):
     c = cluster_up(2, name=f"bpk{os.getpid()}", transport="packet", tied=True)
     try:
-        dp, bare = [], []
-        for _ in range(args.runs):
-            dp.append(_dp_rtt(c, args.iters))
-            bare.append(_bare_packet_rtt(c, args.iters))
+        d, p, b, bare = _rtt_rows("over AF_PACKET/veth, netns", c, args, lambda: _bare_packet_rtt(c, args.iters))
     finally:
         cluster_down(c)
-    d, b = statistics.median(dp), statistics.median(bare)
-    _row("DP 1-byte RTT over AF_PACKET/veth, netns", d, "us", f"runs {', '.join(f'{x:.1f}' for x in dp)}")
     _row("bare AF_PACKET ping-pong, same veth pair", b, "us", f"runs {', '.join(f'{x:.1f}' for x in bare)}")
-    print(f"# packet: DP = {d / b:.2f}x the bare ping-pong (target <= 2x)", flush=True)
-    return {"dp_packet_rtt_us": d, "bare_packet_rtt_us": b}
+    print(f"# packet: DP = {d / b:.2f}x, with polling scripts {p / b:.2f}x the bare ping-pong (target <= 2x)",
+          flush=True)
+    return {"dp_packet_rtt_us": d, "dp_packet_rtt_polling_us": p, "bare_packet_rtt_us": b}
 
 
 def bench_alltoall(args):
@@ -307,6 +324,8 @@ def main(argv=None) -> int:
     ap.add_argument("--count", type=int, default=20000, help="messages streamed, calls per gate row")
     ap.add_argument("--window", type=int, default=64, help="messages per window of the stream row")
     ap.add_argument("--nodes", type=int, default=8, help="nodes of the all-to-all cluster (default 8)")
+    ap.add_argument("--spin-us", type=float, default=1000.0,
+                    help="the polling scripts' DP_SPIN_US in the round-trip rows (default 1000)")
     args = ap.parse_args(argv)
     rows = set(args.only.split(","))
     print(f"# real nodes, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "

@@ -22,10 +22,18 @@ unchanged. How each call reaches the node's kernel (`kernelsim.daemon`):
 * The fd a call returns is a real descriptor (the endpoint's eventfd): select, poll and
   trio's ``wait_readable`` see it readable while messages wait.
 
-Waiting polls for ``spin_s`` (yielding the CPU between polls; by default 200 µs with four
-usable CPUs or more, else none) and then sleeps on the
-descriptor *and* the control socket, so a node that dies wakes every blocked call with
-ENETDOWN; a process that dies is noticed by its node, which closes its endpoints.
+Waiting polls first and then sleeps on the descriptor *and* the control socket, so a node
+that dies wakes every blocked call with ENETDOWN; a process that dies is noticed by its
+node, which closes its endpoints. The poll is **bounded and adaptive** (`_Spinner`): at
+most ``spin_s`` (``attach(spin_s=)``, else ``DP_SPIN_US``, else 200 µs with four usable
+CPUs or more and none below), yielding the CPU between tries, and none at all while this
+process's waits keep outlasting it -- an idle server sleeps at once instead of burning its
+cap on every call. Measured on a loaded 2-core host
+(benchmarks/bench_real_nodes.py, nodes sleeping on their doorbells): scripts that poll up
+to 1 ms cut a 1-byte round trip from about 120-135 µs to 65-80 µs -- a polling script is
+runnable when its answer comes, so two of the six sleep/wake hops of a round trip go --
+while polling *nodes* made it 3-40x slower (a yielding node queues behind every runnable
+task); so nodes sleep, scripts may poll.
 """
 from __future__ import annotations
 
@@ -46,9 +54,11 @@ from kernelsim.media._shmring import ShmRing
 from libdp._api import NodeView
 from libdp._clusterfile import ClusterFile, default_run_dir, node_from_environment, node_socket
 
-__all__ = ["attach", "AttachedDP", "SyncAttachedDP", "NodeLink", "RemoteToken", "DEFAULT_SPIN_S"]
+__all__ = ["attach", "AttachedDP", "SyncAttachedDP", "NodeLink", "RemoteToken", "DEFAULT_SPIN_S",
+           "spin_from_environment"]
 
 DEFAULT_SPIN_S = default_spin(200e-6)      # 0 where no core is spare (see kernelsim.daemon's essay)
+MAX_SPIN_S = 0.01                          # DP_SPIN_US beyond this is a mistake, not a poll
 _U32 = struct.Struct("<I")
 _OP_RELEASE = 1
 _RELEASE_BATCH = 16
@@ -56,15 +66,17 @@ _perf = time.perf_counter
 
 
 def attach(node: int | None = None, *, run_dir: str | None = None, cluster: str | None = None,
-           name: str | None = None, spin_s: float = DEFAULT_SPIN_S) -> "AttachedDP":
+           name: str | None = None, spin_s: float | None = None) -> "AttachedDP":
     """Attach this process to node `node` of a running cluster.
 
     Which node: `node`, else ``DP_NODE``, else the rank an MPI or Slurm launcher gave the
     process (``OMPI_COMM_WORLD_RANK``, ``PMIX_RANK``, ``PMI_RANK``, ``SLURM_PROCID``). Which
     cluster: `run_dir`, else ``DP_RUN_DIR``, else the run directory of cluster file
     `cluster` (or ``DP_CLUSTER``), else the default cluster's (``dp cluster up``'s).
-    ENOENT if no node is running there; ENETDOWN if it stopped.
+    ENOENT if no node is running there; ENETDOWN if it stopped. `spin_s`: the most a wait
+    polls before it sleeps (else ``DP_SPIN_US`` microseconds, else `DEFAULT_SPIN_S`).
     """
+    spin_s = spin_from_environment() if spin_s is None else _check_spin(spin_s)
     nid = node if node is not None else node_from_environment()
     if nid is None:
         raise OSError(errno.EINVAL, "which node? give attach(node=N) or set DP_NODE (or run under mpirun/srun)")
@@ -77,6 +89,24 @@ def attach(node: int | None = None, *, run_dir: str | None = None, cluster: str 
         run_dir = ClusterFile.load(cluster).run_dir if cluster else default_run_dir()
     link = NodeLink.connect(node_socket(run_dir, nid), name=name)
     return AttachedDP(link, spin_s=spin_s)
+
+
+def _check_spin(spin_s) -> float:
+    if not isinstance(spin_s, (int, float)) or isinstance(spin_s, bool) or not 0 <= spin_s <= MAX_SPIN_S:
+        raise OSError(errno.EINVAL, f"a wait polls 0..{MAX_SPIN_S} s before it sleeps, not {spin_s!r}")
+    return float(spin_s)
+
+
+def spin_from_environment() -> float:
+    """``DP_SPIN_US`` (microseconds) if set, else `DEFAULT_SPIN_S`; EINVAL if it is not a number in range."""
+    raw = os.environ.get("DP_SPIN_US")
+    if raw is None or raw == "":
+        return DEFAULT_SPIN_S
+    try:
+        us = float(raw)
+    except ValueError:
+        raise OSError(errno.EINVAL, f"DP_SPIN_US is microseconds, not {raw!r}") from None
+    return _check_spin(us * 1e-6)
 
 
 # --------------------------------------------------------------------------- the control socket
@@ -397,6 +427,7 @@ class AttachedDP:
     def __init__(self, link: NodeLink, *, spin_s: float = DEFAULT_SPIN_S):
         self.link = link
         self.spin_s = spin_s
+        self.spinner = _Spinner(spin_s)
         self.node = NodeView(link.nid, _ProfileView(link.hello.get("profile", {}), link.hello.get("platform")),
                              False, lambda: link.admin("stats"))
         self._files: dict[int, _File] = {}
@@ -564,9 +595,12 @@ class AttachedDP:
         if isinstance(f, _Endpoint):
             f.flush_releases()
         pause = 50e-6
+        spinner = self.spinner
+        start = _perf()
         while True:
-            got = _spin(attempt, self.spin_s)
+            got = spinner.spin(attempt)
             if got:
+                spinner.waited(_perf() - start)
                 await trio.lowlevel.checkpoint()
                 return got
             self.link.pump()                            # ENETDOWN if the node died
@@ -580,6 +614,7 @@ class AttachedDP:
                 await _wait_any(readable.fileno(), self.link.sock.fileno())
             got = attempt()
             if got:
+                spinner.waited(_perf() - start)
                 await trio.lowlevel.checkpoint()
                 return got
 
@@ -697,12 +732,15 @@ class SyncAttachedDP:
             raise BlockingIOError(errno.EAGAIN, f"fd {f.fd}: resource temporarily unavailable")
         if isinstance(f, _Endpoint):
             f.flush_releases()
-        end = None if timeout is None else _perf() + timeout
+        start = _perf()
+        end = None if timeout is None else start + timeout
         pause = 50e-6
         link = self.link
+        spinner = self._dp.spinner
         while True:
-            got = _spin(attempt, self._dp.spin_s)
+            got = spinner.spin(attempt)
             if got:
+                spinner.waited(_perf() - start)
                 return got
             link.pump()
             f.check_error()
@@ -715,21 +753,48 @@ class SyncAttachedDP:
                 select.select([readable.fileno(), link.sock.fileno()], [], [], 0.5)
             got = attempt()
             if got:
+                spinner.waited(_perf() - start)
                 return got
 
 
-def _spin(attempt, spin_s: float):
-    """Try `attempt` until it gives something or `spin_s` has passed, yielding the CPU between tries."""
-    got = attempt()
-    if got or spin_s <= 0:
-        return got
-    end = _perf() + spin_s
-    while _perf() < end:
-        os.sched_yield()
+class _Spinner:
+    """Bounded adaptive polling before a wait sleeps (see the module's essay).
+
+    A wait polls for up to `cap` -- unless the last `MISSES_TO_SLEEP` waits all outlasted
+    the cap (polling could not have caught them: an idle server, a slow peer), and then
+    it sleeps at once until a wait ends within the cap again. A count, not an average:
+    one wait stretched by a preempting neighbour must not switch polling off.
+    """
+
+    __slots__ = ("cap", "misses")
+
+    MISSES_TO_SLEEP = 3
+
+    def __init__(self, cap: float):
+        self.cap = cap
+        self.misses = 0
+
+    def limit(self) -> float:
+        return self.cap if self.misses < self.MISSES_TO_SLEEP else 0.0
+
+    def waited(self, seconds: float) -> None:
+        self.misses = self.misses + 1 if seconds > self.cap else 0
+
+    def spin(self, attempt):
+        """Try `attempt` until it gives something or the limit has passed, yielding the CPU between tries."""
         got = attempt()
         if got:
             return got
-    return None
+        limit = self.limit()
+        if limit <= 0.0:
+            return None
+        end = _perf() + limit
+        while _perf() < end:
+            os.sched_yield()
+            got = attempt()
+            if got:
+                return got
+        return None
 
 
 async def _wait_any(*fds) -> None:

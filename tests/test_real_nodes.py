@@ -101,6 +101,51 @@ def test_write_read_and_readiness_through_two_node_processes(two):
         b.detach()
 
 
+def test_polling_scripts_deliver_the_same_and_spin_is_checked(two, monkeypatch):
+    """DP_SPIN_US: a script that polls before it sleeps sees the same messages; a bad
+    value is EINVAL at attach, before anything is made."""
+    monkeypatch.setenv("DP_SPIN_US", "1000")
+    a, b = attach(node=0), attach(node=1)
+    try:
+        assert a.spin_s == b.spin_s == 0.001
+        fa, fb = a.sync.dp_open(6), b.sync.dp_open(6)
+        a.sync.dp_target(fa, 1, 6)
+        b.sync.dp_target(fb, 0, 6)
+        for k in range(20):                         # a ping-pong: every wait may end while polling
+            a.sync.dp_write(fa, b"%d" % k)
+            assert b.sync.dp_read(fb) == b"%d" % k
+            b.sync.dp_write(fb, b"r%d" % k)
+            assert a.sync.dp_read(fa) == b"r%d" % k
+    finally:
+        a.detach()
+        b.detach()
+    for bad in ("fast", "-5", "1e9"):
+        monkeypatch.setenv("DP_SPIN_US", bad)
+        with pytest.raises(OSError) as exc:
+            attach(node=0)
+        assert exc.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as exc:
+        attach(node=0, spin_s=True)
+    assert exc.value.errno == errno.EINVAL
+
+
+def test_a_wait_stops_polling_while_its_waits_outlast_the_poll():
+    from libdp._attach import _Spinner
+    s = _Spinner(0.001)
+    assert s.limit() == 0.001
+    for _ in range(_Spinner.MISSES_TO_SLEEP - 1):
+        s.waited(0.5)                               # an idle server's waits
+    assert s.limit() == 0.001                       # one stretched wait does not switch polling off
+    s.waited(0.5)
+    assert s.limit() == 0.0                         # waits polling cannot catch: sleep at once
+    s.waited(0.0002)                                # one that polling would have caught
+    assert s.limit() == 0.001
+    assert _Spinner(0.0).limit() == 0.0
+    assert _Spinner(0.001).spin(lambda: (1, 2)) == (1, 2)
+    tries = []
+    assert _Spinner(0.0).spin(lambda: tries.append(1)) is None and tries == [1]   # no poll: one try
+
+
 def test_tokens_are_read_only_views_of_the_pool_released_by_the_user(two):
     a, b = attach(node=0), attach(node=1)
     try:
