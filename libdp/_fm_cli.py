@@ -18,7 +18,7 @@ import sys
 
 from libdp._argtypes import int_list, positive_int
 from libdp._report import emit, overrides_note
-from libdp.targets import Target, register
+from libdp.targets import Target, notes_for, register
 
 __all__ = ["add_commands"]
 
@@ -43,10 +43,10 @@ def add_commands(sub, common) -> None:
         p.add_argument("--iters", type=positive_int, default=None,
                        help="round trips per size (ping-pong, default 1000) or at most this many messages per "
                             "size (bandwidth, default 2000)")
+        p.add_argument("--real", action="store_true",
+                       help="two real processes of this host, one per CPU, over the real shared-memory transport "
+                            "(--transport smt), wall clock")
         if name == "fm-pingpong":
-            p.add_argument("--real", action="store_true",
-                           help="two real processes of this host over the real shared-memory transport "
-                                "(--transport smt), wall-clock us")
             p.set_defaults(func=_pingpong)
         else:
             p.add_argument("--total", type=positive_int, default=None,
@@ -138,7 +138,8 @@ def _pingpong(args) -> int:
 
     def table():
         print(f"# FM ping-pong: {_title(doc)}, {iters} round trips per size")
-        print(f"# paper (FM-B01): {PAPER_LATENCY_US} us one-way for a zero-byte message (HPVM 1.9)")
+        for note in notes_for(doc):
+            print(f"# {note}")
         print(f"# {'Size':<10}{'Latency (us)':>14}{'RTT (us)':>14}")
         for r in rows:
             print(f"{r['size']:<12}{r['one_way_us']:>14.2f}{r['rtt_us']:>14.2f}")
@@ -149,6 +150,8 @@ def _pingpong(args) -> int:
 def _bandwidth(args) -> int:
     from libdp._fm_bench import (DEFAULT_BW_MESSAGES, DEFAULT_BW_SIZES, PAPER_BANDWIDTH, fm_bandwidth_program,
                                  run_job, summarize)
+    if args.real:
+        return _real_bandwidth(args)
     cluster, module, placement = _cluster(args)
     sizes = args.sizes or list(DEFAULT_BW_SIZES)
     if 0 in sizes:
@@ -170,7 +173,8 @@ def _bandwidth(args) -> int:
     def table():
         cap = f", at most {args.iters} messages per size" if args.iters else ""
         print(f"# FM bandwidth: {_title(doc)}, {total} bytes per size{cap}")
-        print(f"# paper (FM-B02): 100+ MB/s (HPVM 1.9; MB = 10^6 bytes)")
+        for note in notes_for(doc):
+            print(f"# {note} (MB = 10^6 bytes)")
         print(f"# {'Size':<10}{'Bandwidth (MB/s)':>18}{'Messages':>10}")
         for r in rows:
             print(f"{r['size']:<12}{r['mbytes_per_s']:>18.2f}{r['messages']:>10}")
@@ -180,11 +184,40 @@ def _bandwidth(args) -> int:
     return emit(args, doc, lambda: {"fm_node0": stats, **cluster.stats()}, table)
 
 
-def _real_pingpong(args) -> int:
-    from libdp._fm_bench import real_smt_pingpong
+def _real_module(args) -> dict:
     if args.transport != "smt":
         raise OSError(errno.EINVAL, "real-time FM runs over the shared-memory transport: --real --transport smt")
     _profile, module, _others = _fm_params(args)
+    return module
+
+
+def _real_bandwidth(args) -> int:
+    from libdp._fm_bench import real_smt_bandwidth, summarize
+    module = _real_module(args)
+    sizes = args.sizes or [64, 256, 1024, 2048, 8192]
+    if 0 in sizes:
+        raise OSError(errno.EINVAL, "fm-bandwidth streams messages of at least one byte")
+    count = args.iters or 20000
+    rows, stats = real_smt_bandwidth(tuple(sizes), count, fm_params=module)
+    r_inf, n_half = summarize(rows)
+    doc = {"benchmark": "fm-bandwidth", "time": "real", "transport": "smt", "messages": count, "results": rows,
+           "r_inf_mbytes_per_s": r_inf, "n_half_bytes": n_half, "fm_overrides": dict(module)}
+
+    def table():
+        print(f"# FM bandwidth: two real processes of this host over POSIX shared memory (the SMT's queues on "
+              f"real atomics), one per CPU, wall clock, {count} messages per size")
+        print(f"# {'Size':<10}{'Bandwidth (MB/s)':>18}{'Messages':>10}")
+        for r in rows:
+            print(f"{r['size']:<12}{r['mbytes_per_s']:>18.2f}{r['messages']:>10}")
+        nh = f"{n_half:.0f} bytes" if n_half is not None else "not reached"
+        print(f"# r_inf = {r_inf:.2f} MB/s (largest message), n_1/2 = {nh}")
+
+    return emit(args, doc, stats, table)
+
+
+def _real_pingpong(args) -> int:
+    from libdp._fm_bench import real_smt_pingpong
+    module = _real_module(args)
     sizes = args.sizes or [8]
     iters = args.iters or 10000
     rows, stats = real_smt_pingpong(tuple(sizes), iters, fm_params=module)
@@ -193,10 +226,10 @@ def _real_pingpong(args) -> int:
 
     def table():
         print(f"# FM ping-pong: two real processes of this host over POSIX shared memory (the SMT's queues on "
-              f"real atomics), wall clock, {iters} round trips per size")
-        print(f"# {'Size':<10}{'Latency (us)':>14}{'RTT (us)':>14}")
+              f"real atomics), one per CPU, wall clock, {iters} round trips per size")
+        print(f"# {'Size':<10}{'Latency (us)':>14}{'RTT (us)':>14}{'RTT median':>14}")
         for r in rows:
-            print(f"{r['size']:<12}{r['one_way_us']:>14.2f}{r['rtt_us']:>14.2f}")
+            print(f"{r['size']:<12}{r['one_way_us']:>14.2f}{r['rtt_us']:>14.2f}{r['rtt_median_us']:>14.2f}")
 
     return emit(args, doc, stats, table)
 
@@ -218,13 +251,14 @@ register(Target(
     argv=("fm-pingpong", "--sizes", "0"), quick_argv=("fm-pingpong", "--sizes", "0", "--iters", "50"),
     model=lambda doc: _row(doc, 0, "one_way_us"), published=8.8,
     benchmark="fm-pingpong", platform=DEFAULT_PLATFORM, nic="myrinet", size=0,
-    points={"one_way_us": 8.8, "rtt_us": 17.6}))
+    points={"one_way_us": 8.8, "rtt_us": 17.6}, settings={"notify": "memory"}))
 register(Target(
     id="FM-B02", what="FM streaming bandwidth, 64 KB messages, HPVM 1.9 (\"100+\": 100 up to the link's 160)",
     unit="MB/s", argv=("fm-bandwidth", "--sizes", "65536"), quick_argv=("fm-bandwidth", "--sizes", "65536"),
     model=lambda doc: _row(doc, 65536, "mbytes_per_s"), published=100.0,
     published_range=(100.0, LINK_MBYTES_PER_S),
-    benchmark="fm-bandwidth", platform=DEFAULT_PLATFORM, nic="myrinet", size=65536, points={"mbytes_per_s": 100.0}))
+    benchmark="fm-bandwidth", platform=DEFAULT_PLATFORM, nic="myrinet", size=65536, points={"mbytes_per_s": 100.0},
+    settings={"notify": "memory"}))
 # FM 2.1 on the PII-300 polled a LANai register (memory notification came with HPVM 1.9):
 # the same costs, the PII-300's machine, notify=pci. Nothing is fitted to these two.
 register(Target(
@@ -232,9 +266,11 @@ register(Target(
     argv=("fm-pingpong", "--platform", "pii300_lanai4", "--notify", "pci", "--sizes", "0"),
     quick_argv=("fm-pingpong", "--platform", "pii300_lanai4", "--notify", "pci", "--sizes", "0", "--iters", "50"),
     model=lambda doc: _row(doc, 0, "one_way_us"), published=9.0,
-    benchmark="fm-pingpong", platform="pii300_lanai4", nic="myrinet", size=0, points={"one_way_us": 9.0}))
+    benchmark="fm-pingpong", platform="pii300_lanai4", nic="myrinet", size=0, points={"one_way_us": 9.0},
+    settings={"notify": "pci"}))
 register(Target(
     id="FM-B17", what="FM 2.1 peak bandwidth (64 KB messages), PII-300 (PCI-register notification)", unit="MB/s",
     argv=("fm-bandwidth", "--platform", "pii300_lanai4", "--notify", "pci", "--sizes", "65536"),
     model=lambda doc: _row(doc, 65536, "mbytes_per_s"), published=92.0,
-    benchmark="fm-bandwidth", platform="pii300_lanai4", nic="myrinet", size=65536, points={"mbytes_per_s": 92.0}))
+    benchmark="fm-bandwidth", platform="pii300_lanai4", nic="myrinet", size=65536, points={"mbytes_per_s": 92.0},
+    settings={"notify": "pci"}))

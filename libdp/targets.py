@@ -49,8 +49,10 @@ class Target:
     figure the papers contradict, e.g. DP-B04 against DP-B01).
 
     Plot placement: ``benchmark``, ``platform``, ``nic`` select the documents it
-    belongs to; ``size`` is its x; ``points`` maps a row key (the y a plot shows) to the
-    published value in that key's unit.
+    belongs to, and ``settings`` the module settings it was measured with (e.g.
+    ``{"notify": "pci"}``: a run with other settings, or other module overrides, is not
+    the paper's); ``size`` is its x; ``points`` maps a row key (the y a plot shows) to
+    the published value in that key's unit.
     """
     id: str
     what: str
@@ -67,6 +69,7 @@ class Target:
     nic: str = ""
     size: float | None = None
     points: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
 
     def passes(self, value: float) -> bool:
         if self.published_range and self.published_range[0] <= value <= self.published_range[1]:
@@ -100,12 +103,27 @@ def targets() -> list[Target]:
 
 
 def matching(doc: dict) -> list[Target]:
-    """The targets drawn beside `doc`: same benchmark, platform and NIC, and no overrides
-    (a published figure is for the paper's machine, not for a changed one)."""
+    """The targets drawn beside `doc`: same benchmark, platform and NIC, the module
+    settings the figure was measured with, and no other overrides (a published figure is
+    for the paper's machine, not for a changed one)."""
     if doc.get("overrides") or doc.get("am_overrides"):
         return []
     return [t for t in targets() if t.benchmark == doc.get("benchmark") and t.platform == doc.get("platform")
-            and t.nic == doc.get("nic")]
+            and t.nic == doc.get("nic") and _settings_match(t, doc)]
+
+
+def _settings_match(t: Target, doc: dict) -> bool:
+    """Does `doc` run the module as `t` was measured? Each of ``t.settings`` must be the
+    document's (its top-level key, else its module parameters), and the module may have
+    no override beyond them (``fm_overrides``)."""
+    over = dict(doc.get("fm_overrides") or {})
+    params = doc.get("fm_params") or {}
+    for key, want in t.settings.items():
+        have = doc.get(key, params.get(key))
+        if str(have) != str(want):
+            return False
+        over.pop(key, None)
+    return not over
 
 
 def notes_for(doc: dict) -> list[str]:

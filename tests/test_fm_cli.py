@@ -61,3 +61,34 @@ def test_stats(capsys):
 def test_errors_are_one_line(capsys, argv, text):
     rc, out, err = run(capsys, argv)
     assert rc == 1 and text in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_papers_figure_is_shown_only_for_the_module_settings_it_was_measured_with(capsys):
+    base = ["fm-pingpong", "--sizes", "0", "--iters", "10"]
+    _, out, _ = run(capsys, base)
+    assert "paper (FM-B01)" in out                                       # memory notification, as measured
+    _, out, _ = run(capsys, base + ["--notify", "pci"])
+    assert "paper (FM-B01)" not in out                                   # not HPVM 1.9's notification
+    _, out, _ = run(capsys, base + ["--param", "fm.lcp_send_cycles=100"])
+    assert "paper (FM-B01)" not in out                                   # a changed module is not the paper's
+    pii = ["fm-pingpong", "--platform", "pii300_lanai4", "--sizes", "0", "--iters", "10"]
+    _, out, _ = run(capsys, pii + ["--notify", "pci"])
+    assert "paper (FM-B16)" in out                                       # FM 2.1 polled a LANai register
+    _, out, _ = run(capsys, pii)
+    assert "paper (FM-B16)" not in out
+
+
+def test_real_pingpong_and_bandwidth_between_two_processes(capsys):
+    rc, out, _ = run(capsys, ["fm-pingpong", "--real", "--transport", "smt", "--sizes", "8", "--iters", "200",
+                              "--json"])
+    doc = json.loads(out)
+    assert rc == 0 and doc["time"] == "real" and doc["results"][0]["size"] == 8
+    assert 0 < doc["results"][0]["rtt_median_us"] and 0 < doc["results"][0]["rtt_us"]
+    rc, out, _ = run(capsys, ["fm-bandwidth", "--real", "--transport", "smt", "--sizes", "64,3000", "--iters", "300",
+                              "--json"])
+    doc = json.loads(out)
+    assert rc == 0 and [r["size"] for r in doc["results"]] == [64, 3000]
+    assert all(r["mbytes_per_s"] > 0 and r["messages"] == 300 for r in doc["results"])
+    assert doc["r_inf_mbytes_per_s"] == doc["results"][-1]["mbytes_per_s"]
+    rc, _, err = run(capsys, ["fm-bandwidth", "--real", "--sizes", "64"])
+    assert rc == 1 and "--real --transport smt" in err
