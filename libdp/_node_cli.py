@@ -1,8 +1,10 @@
-"""``dp node``, ``dp cluster``, ``dp run`` and ``dp insmod/rmmod/lsmod --node``: real nodes.
+"""``dp node``, ``dp cluster``, ``dp run`` and ``dp insmod/rmmod/lsmod``: real nodes (and module
+commands on a modeled node).
 
     dp cluster up --nodes 4 [--transport shm|udp|packet] [--nic NIC] [--load am] [--name NAME]
     dp cluster status [--cluster FILE]
     dp insmod am --node all            # or --node 0; rmmod, lsmod, modinfo --node too
+    dp lsmod --platform p3_1000_lanai9 --load lci:variant=I-hrx   # without --node: a modeled node
     dp run -n 4 script.py ARGS...      # one copy per node, DP_NODE and DP_RUN_DIR set
     dp cluster down [--cluster FILE]
 
@@ -72,16 +74,25 @@ def add_commands(sub, common) -> None:
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=_status)
 
-    for cmd, help_text in (("insmod", "load a module into running nodes"),
+    for cmd, help_text in (("insmod", "load a module into running nodes (or a modeled node: check it loads)"),
                            ("rmmod", "unload a module from running nodes (EBUSY while in use)"),
-                           ("lsmod", "list the modules of running nodes")):
+                           ("lsmod", "list the modules of running nodes (or of a modeled node)")):
         q = sub.add_parser(cmd, help=help_text)
         if cmd != "lsmod":
             q.add_argument("module")
         if cmd == "insmod":
             q.add_argument("params", nargs="*", metavar="KEY=VALUE")
-        q.add_argument("--node", required=True, metavar="NID|all")
+        q.add_argument("--node", default=None, metavar="NID|all",
+                       help="a running node, or all of the cluster's (without it: a modeled node, below)")
         _cluster_opts(q)
+        m = q.add_argument_group("a modeled node (without --node): booted for this command, as "
+                                 "a benchmark's nodes are, to check modules and their parameters")
+        m.add_argument("--platform", default=None, help="platform profile (default: the NIC's)")
+        m.add_argument("--nic", default=None, help="NIC (default: the platform's)")
+        m.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a platform-profile value (repeatable)")
+        m.add_argument("--load", action="append", default=[], metavar="NAME[:key=value,...]",
+                       help="modules the node boots with, before this command (repeatable)")
         q.add_argument("--json", action="store_true")
         q.set_defaults(func=_modcmd, modcmd=cmd)
 
@@ -203,6 +214,15 @@ def _cluster_down(args) -> int:
 
 
 def _modcmd(args) -> int:
+    if args.node is None:
+        if args.cluster is not None:
+            raise OSError(errno.EINVAL, "--cluster names running nodes: give --node NID|all too "
+                                        "(without --node the command acts on a modeled node)")
+        return _print_modules(args, {0: _modeled_modcmd(args)}, modeled=True)
+    given = [f"--{o}" for o in ("platform", "nic", "param", "load") if getattr(args, o)]
+    if given:
+        raise OSError(errno.EINVAL, f"{', '.join(given)}: a running node has its own platform and "
+                                    f"modules; these options describe a modeled node (drop --node)")
     from libdp._attach import NodeLink
     cluster = _find(args)
     out = {}
@@ -210,13 +230,7 @@ def _modcmd(args) -> int:
         link = NodeLink.connect(cluster.socket_path(nid), name=f"dp-{args.modcmd}")
         try:
             if args.modcmd == "insmod":
-                params = {}
-                for kv in args.params:
-                    k, sep, v = kv.partition("=")
-                    if not sep:
-                        raise OSError(errno.EINVAL, f"module parameters are KEY=VALUE, not {kv!r}")
-                    params[k] = v
-                out[nid] = link.admin("insmod", name=args.module, params=params)
+                out[nid] = link.admin("insmod", name=args.module, params=_module_params(args.params))
             elif args.modcmd == "rmmod":
                 out[nid] = link.admin("rmmod", name=args.module)
             else:
@@ -225,16 +239,47 @@ def _modcmd(args) -> int:
             raise OSError(exc.errno, f"node {nid}: {exc.strerror}") from None
         finally:
             link.close()
+    return _print_modules(args, out)
+
+
+def _module_params(items) -> dict:
+    params = {}
+    for kv in items:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise OSError(errno.EINVAL, f"module parameters are KEY=VALUE, not {kv!r}")
+        params[k] = v
+    return params
+
+
+def _modeled_modcmd(args) -> list:
+    """The same module table operations on node 0 of a modeled two-node cluster, booted
+    as a benchmark's nodes are (NIC driver, dp, then ``--load``; two, because some media
+    join exactly two): insmod's parameter checks, rmmod's EBUSY and ENOENT and the use
+    counts are the kernel's own, not a copy of them."""
+    from libdp._cluster import Cluster
+    mods = Cluster(nodes=2, platform=args.platform, nic=args.nic, params=args.param,
+                   load=args.load).nodes[0].modules
+    if args.modcmd == "insmod":
+        mods.insmod(args.module, **_module_params(args.params))
+    elif args.modcmd == "rmmod":
+        mods.rmmod(args.module)
+    return mods.lsmod()
+
+
+def _print_modules(args, out: dict, modeled: bool = False) -> int:
     if args.json:
         json.dump({str(k): v for k, v in out.items()}, sys.stdout, indent=1, default=str)
         print()
-    elif args.modcmd == "lsmod":
-        for nid, mods in out.items():
-            print(f"# node {nid}")
-            print(f"{'Module':<12}{'Used by':>8}  Params")
-            for m in mods:
-                users = ",".join(m.get("used_by", [])) if isinstance(m.get("used_by"), list) else ""
-                print(f"{m['name']:<12}{m.get('use_count', 0):>8}  {users} {m.get('params', {})}")
+        return 0
+    if args.modcmd != "lsmod" and not modeled:
+        return 0
+    for nid, mods in out.items():
+        print(f"# {'a modeled node' if modeled else f'node {nid}'}")
+        print(f"{'Module':<12}{'Used by':>8}  Params")
+        for m in mods:
+            users = ",".join(m.get("used_by", [])) if isinstance(m.get("used_by"), list) else ""
+            print(f"{m['name']:<12}{m.get('use_count', 0):>8}  {users} {m.get('params', {})}")
     return 0
 
 

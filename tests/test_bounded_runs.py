@@ -100,6 +100,8 @@ BAD_OPTION_VALUES = [
     ("--total", "0"), ("--only", "XX-B99"), ("--pipeline", "sometimes"),
 ]
 BAD_POSITIONALS = {"profile": [["no-such-platform"]], "modinfo": [["no_such_module"], []],
+                   "insmod": [["no_such_module"], ["dp", "noequals"], ["dp", "no_such_param=1"], []],
+                   "rmmod": [["no_such_module"], ["dec21140"], []],
                    "plot": [["/no/such/result.json", "-o", "x.png"], ["-o", "x.png"]]}
 
 
