@@ -239,6 +239,7 @@ class _File:
         self.node_fd = info["node_fd"]
         self.kind = info["kind"]
         self.fd, gate_mem, gate_bell = fds[0], fds[1], fds[2]
+        self._waitset = None                # epoll of its fd and the control socket, once waited on
         self.nonblocking = False
         self.closed = False
         g = info["gate"]
@@ -260,8 +261,31 @@ class _File:
     def push(self, entry: bytes) -> bool:
         return self.ring.send(entry)
 
+    def waitset(self, sock) -> select.epoll:
+        """An epoll descriptor readable when this file's fd or the node's control socket is:
+        one descriptor to sleep on (one poll(2) for a blocking call, one ``wait_readable``
+        for trio -- no task per descriptor). Made once, on the first wait."""
+        ws = self._waitset
+        if ws is None:
+            ws = select.epoll()
+            try:
+                ws.register(self.fd, select.EPOLLIN)
+                ws.register(sock.fileno(), select.EPOLLIN)
+            except BaseException:
+                ws.close()
+                raise
+            self._waitset = ws
+        return ws
+
     def unmap(self) -> None:
         self.closed = True
+        if self._waitset is not None:
+            try:
+                trio.lowlevel.notify_closing(self._waitset.fileno())     # a task sleeping on it wakes
+            except RuntimeError:
+                pass                                                        # (not inside trio.run)
+            self._waitset.close()
+            self._waitset = None
         self.ring.close()
         self._err.close()
         os.close(self.fd)
@@ -603,15 +627,20 @@ class AttachedDP:
                 spinner.waited(_perf() - start)
                 await trio.lowlevel.checkpoint()
                 return got
-            self.link.pump()                            # ENETDOWN if the node died
             f.check_error()
             if f.closed:
                 raise OSError(errno.EBADF, f"fd {f.fd} was closed")
             if readable is None:
+                self.link.pump()                        # ENETDOWN if the node died
                 await trio.sleep(pause)
                 pause = min(pause * 2, 2e-3)
             else:
-                await _wait_any(readable.fileno(), self.link.sock.fileno())
+                ws = f.waitset(self.link.sock)
+                await trio.lowlevel.wait_readable(ws.fileno())
+                sock_fd = self.link.sock.fileno()
+                for fd, _ in ws.poll(0):
+                    if fd == sock_fd:
+                        self.link.pump()                # an answer, or ENETDOWN: the node died
             got = attempt()
             if got:
                 spinner.waited(_perf() - start)
@@ -742,15 +771,18 @@ class SyncAttachedDP:
             if got:
                 spinner.waited(_perf() - start)
                 return got
-            link.pump()
             f.check_error()
             if end is not None and _perf() >= end:
                 raise TimeoutError(f"fd {f.fd}: nothing within {timeout} s")
             if readable is None:
+                link.pump()                             # ENETDOWN if the node died
                 time.sleep(pause)
                 pause = min(pause * 2, 2e-3)
             else:
-                select.select([readable.fileno(), link.sock.fileno()], [], [], 0.5)
+                sock_fd = link.sock.fileno()
+                for fd, _ in f.waitset(link.sock).poll(0.5):
+                    if fd == sock_fd:
+                        link.pump()                     # an answer, or ENETDOWN: the node died
             got = attempt()
             if got:
                 spinner.waited(_perf() - start)
@@ -795,15 +827,6 @@ class _Spinner:
             if got:
                 return got
         return None
-
-
-async def _wait_any(*fds) -> None:
-    async with trio.open_nursery() as nursery:
-        async def one(fd):
-            await trio.lowlevel.wait_readable(fd)
-            nursery.cancel_scope.cancel()
-        for fd in fds:
-            nursery.start_soon(one, fd)
 
 
 def _bytes(data) -> bytes:

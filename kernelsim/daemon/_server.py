@@ -258,14 +258,16 @@ class NodeServer:
         node = self.node
         engine = node.engine
         ports = node.real_ports
-        epoll = self._epoll
+        poll_devices = node.poll_devices
+        epoll_poll = self._epoll.poll
         perf = time.perf_counter
+        spin_s = self.spin_s
         last_work = perf()
         while not self._stopping:
             # The gates first: entries that ring no doorbell (a pool's slots given back) are
             # taken before the frames that may need them.
             work = self._poll_gates() if self._gates else 0
-            work += node.poll_devices()
+            work += poll_devices()
             if engine.peek() != _INF:
                 engine.run()                # device work a parked call left, timers paths armed
                 work += 1
@@ -273,23 +275,35 @@ class NodeServer:
                 work += src.poll()
             if self._ready:
                 work += self._resume_parked()
-            events = epoll.poll(0)
-            if events:
-                work += self._handle_events(events)
-            if work:
+            if work and spin_s > 0.0:
                 last_work = perf()
+                events = epoll_poll(0)
+                if events:
+                    self._handle_events(events)
                 continue
-            if perf() - last_work < self.spin_s:
-                os.sched_yield()
+            if not work:
+                events = epoll_poll(0)
+                if events:
+                    self._handle_events(events)
+                    last_work = perf()
+                    continue
+                if spin_s > 0.0 and perf() - last_work < spin_s:
+                    os.sched_yield()
+                    continue
+            # Sleep -- also straight after work when the node does not poll: announcing the
+            # sleep checks every ring once more (a producer that published meanwhile makes
+            # it fail), and epoll returns at once for a socket or doorbell already readable,
+            # so no empty pass over everything is needed before it.
+            if engine.peek() != _INF or self._ready:
                 continue
-            # Sleep: tell every producer to ring, check once more, block.
-            sleeping = [g.ring for g in self._gates if g.blocked is None] + self._sources
-            ok = all(p.prepare_to_sleep() for p in ports)
-            ok = all([r.prepare_to_sleep() for r in sleeping]) and ok
-            if ok and not self._ready and not self._stopping:
-                events = epoll.poll(-1)
-            else:
-                events = []
+            sleeping = [g.ring for g in self._gates if g.blocked is None]
+            sleeping += self._sources
+            ok = True
+            for p in ports:
+                ok = p.prepare_to_sleep() and ok
+            for r in sleeping:
+                ok = r.prepare_to_sleep() and ok
+            events = epoll_poll(-1) if ok and not self._stopping else []
             for p in ports:
                 p.cancel_sleep()
                 p.drain()
