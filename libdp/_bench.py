@@ -391,12 +391,18 @@ async def _send_windows(dp, fd, n, iters, window, warmup, full) -> dict:
 
 async def _close_window(dp, fd, w: int, timeout: float):
     """Wait for window `w`'s ack; when it does not come within `timeout`, send the window's
-    mark (at most ACK_ATTEMPTS times) to ask for it. The count read so far, or None."""
+    mark (at most ACK_ATTEMPTS times) to ask for it. The count read so far, or None.
+
+    Each mark waits twice as long as the one before (as TCP backs off its retransmission
+    timer): a window that is only slow -- four processes between writer and reader on
+    real nodes drain it far slower than the call gate posts it -- is waited for instead
+    of being given up while its messages are still on their way, which would let the next
+    window overrun the receiver's pool."""
     mark = bytes([MARK]) + w.to_bytes(4, "big")
     for attempt in range(ACK_ATTEMPTS + 1):
         if attempt:
             await dp.dp_write(fd, mark)
-        deadline = trio.current_time() + timeout
+        deadline = trio.current_time() + timeout * (1 << max(0, attempt - 1))
         while True:
             with trio.move_on_at(deadline):
                 m = await dp.dp_read(fd, 16)
@@ -420,7 +426,11 @@ async def _receive_windows(dp, fd, n, window) -> None:
             await dp.dp_write(fd, b"")
             continue
         if m[0] == MARK and len(m) == 5:
-            w = int.from_bytes(m[1:5], "big")
+            marked = int.from_bytes(m[1:5], "big")
+            if marked < w:                    # acknowledged already (that ack is lost or on its
+                await dp.dp_write(fd, bytes([ACK]) + m[1:5] + count.to_bytes(4, "big"))
+                continue                      # way): say so again, keep counting this window
+            w = marked
         else:
             count += 1
             in_window += 1
