@@ -22,12 +22,11 @@ Pool and delivery ring -> attached script):
            acknowledgement per window; DP has no flow control of its own), delivered MB/s
            (10^6 bytes of payload per second), against a bare Python shared-memory frame
            ring (ShmLink) streaming frames of the same size between two processes. Twice:
-           as is, and with the windows' ack-timeout floor (libdp._bench.ACK_TIMEOUT_MIN_S)
-           raised to --ack-floor-ms. On real nodes the call gate posts a window far faster
-           than the four processes deliver it, so an ack timeout of twice the posting time
-           fires before the ack can come, and the marks it sends make the receiver close
-           windows early: the sender then overruns the 64-slot pool and most of the stream
-           is dropped. The second row shows what DP carries when the ack may take its time.
+           as `dp bandwidth --real` runs it (real time: a window's ack may take
+           libdp._bench.ACK_TIMEOUT_MIN_REAL_S), and with that floor set to --ack-floor-ms.
+           (With the modeled floor of 0.5 ms the gate posts a window far faster than the
+           four processes deliver it, marks land in a full pool and most of the stream
+           is dropped: try --ack-floor-ms 0.5.)
   packet   the rtt rows over AF_PACKET (one network namespace per node, veth pair), against
            a bare Python AF_PACKET ping-pong over the very same veth pair (another
            EtherType, so the nodes never see it; measured while the nodes are idle).
@@ -254,17 +253,17 @@ def bench_gate(args, cluster):
 
 
 def _dp_stream(cluster, args, size: int, ack_floor_s: float | None) -> dict:
-    """One `libdp.bandwidth` run; `ack_floor_s`: libdp._bench.ACK_TIMEOUT_MIN_S for it (None: as is)."""
+    """One `libdp.bandwidth` run; `ack_floor_s`: libdp._bench.ACK_TIMEOUT_MIN_REAL_S for it (None: as is)."""
     import libdp._bench as bench
-    old = bench.ACK_TIMEOUT_MIN_S
+    old = bench.ACK_TIMEOUT_MIN_REAL_S
     if ack_floor_s is not None:
-        bench.ACK_TIMEOUT_MIN_S = ack_floor_s       # the forked ranks inherit it
+        bench.ACK_TIMEOUT_MIN_REAL_S = ack_floor_s  # the forked ranks inherit it
     try:
         windows = max(1, args.count // args.window)
         results, _ = run_real_spmd(bandwidth, [size], windows, args.window, nodes=2, cluster=cluster.path,
                                    timeout=300.0)
     finally:
-        bench.ACK_TIMEOUT_MIN_S = old
+        bench.ACK_TIMEOUT_MIN_REAL_S = old
     return results[0][0]
 
 
@@ -346,8 +345,8 @@ def main(argv=None) -> int:
     ap.add_argument("--count", type=int, default=20000, help="messages streamed, calls per gate row")
     ap.add_argument("--window", type=int, default=64, help="messages per window of the stream row")
     ap.add_argument("--nodes", type=int, default=8, help="nodes of the all-to-all cluster (default 8)")
-    ap.add_argument("--ack-floor-ms", type=float, default=50.0,
-                    help="the stream's second row: libdp._bench's ack-timeout floor for it (default 50 ms)")
+    ap.add_argument("--ack-floor-ms", type=float, default=0.5,
+                    help="the stream's second row: libdp._bench's real-time ack-timeout floor for it (default 0.5 ms, the modeled floor)")
     ap.add_argument("--spin-us", type=float, default=1000.0,
                     help="the polling scripts' DP_SPIN_US in the round-trip rows (default 1000)")
     args = ap.parse_args(argv)
