@@ -189,14 +189,14 @@ def test_a_real_process_that_dies_holding_a_frame_is_detected_and_its_frames_rec
 # -- real: the caller's own poll (SyncFM over shared memory alone) --------------------------
 
 
-def _two_real_nodes(name):
+def _two_real_nodes(name, **params):
     """Nodes 0 and 1 of one job, both in this process (each its own real node): the
     real-time shared-memory path without a second process, so each step is visible."""
     from libdp.fm import real_node
 
     fms = []
     for v in range(2):
-        dp = real_node({"smt_name": name})
+        dp = real_node({"smt_name": name, **params})
         args = (7, (dp.nid, dp.nid), v)
         fd = dp.sync._call(lambda e, dp=dp, args=args: dp._node.syscall_path(dp._proc, "fm_open", args, e), None, 0.0)
         fms.append(FM(dp, fd))
@@ -297,3 +297,37 @@ def test_two_real_processes_sending_past_their_credits_to_each_other_both_finish
         assert node["messages_received"] == count and node["messages_sent"] == count
         assert node["peers"][1 - node["vnode"]]["in_flight"] <= node["peers"][1 - node["vnode"]]["credits"]
     assert stats["node0"]["credit_waits"] + stats["node1"]["credit_waits"] > 0
+
+
+def test_real_messages_of_several_packets_up_to_the_credits_go_whole_and_longer_ones_stream():
+    a, b = _two_real_nodes(f"/dp-fm-pk-{os.getpid()}", smt_frames=8)       # 8 credits for the one peer
+    try:
+        got = []
+
+        async def h(stream, src):
+            got.append(await stream.receive(stream.length))
+
+        b.set_handler(1, h)
+        small = bytes(range(256)) * 24                                    # 6144 bytes: 3 packets, the C path
+        large = bytes(reversed(range(256))) * 80                          # 20480 bytes: 10 packets > 8 credits
+        a.sync.send(1, 1, small)
+        assert a.ctx.smt.n_packets_sent == 3 and a.stats()["packets_sent"] == 3
+        b.sync.extract_until(lambda: len(got) == 1)
+        for _ in range(2):                                                # 6 of 8 credits held...
+            a.sync.send(1, 1, small)
+        assert a.ctx.core.send_now(1, 1, small) == 0                      # ...so 3 more must wait
+        b.sync.extract_until(lambda: len(got) == 3)
+        a.sync.send(1, 1, small)
+        b.sync.extract_until(lambda: len(got) == 4)
+        import threading
+        t = threading.Thread(target=lambda: b.sync.extract_until(lambda: len(got) == 5))
+        t.start()                                                         # the receiver drains as it goes
+        a.sync.send(1, 1, large)                                          # the general path, packet by packet
+        t.join(30)
+        assert got == [small] * 4 + [large]
+        sa = a.stats()
+        assert sa["messages_sent"] == 5 and sa["packets_sent"] == 4 * 3 + 10
+        assert a.ctx.smt.region.frames_held_by(b.ctx.smt.me, a.ctx.smt.me) == []
+    finally:
+        for fm in (a, b):
+            fm.sync.close()

@@ -27,7 +27,7 @@ cdef class ContextCore:
     cdef public dict smt_peers
     cdef list peers
     cdef public SmtPort smt
-    cdef long long n_extracts, n_empty, n_packets, n_bytes, n_messages, n_handlers, n_sent, n_bytes_sent
+    cdef long long n_extracts, n_empty, n_packets, n_bytes, n_messages, n_handlers, n_sent, n_packets_sent, n_bytes_sent
     cdef double c_handler
     cdef int program, instance, nid
 

@@ -196,14 +196,14 @@ cdef class ContextCore:
         for key, v in (("extracts", self.n_extracts), ("empty_polls", self.n_empty),
                        ("packets_received", self.n_packets), ("bytes_received", self.n_bytes),
                        ("messages_received", self.n_messages), ("handlers_run", self.n_handlers),
-                       ("messages_sent", self.n_sent), ("packets_sent", self.n_sent),
+                       ("messages_sent", self.n_sent), ("packets_sent", self.n_packets_sent),
                        ("bytes_sent", self.n_bytes_sent)):
             out[key] += v
 
     cpdef int send_now(self, object dest, object handler, object data) except -3:
-        """Real time, a whole message of at most one packet to a peer on this host, sent
-        at once (`SmtPort.send_now`: FM-C10's steps in C): 1; 0 if it has no credit or
-        no free frame yet (extract and try again, FM-C03); -1 if the general path must
+        """Real time, a whole message to a peer on this host, sent at once
+        (`SmtPort.send_now`: FM-C10's steps in C): 1; 0 if it has not the credits or
+        free frames yet (extract and try again, FM-C03); -1 if the general path must
         take it (it checks, waits and extracts)."""
         cdef long long n
         cdef Peer peer
@@ -221,6 +221,7 @@ cdef class ContextCore:
         if n < 0:
             return 0 if n == -1 else -1
         self.n_sent += 1
+        self.n_packets_sent += self.smt.n_packets_sent
         self.n_bytes_sent += n
         return 1
 

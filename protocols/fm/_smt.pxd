@@ -24,6 +24,7 @@ cdef class SmtRegion:
 
     cpdef int lookup(self, uint32_t instance)
     cpdef int claim(self, uint32_t rid, uint32_t me)
+    cpdef unclaim(self, uint32_t rid, uint32_t me, uint32_t idx)
     cpdef Py_ssize_t frame_offset(self, uint32_t rid, uint32_t idx)
     cpdef publish(self, uint32_t rid, uint32_t me, uint32_t idx, uint32_t nbytes)
     cpdef int poll(self, uint32_t me)

@@ -292,6 +292,11 @@ cdef class SmtRegion:
         self.last_tries = tries
         return -1 if idx == 0xFFFFFFFF else <int> idx
 
+    cpdef unclaim(self, uint32_t rid, uint32_t me, uint32_t idx):
+        """Give back a frame `me` claimed and never published (its in-use flag names `me`)."""
+        self._check()
+        smt_cas32(<uint32_t*> (self._frame(rid, idx) + F_INUSE), me + 1, 0)
+
     cpdef Py_ssize_t frame_offset(self, uint32_t rid, uint32_t idx):
         """Offset in `view` of frame `idx`'s data (step 4 copies there)."""
         return <Py_ssize_t> (self._frame(rid, idx) - self._base) + LINE

@@ -22,6 +22,7 @@ cdef class SmtPort:
     cdef int _rid_pending
     cdef int _idx_pending
     cdef int _n_pending
+    cdef public Py_ssize_t n_packets_sent   # packets of the last send_now
     cdef public long long claim_tries, sent, received, reclaimed_frames, skipped_positions
 
     cdef inline double _copy(self, Py_ssize_t n)
@@ -36,6 +37,8 @@ cdef class SmtPort:
     cdef double _send_one(self, Peer peer, int src_host, int program, int handler, unsigned int seq,
                           const unsigned char* data, Py_ssize_t n) except? -2
     cpdef long long send_now(self, Peer peer, int src_host, int program, int handler, object data) except -3
+    cdef long long _send_packets(self, Peer peer, int src_host, int program, int handler,
+                                 const unsigned char* data, Py_ssize_t n) except -3
     cpdef publish_pending(self)
     cpdef int poll(self)
     cpdef release(self, uint32_t idx)

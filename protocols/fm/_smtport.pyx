@@ -17,6 +17,7 @@ uses the same steps one by one (`claim`, `header`, `write`, `publish`).
 """
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
+from libc.stdlib cimport malloc, free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 
 import errno
@@ -172,22 +173,27 @@ cdef class SmtPort:
         return cost + self.c_atomic
 
     cpdef long long send_now(self, Peer peer, int src_host, int program, int handler, object data) except -3:
-        """Real time: a whole message of at most one packet, sent at once -- `send_one`
-        and steps 5-6 straight away, the message numbered as ``begin`` numbers it. Its
-        length; -1 if no credit or no free frame yet; -2 when it needs the general path (more than
-        one packet, a message to that peer still open, not a contiguous buffer: -2)."""
+        """Real time: a whole message sent at once, the message numbered as ``begin``
+        numbers it -- one packet by `send_one` and steps 5-6 straight away; several by
+        claiming a frame for each first (steps 1-3), then filling and publishing them in
+        order. Its length; -1 if it has not the credits or free frames yet; -2 when it
+        needs the general path (more packets than its credits, a message to that peer
+        still open, not a contiguous buffer)."""
         cdef Py_buffer pb
         cdef double cost
+        cdef long long r
         if peer.open_stream is not None or self._idx_pending >= 0:
             return -2
         try:
             PyObject_GetBuffer(data, &pb, PyBUF_SIMPLE)
         except (BufferError, TypeError, ValueError):
             return -2
-        if pb.len > FM_DATA:
-            PyBuffer_Release(&pb)
-            return -2
         try:
+            if pb.len > FM_DATA:
+                r = self._send_packets(peer, src_host, program, handler, <const unsigned char*> pb.buf, pb.len)
+                if r >= 0:
+                    peer.seq = (peer.seq + 1) & 0xFFFFFFFF
+                return r
             cost = self._send_one(peer, src_host, program, handler, peer.seq, <const unsigned char*> pb.buf, pb.len)
         finally:
             PyBuffer_Release(&pb)
@@ -195,7 +201,57 @@ cdef class SmtPort:
             return -1
         peer.seq = (peer.seq + 1) & 0xFFFFFFFF
         self.publish_pending()
+        self.n_packets_sent = 1
         return self._n_pending
+
+    cdef long long _send_packets(self, Peer peer, int src_host, int program, int handler,
+                                 const unsigned char* data, Py_ssize_t n) except -3:
+        cdef Py_ssize_t npk = (n + FM_DATA - 1) // FM_DATA, k, off, plen
+        cdef int* idx
+        cdef int got = 0
+        cdef Header h = self.h
+        cdef unsigned char* frame
+        if n > 0xFFFFFFFF or npk > peer.credits:
+            return -2                     # the general path extracts between packets
+        if peer.sent + npk - self.returned(peer) > peer.credits:
+            return -1
+        idx = <int*> malloc(npk * sizeof(int))
+        if idx == NULL:
+            raise MemoryError()
+        try:
+            while got < npk:
+                idx[got] = self.claim(peer)
+                if idx[got] < 0:
+                    while got > 0:            # not all there yet: give back what we claimed
+                        got -= 1
+                        self.region.unclaim(peer.rid, self.me, idx[got])
+                    return -1
+                got += 1
+            h.kind = KIND_DATA
+            h.src = src_host
+            h.dst = peer.host
+            h.program = program
+            h.src_inst = self.instance
+            h.dst_inst = peer.inst
+            h.handler = handler
+            h.mlen = <unsigned int> n
+            h.seq = peer.seq
+            h.credits = <unsigned int> (peer.consumed & 0xFFFFFFFF)
+            for k in range(npk):
+                off = k * FM_DATA
+                plen = n - off if n - off < FM_DATA else FM_DATA
+                h.flags = (FLAG_FIRST if k == 0 else 0) | (FLAG_LAST if k == npk - 1 else 0)
+                h.offset = <unsigned int> off
+                h.plen = <int> plen
+                frame = self.region._base + self.region.frame_offset(peer.rid, idx[k])
+                h.pack_at(frame)
+                memcpy(frame + FM_HDR, data + off, plen)
+                peer.sent += 1
+                self.publish(peer.rid, idx[k], <uint32_t> plen)
+        finally:
+            free(idx)
+        self.n_packets_sent = npk
+        return n
 
     cpdef publish_pending(self):
         if self._idx_pending >= 0:
