@@ -45,7 +45,7 @@ setup(
     description="Directed Point, rebuilt: a simulated cluster kernel and a real messaging subsystem",
     packages=find_packages(include=[f"{p}*" for p in PACKAGES]),
     package_data={"kernelsim": ["profiles/*.toml", "*.pxd", "media/*.pxd"],
-                  "dpcore": ["*.pxd"], "nic_drivers": ["*/*.pxd"], "protocols": ["*/*.pxd"]},
+                  "dpcore": ["*.pxd"], "nic_drivers": ["*.pxd", "*/*.pxd"], "protocols": ["*/*.pxd"]},
     ext_modules=cythonize(extensions, language_level=3, compiler_directives={"embedsignature": True},
                           nthreads=JOBS),
     cmdclass={"build_ext": ParallelBuildExt},

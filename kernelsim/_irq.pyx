@@ -7,12 +7,27 @@ entry cost, every handler on the line, exit cost. When the path returns and the 
 is still high -- the device found more work meanwhile -- it runs again.
 
 Every received frame passes through here, so it is Cython: each line is a small typed
-object that is also the completion of its own interrupt path (nothing made per
-interrupt but the path's generator).
+object that is also the completion of its own interrupt path, and the path itself is a
+C iterator (`_IrqPath`) that runs the handlers' generators in turn -- not a generator
+wrapping them, which would add a Python frame to every resume of every handler.
 """
 import errno
 
+from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._cpu cimport Cpu
+
+
+cdef extern from "Python.h":
+    ctypedef enum PySendResult:
+        PYGEN_RETURN
+        PYGEN_ERROR
+        PYGEN_NEXT
+    PySendResult PyIter_Send(object iter, object arg, PyObject** presult)
+
+
+cdef inline int _send(object gen, PyObject** result) except -1:
+    """Resume `gen`: 1 and what it yielded, 0 and what it returned; or raise its error."""
+    return <int> PyIter_Send(gen, None, result)
 
 __all__ = ["IrqController"]
 
@@ -31,6 +46,47 @@ cdef class _Line:
             raise exc
         if self.level and self.handlers:
             self.ctl._start(self)
+
+
+cdef class _IrqPath:
+    """One interrupt path: the entry cost, every handler of the line in turn, the exit cost.
+
+    The generator it replaces, for reading::
+
+        pending = entry_s
+        for _name, handler in handlers:
+            pending = yield from handler(pending)
+        yield pending + exit_s
+    """
+    cdef list handlers
+    cdef Py_ssize_t i
+    cdef object cur                     # the running handler's generator
+    cdef double pending, exit_s
+    cdef bint exited
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef PyObject* res = NULL
+        cdef int r
+        cdef object out
+        while True:
+            if self.cur is None:
+                if self.i == len(self.handlers):
+                    if self.exited:
+                        raise StopIteration
+                    self.exited = True
+                    return self.pending + self.exit_s
+                self.cur = (<tuple> self.handlers[self.i])[1](self.pending)
+                self.i += 1
+            r = _send(self.cur, &res)          # a handler's error goes to the path's completion
+            out = <object> res
+            Py_XDECREF(res)
+            if r == 1:
+                return out
+            self.cur = None
+            self.pending = out
 
 
 cdef class IrqController:
@@ -74,13 +130,11 @@ cdef class IrqController:
     cdef _start(self, _Line ln):
         ln.in_service = True
         ln.count += 1
-        self.cpu.submit(LEVEL_IRQ, self._path(ln), ln)
-
-    def _path(self, _Line ln):
-        pending = self.entry_s
-        for _name, handler in ln.handlers:
-            pending = yield from handler(pending)
-        yield pending + self.exit_s
+        cdef _IrqPath path = _IrqPath.__new__(_IrqPath)
+        path.handlers = ln.handlers
+        path.pending = self.entry_s
+        path.exit_s = self.exit_s
+        self.cpu.submit(LEVEL_IRQ, path, ln)
 
     def stats(self):
         return {f"irq{i}": {"handlers": [n for n, _ in (<_Line> ln).handlers], "interrupts": (<_Line> ln).count}

@@ -19,6 +19,7 @@ directly, and the engine driven in a C loop.
 """
 
 from libc.math cimport INFINITY
+from cpython.ref cimport PyObject, Py_XDECREF
 import errno
 import math
 import os
@@ -106,6 +107,50 @@ def after(cost: float, path):
     """The path `path`, preceded by `cost` seconds of CPU time."""
     yield cost
     return (yield from path)
+
+
+cdef extern from "Python.h":
+    ctypedef enum PySendResult:
+        PYGEN_RETURN
+        PYGEN_ERROR
+        PYGEN_NEXT
+    PySendResult PyIter_Send(object iter, object arg, PyObject** presult)
+
+
+cdef inline int _send(object gen, PyObject** result) except -1:
+    """Resume `gen`: 1 and what it yielded, 0 and what it returned; or raise its error."""
+    return <int> PyIter_Send(gen, None, result)
+
+
+cdef class _Lead:
+    """`after(cost, path)` as a C iterator, for the calls of this module: no Python frame
+    between the CPU and the path on each of the path's resumes."""
+    cdef object path
+    cdef double cost
+    cdef bint led
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef PyObject* res = NULL
+        cdef int r
+        if not self.led:
+            self.led = True
+            return self.cost
+        r = _send(self.path, &res)
+        out = <object> res
+        Py_XDECREF(res)
+        if r == 1:
+            return out
+        raise StopIteration(out)
+
+
+cdef _Lead _lead(double cost, object path):
+    cdef _Lead lead = _Lead.__new__(_Lead)
+    lead.cost = cost
+    lead.path = path
+    return lead
 
 
 def _never():
@@ -227,7 +272,7 @@ async def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=
     cdef int how
     path = make_path(True)
     if before:
-        path = after(before, path)
+        path = _lead(before, path)
     if not node.modeled:
         while True:
             try:
@@ -236,7 +281,7 @@ async def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=
                 if nonblocking():
                     raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
                 await wait_on(node, wb.queue, spin_s)
-                path = after(wake_cost, make_path(False)) if wake_cost else make_path(False)
+                path = _lead(wake_cost, make_path(False)) if wake_cost else make_path(False)
     engine = <Engine> node.engine
     on = <Cpu> node.cpu
     while True:
@@ -269,7 +314,7 @@ async def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=
         else:
             done.task = _current_task()
             await _wait_task_rescheduled(done.abort_wait)
-        path = after(wake_cost, make_path(False)) if wake_cost else make_path(False)
+        path = _lead(wake_cost, make_path(False)) if wake_cost else make_path(False)
 
 
 def run_path_sync(node, path):
@@ -305,7 +350,7 @@ def run_blocking_sync(node, make_path, *, nonblocking=lambda: False, wake_cost: 
             if nonblocking():
                 raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
             wait_on_sync(node, wb.queue, spin_s)
-            path = after(wake_cost, make_path(False)) if wake_cost else make_path(False)
+            path = _lead(wake_cost, make_path(False)) if wake_cost else make_path(False)
 
 
 cdef bint _drive_inline(Engine engine, _Completion done) except -1:

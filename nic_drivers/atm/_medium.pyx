@@ -68,6 +68,11 @@ cdef class CellSink:
         return 0
 
 
+cdef CellSink _sink_of(device):
+    """Where cells for `device` go: the device itself or its `cell_input` (an adapter)."""
+    return device if isinstance(device, CellSink) else device.cell_input
+
+
 cdef class CellPort:
     def __cinit__(self, Engine engine, double cell_s, double prop_s, faults):
         self.engine = engine
@@ -169,7 +174,7 @@ cdef class CellLink:
         cdef CellPort out = self.ends[side]
         cdef CellPort back = self.ends[1 - side]
         device.port = out
-        back.sink = device
+        back.sink = _sink_of(device)
         return out
 
     def stats(self):
@@ -230,7 +235,7 @@ cdef class CellSwitch:
 
     def attach(self, int port, device):
         device.port = self.up[port]
-        (<CellPort> self.down[port]).sink = device
+        (<CellPort> self.down[port]).sink = _sink_of(device)
         return self.up[port]
 
     def add_vc(self, int in_port, int in_vci, int out_port, int out_vci):

@@ -67,6 +67,7 @@ from libc.string cimport memcpy, memset
 
 from kernelsim._engine cimport Engine
 from kernelsim._physmem cimport PhysMem, span_ok
+from nic_drivers._nic cimport NicModel
 from nic_drivers.atm._medium cimport CellPort, CellSink
 
 DEF CELL = 53
@@ -234,6 +235,9 @@ def aal5_cell_count(Py_ssize_t payload_bytes):
     return (payload_bytes + TRAILER + PAYLOAD - 1) // PAYLOAD
 
 
+cdef class _CellInput
+
+
 cdef struct Vc:
     unsigned char in_open
     unsigned char out_open
@@ -245,19 +249,16 @@ cdef struct Vc:
     unsigned char* buf
 
 
-cdef class Pca200e(CellSink):
+cdef class Pca200e(NicModel):
     """One PCA-200E-style adapter on one node's PCI bus."""
     vendor_id = 0x1127           # FORE Systems
     device_id = 0x0300           # PCA-200E
 
-    cdef public object driver
-    cdef public object irq_sink
     cdef public bint fail_selftest      # a card whose self-test fails (driver probe tests)
+    cdef readonly CellSink cell_input   # where a modeled fiber delivers its cells
     cdef object _port
     cdef CellPort cport
     cdef object _acc                    # real transports: the cells of the PDU being sent
-    cdef Engine engine
-    cdef PhysMem mem
     cdef unsigned char* host
     cdef Py_ssize_t host_size
     cdef readonly tuple hwaddr
@@ -277,7 +278,6 @@ cdef class Pca200e(CellSink):
     cdef int fl_count[2]
     # registers and cp state
     cdef unsigned int imask, istat, bstat
-    cdef bint _line
     cdef int epoch
     cdef object epoch_obj
     cdef double cp_free, dma_free
@@ -292,8 +292,7 @@ cdef class Pca200e(CellSink):
     cdef unsigned int slot_hdr[2]
     # timing
     cdef readonly double cell_s, sar_cell_s, sar_pdu_s, cmd_s, cp_poll_s
-    cdef double dma_rate, dma_setup, burst_overhead
-    cdef int burst_bytes, tx_fifo, rx_fifo
+    cdef int tx_fifo, rx_fifo
     # cached callbacks
     cdef object _tx_load_cb, _tx_loaded_cb, _tx_cell_cb, _tx_done_cb, _rx_done_cb, _bsq_done_cb
     # statistics (the card's own counters: phy, atm, aal5, aux)
@@ -303,17 +302,15 @@ cdef class Pca200e(CellSink):
     cdef readonly long long pdus_tx, pdus_rx, crc_errors, protocol_errors, pdus_too_long
     cdef readonly long long pdus_dropped, small_failed, large_failed, rpd_failed, dma_errors
     cdef readonly long long tx_errors, cmds, cmd_errors, buffers_supplied, supply_overflow
-    cdef readonly long long dma_bytes, irq_raised
 
     def __cinit__(self, Engine engine, PhysMem mem, tuple hwaddr, profile):
         cdef int i
-        self.engine = engine
-        self.mem = mem
+        self._init_nic(engine, mem, profile, True)
         self.host = &mem.buf[0]
         self.host_size = mem.size
         self.hwaddr = hwaddr
-        self.driver = None
-        self.irq_sink = None
+        self.cell_input = _CellInput()
+        (<_CellInput> self.cell_input).card = self
         self._port = None
         self.cport = None
         self.fail_selftest = False
@@ -360,9 +357,6 @@ cdef class Pca200e(CellSink):
         self.cmd_s = profile["atm.cmd_cycles"] * cp_cycle
         self.cp_poll_s = profile["atm.cp_poll_cycles"] * cp_cycle
         self.cell_s = CELL * 8.0 / profile["link.cell_rate_bps"]
-        self.dma_rate = profile["pci.dma_rate_Bps"]
-        self.dma_setup = profile["pci.dma_setup_s"]
-        self.burst_overhead = profile["pci.burst_overhead_s"]
         self.burst_bytes = profile["atm.dma_burst_bytes"]
         self.tx_fifo = max(1, profile["atm.tx_fifo_cells"])
         self.rx_fifo = max(1, profile["atm.rx_fifo_cells"])
@@ -516,13 +510,7 @@ cdef class Pca200e(CellSink):
         self._update_irq()
 
     cdef _update_irq(self):
-        cdef bint line = (self.istat & self.imask) != 0
-        if line != self._line:
-            self._line = line
-            if line:
-                self.irq_raised += 1
-            if self.irq_sink is not None:
-                self.irq_sink(line)
+        self._set_line((self.istat & self.imask) != 0)
 
     # -- host memory as the DMA engine sees it ----------------------------------------------
 
@@ -540,13 +528,6 @@ cdef class Pca200e(CellSink):
             self._wr(haddr, value)
         else:
             self.dma_errors += 1
-
-    cpdef double dma_time(self, Py_ssize_t nbytes):
-        cdef Py_ssize_t bursts = 1
-        if self.burst_bytes > 0 and nbytes > self.burst_bytes:
-            bursts = (nbytes + self.burst_bytes - 1) // self.burst_bytes
-        self.dma_bytes += nbytes
-        return self.dma_setup + (bursts - 1) * self.burst_overhead + nbytes / self.dma_rate
 
     cdef inline double _cp(self, double t, double work):
         """Queue `work` seconds on the i960 no earlier than `t`; return when it is done."""
@@ -838,9 +819,6 @@ cdef class Pca200e(CellSink):
         if n % CELL or n == 0:
             self.runts += 1                         # a trailing fragment is no cell
 
-    cdef int rx_cell(self, const unsigned char* c) except -1:
-        return self._rx(c, True)
-
     cdef int _rx(self, const unsigned char* c, bint paced) except -1:
         cdef unsigned int hdr, vpi, vci, pti
         cdef Vc* vc
@@ -983,3 +961,11 @@ cdef class Pca200e(CellSink):
             "dma_bytes": self.dma_bytes, "interrupts_raised": self.irq_raised,
             "i960_busy_until_us": self.cp_free * 1e6,
         }
+
+
+cdef class _CellInput(CellSink):
+    """The adapter's end of a modeled fiber: each cell goes to the framer (`Pca200e._rx`)."""
+    cdef Pca200e card
+
+    cdef int rx_cell(self, const unsigned char* c) except -1:
+        return self.card._rx(c, True)

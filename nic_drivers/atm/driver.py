@@ -46,6 +46,7 @@ from __future__ import annotations
 import errno
 
 from kernelsim import NetDevice
+from nic_drivers._nic import NicDriver
 
 from nic_drivers.atm import _model as hw
 
@@ -55,13 +56,12 @@ LARGE_HANDLE = 0x10000
 RPD_STRIDE = (hw.RPD_BYTES + 31) // 32 * 32
 
 
-class AtmNetDevice(NetDevice):
+class AtmNetDevice(NicDriver):
     kind = "atm"
     driver_module = "atm"
 
     def __init__(self, node, dev, name, *, mtu, encap, small_buffers, large_buffers, supply_block, budget):
-        super().__init__(node, name, dev.hwaddr)
-        self.dev = dev
+        super().__init__(node, dev, name, dev.hwaddr)
         self.mtu = mtu
         self.encap = encap
         self.link_header_bytes = ENCAP_BYTES[encap]
@@ -70,13 +70,6 @@ class AtmNetDevice(NetDevice):
         self.nlarge = large_buffers
         self.block = supply_block
         self.budget = budget
-        c = node.costs
-        p = node.profile
-        self.c = c
-        self.c_desc = c.cycles(p["drv.desc_cycles"])
-        self.c_isr = c.cycles(p["drv.isr_cycles"])
-        self.cur_tx = self.dirty_tx = 0
-        self.cur_rx = 0
         self.cmd_next = 0
         self.tx_errors = 0
         self.rx_joined = 0
@@ -96,8 +89,7 @@ class AtmNetDevice(NetDevice):
                                          f"(boot status {bstat:#010x})")
             self._geometry()
             self._alloc_queues()
-            self.take_irq()
-            dev.irq_sink = self.set_irq
+            self.attach_irq()
             self._init_queues()
             dev.reg_write(hw.REG_IMASK, 1)
             for magn in (0, 1):
@@ -210,7 +202,7 @@ class AtmNetDevice(NetDevice):
         dev = self.dev
         dev.reg_write(hw.REG_IMASK, 0)
         dev.reg_write(hw.REG_HCR, hw.HCR_RESET)
-        dev.irq_sink = None
+        self.detach_irq()
         self.vcs_in.clear()
         self.vcs_out.clear()
         self.release_resources()

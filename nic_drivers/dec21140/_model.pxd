@@ -1,19 +1,12 @@
-from kernelsim._engine cimport Engine, EventTarget
-from kernelsim._physmem cimport PhysMem
+from nic_drivers._nic cimport NicModel
 
 
-cdef class Dec21140(EventTarget):
+cdef class Dec21140(NicModel):
     # One 21140 on one node's PCI bus (declared here; `_model.pyx` implements it).
-    cdef public object driver
-    cdef Engine engine
-    cdef PhysMem mem
+    # The INTA# line and the DMA timing are NicModel's; the burst length is CSR0's PBL.
     cdef unsigned int csr[16]
     cdef public object port                # medium backend: transmit(frame, t) -> (start, end)
-    cdef public object irq_sink            # callable(bool): the INTA# line
-    cdef bint _line
-    # timing
-    cdef double dma_rate, dma_setup, burst_overhead, tx_poll_s
-    cdef int burst_bytes
+    cdef double tx_poll_s
     # ring walkers
     cdef Py_ssize_t tx_cur, rx_cur
     cdef int tx_state, rx_state
@@ -24,7 +17,7 @@ cdef class Dec21140(EventTarget):
     cdef readonly bytes hwaddr
     # statistics
     cdef readonly long long tx_frames, rx_frames, rx_missed, rx_crc_errors, rx_too_long
-    cdef readonly long long tx_bytes, rx_bytes, dma_bytes, irq_raised, rx_filtered
+    cdef readonly long long tx_bytes, rx_bytes, rx_filtered
 
 
     cdef _reset(self)
@@ -32,7 +25,6 @@ cdef class Dec21140(EventTarget):
     cpdef csr_write(self, int n, unsigned int value)
     cdef _raise(self, unsigned int bits)
     cdef _update_irq(self)
-    cpdef double dma_time(self, Py_ssize_t nbytes)
     cdef _tx_kick(self)
     cdef Py_ssize_t _next_desc(self, Py_ssize_t cur, unsigned int des1, unsigned int end_bit,
                                unsigned int chain_bit, Py_ssize_t base) except? -1

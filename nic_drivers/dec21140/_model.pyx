@@ -11,8 +11,9 @@ move the modeled figures as they would on the card (HW-21140).
 Descriptors and buffers live in the node's physical memory and are reached only by
 DMA through the addresses the driver wrote into CSR3/CSR4 and the descriptors.
 """
-from kernelsim._engine cimport Engine, EventTarget
+from kernelsim._engine cimport Engine
 from kernelsim._physmem cimport PhysMem
+from nic_drivers._nic cimport NicModel
 
 # What each engine event of the card is (EventTarget.on_event's `what`).
 DEF TX_FETCHED = 0
@@ -80,21 +81,15 @@ ETH_MIN_FRAME = 60      # without FCS: the 21140 pads short frames
 ETH_MAX_FRAME = 1514    # without FCS
 
 
-cdef class Dec21140(EventTarget):
+cdef class Dec21140(NicModel):
     """One 21140 on one node's PCI bus."""
     vendor_id = 0x1011
     device_id = 0x0009
 
     def __cinit__(self, Engine engine, PhysMem mem, bytes hwaddr, profile):
-        self.engine = engine
-        self.mem = mem
+        self._init_nic(engine, mem, profile, True)
         self.hwaddr = hwaddr
-        self.driver = None
         self.port = None
-        self.irq_sink = None
-        self.dma_rate = profile["pci.dma_rate_Bps"]
-        self.dma_setup = profile["pci.dma_setup_s"]
-        self.burst_overhead = profile["pci.burst_overhead_s"]
         self.tx_poll_s = profile["nic.tx_poll_s"]
         self._reset()
 
@@ -183,22 +178,7 @@ cdef class Dec21140(EventTarget):
         if s & en & AIS_SOURCES:
             s |= AIS
         self.csr[5] = (self.csr[5] & ~(<unsigned int> 0x7 << 17) & ~(<unsigned int> 0x7 << 20)) | (s & 0x1FFFF)
-        cdef bint line = (s & en & (NIS | AIS)) != 0
-        if line != self._line:
-            self._line = line
-            if line:
-                self.irq_raised += 1
-            if self.irq_sink is not None:
-                self.irq_sink(line)
-
-    # -- DMA copier: time of one bus-master transfer -------------------------------------
-
-    cpdef double dma_time(self, Py_ssize_t nbytes):
-        cdef Py_ssize_t bursts = 1
-        if self.burst_bytes and nbytes > self.burst_bytes:
-            bursts = (nbytes + self.burst_bytes - 1) // self.burst_bytes
-        self.dma_bytes += nbytes
-        return self.dma_setup + (bursts - 1) * self.burst_overhead + nbytes / self.dma_rate
+        self._set_line((s & en & (NIS | AIS)) != 0)
 
     # -- transmit ring walker ----------------------------------------------------------
 

@@ -16,6 +16,7 @@ and physical memory through typed C calls; set-up and tear-down stay plain.
 """
 from kernelsim import NetDevice
 from kernelsim._physmem cimport PhysMem
+from nic_drivers._nic import NicDriver
 
 from nic_drivers.dec21140 import _model as hw
 from nic_drivers.dec21140._model cimport Dec21140
@@ -38,27 +39,19 @@ ETH_HLEN = 14
 FCS = 4
 
 
-class TulipNetDevice(NetDevice):
+class TulipNetDevice(NicDriver):
     kind = "ether"
     link_header_bytes = ETH_HLEN
     max_payload = RX_BUF_BYTES - ETH_HLEN - FCS
     driver_module = "dec21140"
 
     def __init__(self, node, dev, name, *, tx_ring, rx_ring, budget, store_forward, burst_longwords):
-        super().__init__(node, name, dev.hwaddr)
-        self.dev = dev
+        super().__init__(node, dev, name, dev.hwaddr)
         self.ntx = tx_ring
         self.nrx = rx_ring
         self.budget = budget
         self.store_forward = store_forward
         self.pbl = burst_longwords
-        c = node.costs
-        p = node.profile
-        self.c = c
-        self.c_desc = c.cycles(p["drv.desc_cycles"])
-        self.c_isr = c.cycles(p["drv.isr_cycles"])
-        self.cur_tx = self.dirty_tx = 0
-        self.cur_rx = 0
 
     # -- open / stop (probe and unwind) ---------------------------------------------------
 
@@ -78,12 +71,11 @@ class TulipNetDevice(NetDevice):
                 d = self.tx_ring + 16 * i
                 mem.wr32(d + 4, hw.TDES1_TER if i == self.ntx - 1 else 0)
                 mem.wr32(d + 8, buf)
-            self.take_irq()
+            self.attach_irq()
         except BaseException:
             self.stop()
             raise
         dev = self.dev
-        dev.irq_sink = self.set_irq
         dev.csr_write(0, (self.pbl & 0x3F) << 8)
         dev.csr_write(3, self.rx_ring)
         dev.csr_write(4, self.tx_ring)
@@ -110,7 +102,7 @@ class TulipNetDevice(NetDevice):
     def stop(self) -> None:
         self.dev.csr_write(6, 0)
         self.dev.csr_write(7, 0)
-        self.dev.irq_sink = None
+        self.detach_irq()
         self.release_resources()
 
     # -- transmit ----------------------------------------------------------------------

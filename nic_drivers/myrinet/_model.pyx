@@ -58,6 +58,7 @@ from kernelsim._engine cimport Engine
 from kernelsim._pcibus cimport PciBus
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim._physmem import anonymous_pages
+from nic_drivers._nic cimport NicModel
 
 # Host-visible registers (byte offsets in the register window)
 REG_ISR = 0x00
@@ -76,32 +77,27 @@ CTRL_RUN = 1 << 0
 ROUTE_BIT = 0x80         # a route byte has its most significant bit set
 
 
-cdef class LanaiNI:
+cdef class LanaiNI(NicModel):
     """One LANai board on one node's PCI bus."""
     vendor_id = 0x14C1      # Myricom
     device_id = 0x8043      # Myrinet LANai board
 
-    cdef public object driver
     cdef public object port              # the medium: inject(ni, data, token) or transmit(frame, t)
-    cdef public object irq_sink          # callable(bool): the PCI interrupt line
     cdef public object host_write_sink   # callable(addr, n): a DMA wrote host memory
     cdef public object route_table       # nid -> route bytes, written by the mapper
     cdef public PciBus bus               # the node's modeled PCI bus, or None (see the essay)
     cdef readonly object firmware
-    cdef Engine engine
-    cdef PhysMem host
     cdef readonly int nid
     cdef unsigned char[::1] sram
     cdef readonly object sram_view
     cdef readonly Py_ssize_t sram_bytes, buffer_bytes, firmware_bytes
     cdef readonly double hz, cycle_s
-    # PCI
-    cdef readonly double dma_rate, dma_setup, pci_clock_s, pio_burst_clocks
+    # PCI (the DMA timing is NicModel's: one burst per transfer)
+    cdef readonly double pci_clock_s, pio_burst_clocks
     cdef readonly int wc_burst, bus_bytes
     cdef readonly double send_setup_s
     # registers
     cdef unsigned int isr, eimr, ctrl
-    cdef bint _line
     # processor
     cdef object _q_hi, _q_lo
     cdef object _cur
@@ -126,17 +122,14 @@ cdef class LanaiNI:
     cdef readonly long long h_transfers, h_bytes, s_packets, s_bytes, tx_no_link, tx_too_long
     cdef readonly double h_busy_s, s_busy_s
     cdef readonly long long rx_packets, rx_bytes, rx_crc_errors, rx_misrouted, rx_too_long
-    cdef readonly long long rx_no_buffer, rx_halted, rx_blocked, irq_raised
+    cdef readonly long long rx_no_buffer, rx_halted, rx_blocked
     cdef readonly long long pio_writes, pio_bytes, pio_reads
     cdef readonly object last_fault
 
     def __cinit__(self, Engine engine, PhysMem host, int nid, profile):
-        self.engine = engine
-        self.host = host
+        self._init_nic(engine, host, profile, False)
         self.nid = nid
-        self.driver = None
         self.port = None
-        self.irq_sink = None
         self.host_write_sink = None
         self.route_table = {}
         self.bus = None
@@ -151,8 +144,6 @@ cdef class LanaiNI:
         self.sram = self.sram_view
         self.hz = profile["lanai.hz"]
         self.cycle_s = 1.0 / self.hz
-        self.dma_rate = profile["pci.dma_rate_Bps"]
-        self.dma_setup = profile["pci.dma_setup_s"]
         self.pci_clock_s = 1.0 / profile["pci.clock_hz"]
         self.bus_bytes = int(profile["pci.bus_bytes"])
         self.wc_burst = int(profile["pci.wc_burst_bytes"])
@@ -224,13 +215,7 @@ cdef class LanaiNI:
                 self._reset()
 
     cdef _update_irq(self):
-        cdef bint line = (self.isr & self.eimr) != 0
-        if line != self._line:
-            self._line = line
-            if line:
-                self.irq_raised += 1
-            if self.irq_sink is not None:
-                self.irq_sink(line)
+        self._set_line((self.isr & self.eimr) != 0)
 
     cpdef raise_host(self, unsigned int bits):
         """Firmware: set ISR bits (the line rises if the host enabled them in EIMR)."""
@@ -449,9 +434,6 @@ cdef class LanaiNI:
 
     # -- host DMA engine (host memory <-> SRAM over PCI) ----------------------------------
 
-    cpdef double dma_time(self, Py_ssize_t n):
-        return self.dma_setup + n / self.dma_rate
-
     cpdef host_dma(self, bint to_host, Py_ssize_t host_addr, Py_ssize_t sram_off, Py_ssize_t n,
                    object then=None, object arg=None):
         """Firmware: queue a host DMA; `then(arg)` is posted to the processor when it is done."""
@@ -469,7 +451,7 @@ cdef class LanaiNI:
         if self.bus is not None:
             t = self.bus.dma_start(self.engine.now, <Py_ssize_t> req[3]) - self.engine.now
         else:
-            t = self.dma_time(<Py_ssize_t> req[3])
+            t = self.dma_span(<Py_ssize_t> req[3])
         self.h_busy_s += t
         self.h_transfers += 1
         self.h_bytes += <Py_ssize_t> req[3]
@@ -487,15 +469,15 @@ cdef class LanaiNI:
             self.bus.dma_finish()
         self._h_cur = None
         to_host, host_addr, off, n, then, arg = req
-        if not span_ok(off, n, self.sram_bytes) or host_addr <= 0 or not span_ok(host_addr, n, self.host.size):
+        if not span_ok(off, n, self.sram_bytes) or host_addr <= 0 or not span_ok(host_addr, n, self.mem.size):
             self.dma_errors += 1
             self.isr |= ISR_ERR
             self._update_irq()
         elif n:
             if to_host:
-                memcpy(&self.host.buf[host_addr], &self.sram[off], n)
+                memcpy(&self.mem.buf[host_addr], &self.sram[off], n)
             else:
-                memcpy(&self.sram[off], &self.host.buf[host_addr], n)
+                memcpy(&self.sram[off], &self.mem.buf[host_addr], n)
         self._h_start()
         if to_host and self.host_write_sink is not None:
             self.host_write_sink(host_addr, n)

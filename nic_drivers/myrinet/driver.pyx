@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import errno
 
-from kernelsim import NetDevice, WaitQueue, WouldBlock
+from kernelsim import WaitQueue, WouldBlock
 
+from nic_drivers._nic import NicDriver
 from nic_drivers.myrinet import _model as hw
 from nic_drivers.myrinet.fabric import RouteTable
 from nic_drivers.myrinet.firmware import (
@@ -51,15 +52,14 @@ TX_WAIT_POLL = 1
 TX_WAIT_IRQ = 2
 
 
-class MyrinetNetDevice(NetDevice):
+class MyrinetNetDevice(NicDriver):
     kind = "myrinet"
     link_header_bytes = ROUTE_MAX + 4          # route area, Myrinet packet type, link protocol
     driver_module = "myrinet"
 
     def __init__(self, node, dev, name, *, tx_ring, rx_ring, bulk_ring, rx_mode, watchdog_us, pio_max, budget, abandon_s: float = 1.0):
-        super().__init__(node, name, node.nid)
+        super().__init__(node, dev, name, node.nid)
         p = node.profile
-        self.dev = dev
         self.abandon_s = abandon_s
         self.ntx = tx_ring
         self.nrx = rx_ring
@@ -72,14 +72,8 @@ class MyrinetNetDevice(NetDevice):
         self.budget = budget
         self.max_payload = dev.buffer_bytes - self.link_header_bytes
         self.slot_bytes = (dev.buffer_bytes + 4 + 63) // 64 * 64
-        c = node.costs
-        self.c = c
-        self.c_desc = c.cycles(p["drv.desc_cycles"])
-        self.c_isr = c.cycles(p["drv.isr_cycles"])
         self.desc_pio_s = dev.pio_time(12) + dev.pio_time(4)    # descriptor words, then the producer word
         self.routes = RouteTable(None, ())
-        self.cur_tx = self.dirty_tx = 0
-        self.cur_rx = 0
         self.cur_bulk = 0
         self.eimr = 0
         self._rlen = 0
@@ -102,7 +96,7 @@ class MyrinetNetDevice(NetDevice):
             self.rx_ring = self.alloc(self.nrx * self.slot_bytes, 64)
             self.bulk_ring = self.alloc(self.nbulk * self.slot_bytes, 64) if self.nbulk else 0
             self.txdone = self.alloc(64, 64)
-            self.take_irq()
+            self.attach_irq()
             fw = DPFirmware(node.profile, self.ntx, self.abandon_s)
             dev.load_firmware(fw)
             self.fw = fw
@@ -122,7 +116,6 @@ class MyrinetNetDevice(NetDevice):
         elif not isinstance(table, RouteTable):         # routes written by hand: a plain mapping
             table = RouteTable(table.get, list(table))
         self.routes = table
-        dev.irq_sink = self.set_irq
         dev.host_write_sink = self._host_write
         w = dev.pio_write32
         for off, value in ((CB_SEND_PROD, 0), (CB_RX_CONS, 0), (CB_BULK_CONS, 0), (CB_TX_WAIT, 0),
@@ -141,7 +134,7 @@ class MyrinetNetDevice(NetDevice):
         dev = self.dev
         dev.csr_write(hw.REG_CTRL, 0)
         dev.csr_write(hw.REG_EIMR, 0)
-        dev.irq_sink = None
+        self.detach_irq()
         dev.host_write_sink = None
         if self.fw is not None and dev.firmware is self.fw:
             dev.unload_firmware()

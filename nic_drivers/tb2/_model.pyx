@@ -58,6 +58,7 @@ import errno
 
 from kernelsim._engine cimport Engine
 from kernelsim._physmem cimport PhysMem
+from nic_drivers._nic cimport NicModel
 
 # -- packet format (SP-A21, SP-A22): 32-byte header, 224 bytes of data -----------------
 ENTRY_BYTES = 256
@@ -101,20 +102,15 @@ cdef inline unsigned int _be16(const unsigned char[::1] b, Py_ssize_t i):
     return (b[i] << 8) | b[i + 1]
 
 
-cdef class Tb2Adapter:
+cdef class Tb2Adapter(NicModel):
     """One TB2 adapter on one node's MicroChannel."""
 
-    cdef public object driver           # the kernel netdev of the tb2 module, once bound
     cdef public object owner            # who has the FIFOs: None, the netdev, or user FIFOs
-    cdef Engine engine
-    cdef PhysMem mem
     cdef readonly int nid
     cdef readonly bytes hwaddr
     cdef public object port             # switch port: transmit(packet, t) -> (start, end)
-    cdef public object irq_sink         # callable(bool): the MicroChannel interrupt line
     cdef public object on_rx            # callable(): an entry was written (polling owners)
     cdef public object on_tx_space      # callable(): a send entry became free
-    cdef bint _line
     # registers
     cdef unsigned char lengths[256]
     cdef Py_ssize_t send_base, recv_base
@@ -134,35 +130,26 @@ cdef class Tb2Adapter:
     cdef double i860_free
     cdef unsigned int epoch             # bumps on every reset: stale events are ignored
     # timing (profile)
-    cdef double notice_s, i860_tx_s, i860_rx_s, dma_setup, dma_rate, burst_overhead
-    cdef int burst_bytes
+    cdef double notice_s, i860_tx_s, i860_rx_s
     # statistics
     cdef readonly long long tx_packets, tx_bytes, tx_errors, fifo_stalls
     cdef readonly long long rx_packets, rx_bytes, rx_overflow, rx_crc_errors, rx_malformed
-    cdef readonly long long rx_misrouted, rx_disabled, pops, pop_errors, dma_bytes, irq_raised
+    cdef readonly long long rx_misrouted, rx_disabled, pops, pop_errors
     cdef readonly long long reg_writes, reg_reads
 
     def __cinit__(self, Engine engine, PhysMem mem, int nid, bytes hwaddr, profile):
-        self.engine = engine
-        self.mem = mem
+        self._init_nic(engine, mem, profile, True)
         self.nid = nid
         self.hwaddr = hwaddr
-        self.driver = None
         self.owner = None
         self.port = None
-        self.irq_sink = None
         self.on_rx = None
         self.on_tx_space = None
         self.notice_s = profile["tb2.notice_s"]
         self.i860_tx_s = profile["tb2.i860_tx_s"]
         self.i860_rx_s = profile["tb2.i860_rx_s"]
-        self.dma_setup = profile["pci.dma_setup_s"]
-        self.dma_rate = profile["pci.dma_rate_Bps"]
-        self.burst_overhead = profile["pci.burst_overhead_s"]
         self.burst_bytes = int(profile["tb2.dma_burst_bytes"])
         self.fifo_slots = max(1, min(MAX_FIFO_SLOTS, int(profile["tb2.fifo_bytes"]) // ENTRY_BYTES))
-        if not self.dma_rate > 0:
-            raise OSError(errno.EINVAL, "pci.dma_rate_Bps must be positive")
         self.epoch = 0
         self._reset()
 
@@ -283,27 +270,6 @@ cdef class Tb2Adapter:
     cdef _update_irq(self):
         self._set_line((self.int_enable & self.int_status) != 0)
 
-    cdef _set_line(self, bint line):
-        if line != self._line:
-            self._line = line
-            if line:
-                self.irq_raised += 1
-            if self.irq_sink is not None:
-                self.irq_sink(line)
-
-    # -- DMA across the MicroChannel ----------------------------------------------------
-
-    cpdef double dma_time(self, Py_ssize_t nbytes):
-        """One DMA transaction of `nbytes` (counted in the statistics)."""
-        self.dma_bytes += nbytes
-        return self._dma_span(nbytes)
-
-    cdef double _dma_span(self, Py_ssize_t nbytes):
-        cdef Py_ssize_t bursts = 1
-        if self.burst_bytes > 0 and nbytes > self.burst_bytes:
-            bursts = (nbytes + self.burst_bytes - 1) // self.burst_bytes
-        return self.dma_setup + (bursts - 1) * self.burst_overhead + nbytes / self.dma_rate
-
     # -- send side: the i860 walks the send FIFO ------------------------------------------
 
     cdef _tx_check(self):
@@ -366,7 +332,7 @@ cdef class Tb2Adapter:
             self.fifo_stalls += 1
         end = start + self.dma_time(nbytes)
         self.dma_tx_free = end
-        first = start + self._dma_span(nbytes if nbytes < self.burst_bytes or self.burst_bytes <= 0
+        first = start + self.dma_span(nbytes if nbytes < self.burst_bytes or self.burst_bytes <= 0
                                        else self.burst_bytes)
         if first < end:
             self.engine.at(first, self._tx_link, (epoch, entry, nbytes, slot, end))

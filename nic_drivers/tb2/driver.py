@@ -24,31 +24,27 @@ from __future__ import annotations
 
 import errno
 
-from kernelsim import LEVEL_IRQ, NetDevice, WouldBlock
+from kernelsim import LEVEL_IRQ, WouldBlock
+from nic_drivers._nic import NicDriver
 
 from nic_drivers.tb2 import _model as hw
 from nic_drivers.tb2.fifos import HostFifos, UserFifos
 
 
-class Tb2NetDevice(NetDevice):
+class Tb2NetDevice(NicDriver):
     kind = "tb2"
     link_header_bytes = hw.HDR_BYTES
     max_payload = hw.DATA_MAX
     driver_module = "tb2"
 
     def __init__(self, node, dev, name, *, pop_every: int, budget: int, irq_holdoff_us: float = 0.0):
-        super().__init__(node, name, dev.hwaddr)
-        self.dev = dev
+        super().__init__(node, dev, name, dev.hwaddr, desc_cycles=None, isr_cycles="tb2.isr_cycles")
         self.pop_every = pop_every
         self.budget = budget
         self.holdoff_s = irq_holdoff_us * 1e-6
         self._holdoff_ev = -1
         self.holdoffs = 0
-        c = node.costs
-        p = node.profile
-        self.c = c
-        self.c_entry = c.cycles(p["tb2.entry_cycles"])
-        self.c_isr = c.cycles(p["tb2.isr_cycles"])
+        self.c_entry = self.cycles("tb2.entry_cycles")
         self.fifos: HostFifos | None = None
         self.user: UserFifos | None = None
         self._owed = 0.0            # a transmit-done read done in tx_reserve, paid at commit
@@ -77,13 +73,12 @@ class Tb2NetDevice(NetDevice):
         fifos = HostFifos(self.node, self.dev, self, self.pop_every)
         fifos.attach()                                  # EBUSY if anyone else holds the card
         try:
-            self.take_irq()
+            self.attach_irq()
         except BaseException:
             fifos.detach()
             raise
         self.fifos = fifos
         dev = self.dev
-        dev.irq_sink = self.set_irq
         dev.on_tx_space = self.tx_space.wake
         dev.reg_write(hw.REG_INT_ENABLE, hw.INT_RX, 4)
 

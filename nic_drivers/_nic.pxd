@@ -1,0 +1,22 @@
+# What the four NIC models share (declared here; `_nic.pyx` implements it): the
+# interrupt line, the bus-master DMA timing and the counters of both.
+from kernelsim._engine cimport Engine, EventTarget
+from kernelsim._physmem cimport PhysMem
+
+
+cdef class NicModel(EventTarget):
+    cdef public object driver           # the kernel netdev bound to this card, or None
+    cdef public object irq_sink         # callable(bool): the interrupt line (the driver's set_irq)
+    cdef Engine engine
+    cdef PhysMem mem                    # host physical memory: reached only by DMA
+    cdef bint _line                     # the level the card drives on its interrupt line
+    # bus-master DMA timing (profile): a set-up per transfer, a re-arbitration every
+    # `burst_bytes` (0: one burst, however long), the sustained byte rate
+    cdef readonly double dma_setup, burst_overhead, dma_rate
+    cdef readonly Py_ssize_t burst_bytes
+    cdef readonly long long dma_bytes, irq_raised
+
+    cdef _init_nic(self, Engine engine, PhysMem mem, profile, bint bursts)
+    cdef _set_line(self, bint line)
+    cdef double dma_span(self, Py_ssize_t nbytes) noexcept
+    cpdef double dma_time(self, Py_ssize_t nbytes)

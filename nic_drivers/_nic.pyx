@@ -1,0 +1,93 @@
+# cython: language_level=3, cdivision=True
+"""What every NIC here shares, once: the hardware side's `NicModel`, the kernel side's `NicDriver`.
+
+A device model (the 21140, the PCA-200E, the LANai board, the TB2) is a `NicModel`:
+it drives one interrupt line and masters host memory by DMA. The line is a level the
+card computes from its own status and mask registers; `_set_line` passes a change of
+level -- and only a change -- to the sink the driver installed (its `set_irq`), and
+counts the rising edges. A DMA transfer costs a set-up, a re-arbitration for every
+burst after the first, and its bytes at the sustained rate (HW-21140, HW-ATM,
+HW-MYRI, SP-A16); the four cards differ only in their burst length and in the bus the
+profile describes. Everything else -- register files, rings, firmware -- is the
+model's own.
+
+A driver (`NicDriver`) binds one such card: it keeps the node's costs, the per-
+descriptor and per-interrupt CPU costs from the profile, the transmit/receive ring
+counters `NetDevice.ring_reserve` reads, and wires the card's line to its IRQ.
+"""
+import errno
+
+from kernelsim import NetDevice
+from kernelsim._engine cimport Engine, EventTarget
+from kernelsim._physmem cimport PhysMem
+
+__all__ = ["NicModel", "NicDriver"]
+
+
+cdef class NicModel(EventTarget):
+    """The part of a NIC model every card has: its interrupt line and its DMA engine's timing."""
+
+    cdef _init_nic(self, Engine engine, PhysMem mem, profile, bint bursts):
+        """Bind to the node and read the DMA timing; `bursts`: the card re-arbitrates
+        (pci.burst_overhead_s applies; the burst length is the model's to set)."""
+        self.engine = engine
+        self.mem = mem
+        self.driver = None
+        self.irq_sink = None
+        self._line = False
+        self.dma_setup = profile["pci.dma_setup_s"]
+        self.dma_rate = profile["pci.dma_rate_Bps"]
+        self.burst_overhead = profile["pci.burst_overhead_s"] if bursts else 0.0
+        self.burst_bytes = 0
+        if not self.dma_rate > 0:
+            raise OSError(errno.EINVAL, "pci.dma_rate_Bps must be positive")
+
+    cdef _set_line(self, bint line):
+        if line != self._line:
+            self._line = line
+            if line:
+                self.irq_raised += 1
+            if self.irq_sink is not None:
+                self.irq_sink(line)
+
+    cdef double dma_span(self, Py_ssize_t nbytes) noexcept:
+        cdef Py_ssize_t bursts = 1
+        if self.burst_bytes > 0 and nbytes > self.burst_bytes:
+            bursts = (nbytes + self.burst_bytes - 1) // self.burst_bytes
+        return self.dma_setup + (bursts - 1) * self.burst_overhead + nbytes / self.dma_rate
+
+    cpdef double dma_time(self, Py_ssize_t nbytes):
+        """One DMA transfer of `nbytes`: its time on the bus (the bytes are counted)."""
+        self.dma_bytes += nbytes
+        return self.dma_span(nbytes)
+
+
+class NicDriver(NetDevice):
+    """The kernel side of one card: its costs and its interrupt wiring.
+
+    `desc_cycles`/`isr_cycles` name the profile keys of the driver's CPU cost per
+    descriptor and per interrupt (None: the driver has no such cost).
+    """
+
+    def __init__(self, node, dev, name, hwaddr, *, desc_cycles="drv.desc_cycles",
+                 isr_cycles="drv.isr_cycles"):
+        super().__init__(node, name, hwaddr)
+        self.dev = dev
+        self.c = node.costs
+        self.c_desc = self.cycles(desc_cycles) if desc_cycles else 0.0
+        self.c_isr = self.cycles(isr_cycles) if isr_cycles else 0.0
+        self.cur_tx = self.dirty_tx = 0         # ring producer / consumer counts (ring_reserve)
+        self.cur_rx = 0
+
+    def cycles(self, key: str) -> float:
+        """CPU seconds of the profile's cycle count `key` on this node."""
+        return self.c.cycles(self.node.profile[key])
+
+    def attach_irq(self) -> None:
+        """Take a free IRQ line and let the card drive it (open, after the rings exist)."""
+        self.take_irq()
+        self.dev.irq_sink = self.set_irq
+
+    def detach_irq(self) -> None:
+        """The card's line goes nowhere (stop, before the resources go back)."""
+        self.dev.irq_sink = None
