@@ -233,12 +233,13 @@ def _stress(args) -> int:
     others = [(k, v) for k, v in profile if not k.startswith("fault.")]
     out = run_stress(args.variant or "I-nirx", args.nodes, args.packets, args.seed, faults, others,
                      args.platform or PLATFORMS[0], lci_params)
-    side = out["ni"] if out["ni"].get("retransmitted") else out["host"]
+    # Where the protocol runs: the host's counters under I-hrx, the NI's under I-nirx.
+    side = out["host"] if out["host"].get("retransmitted") else out["ni"]
     row = {"variant": out["variant"], "platform": out["platform"], "nodes": out["nodes"], "packets": out["packets"],
            "delivered": out["delivered"], "ok": out["ok"], "retransmitted": side.get("retransmitted", 0),
            "acks_sent": side.get("acks_sent", 0), "crc_drops": out["boards"]["crc_errors"],
            "duplicates_dropped": side.get("duplicates", 0), "out_of_order_dropped": side.get("out_of_order", 0),
-           "modeled_s": out["modeled_s"]}
+           "outstanding_at_end": out["host"]["outstanding"], "modeled_s": out["modeled_s"]}
     doc = {"benchmark": "lci-stress", "time": "modeled", "platform": out["platform"], "nic": "myrinet",
            "variant": out["variant"], "seed": args.seed, "fault_rates": out["fault_rates"],
            "overrides": dict(others), "lci_params": lci_params, "results": [row],
@@ -256,7 +257,8 @@ def _stress(args) -> int:
         print(f"# {row['delivered']} of {row['packets']} arrived exactly once, in FIFO order, intact; modeled "
               f"{row['modeled_s'] * 1e3:.1f} ms, wall {out['wall_s']:.1f} s")
         print(f"# injected: {out['faults']}")
-        for k in ("retransmitted", "acks_sent", "crc_drops", "duplicates_dropped", "out_of_order_dropped"):
+        for k in ("retransmitted", "acks_sent", "crc_drops", "duplicates_dropped", "out_of_order_dropped",
+                  "outstanding_at_end"):
             print(f"{k:<24}{row[k]:>12}")
 
     return emit(args, doc, stats, table)

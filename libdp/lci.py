@@ -80,7 +80,9 @@ class LCI:
     @classmethod
     async def open(cls, dp, upcall=None) -> "LCI":
         """lci_open: this process gets the node's NI (ENOSYS without the lci module,
-        EBUSY if another process has it)."""
+        EBUSY if another process has it). A process attached to a real node drives the NI
+        itself: ``dp`` becomes its own kernel's process (`libdp.attach`, LCI-A54)."""
+        dp = await dp.user_level("lci") if hasattr(dp, "user_level") else dp
         fd = await dp._syscall("lci_open", ())
         lci = cls(dp, fd)
         lci.set_upcall(upcall)
@@ -88,6 +90,7 @@ class LCI:
 
     @classmethod
     def open_sync(cls, dp, upcall=None) -> "LCI":
+        dp = dp.sync.user_level("lci") if hasattr(dp, "user_level") else dp
         fd = dp.sync._call(lambda e: dp._node.syscall_path(dp._proc, "lci_open", (), e), None, 0.0)
         lci = cls(dp, fd)
         lci.set_upcall(upcall)
@@ -299,8 +302,8 @@ class LCI:
 
 def _gave_up(lib) -> bool:
     """Closing does not wait forever on a peer that stopped answering (I-hrx: its
-    packets time out again and again) or a broken variant."""
-    return lib.aborted is not None or lib.st["timeouts"] > 64
+    packets time out ``lci.retx_give_up`` times in a row) or a broken variant."""
+    return lib.aborted is not None or lib.peer_gone()
 
 
 class SyncLCI:

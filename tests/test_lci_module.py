@@ -186,6 +186,13 @@ def test_window_is_derived_from_ni_memory_and_mtu():
     assert p3 > ws["I-sdma"]                            # LANai 9: more SRAM, more buffers per sender
 
 
+@pytest.mark.parametrize("platform", [PPRO, "p3_1000_lanai9"])
+def test_one_window_rule_for_every_variant(platform):
+    """The go-back-N variants use the W of NI memory too (costs.py): same as I-sdma's."""
+    ws = {v: lci_cluster(v, platform=platform).nodes[0].services["lci"].window for v in ("I-sdma", "I-nirx", "I-hrx")}
+    assert ws["I-nirx"] == ws["I-hrx"] == ws["I-sdma"]
+
+
 def test_interrupt_receive_through_the_polling_watchdog():
     """A process asleep in wait() is woken by the watchdog's interrupt, no sooner than
     the timeout after the packet landed unpolled (LCI-C09)."""

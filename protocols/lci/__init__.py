@@ -62,7 +62,7 @@ import errno
 from kernelsim import Module, Param
 
 from protocols.lci.hostmcast import install_group, my_group
-from protocols.lci.service import LciEndpoint, LciService
+from protocols.lci.service import LciEndpoint, LciService, lci_routes
 from protocols.lci.trees import parse_tree
 from protocols.lci.variants import (MTUS, MULTICAST, PAPER_VARIANTS, RELIABILITY, TRANSFER, Variant, parse_variant,
                                     resolve)
@@ -82,7 +82,7 @@ def _init(kernel, **params):
     if not devs:
         raise OSError(errno.ENODEV, f"lci: node {kernel.nid} has no Myrinet board driven by the myrinet module")
     nd = devs[0]
-    group = my_group(kernel.nid, params["groups"], set(nd.dev.route_table) | {kernel.nid}, tree)
+    group = my_group(kernel.nid, params["groups"], set(lci_routes(nd)) | {kernel.nid}, tree)
     mods = kernel.modules
     if mods.loaded("dp"):
         if not params["displace_dp"]:
@@ -140,7 +140,7 @@ MODULE = Module(
         "groups": Param(str, "", "multicast groups, disjoint (LCI-A50): members N or A-B joined by '+', groups "
                                  "separated by '/' (e.g. 0-31/32-63); empty: one group of all nodes (A52)"),
         "window": Param(int, 0, "W: credits per sender (reliability=none) or the go-back-N window; 0: derived "
-                                "from NI memory (lci.rx_pool_bytes, lci.senders) or lci.retx_window",
+                                "from NI memory (lci.rx_pool_bytes, lci.senders), for every variant",
                         min=0, max=4096),
         "displace_dp": Param(bool, True, "unload an idle DP from the node at insmod and load it back at rmmod "
                                          "(0: refuse with EBUSY while DP is loaded)"),

@@ -10,7 +10,9 @@ never in the protocol.
   it: no copy for retransmission) and the time it was last sent -- and the window.
   A cumulative acknowledgement frees the prefix it covers; a timer expiry resends every
   unacknowledged packet whose time stamp is too old; a retransmission request (I-nirx)
-  goes back to the sequence number it names.
+  goes back to the sequence number it names. `expiries` counts the time-outs in a row
+  that brought no acknowledgement: the caller backs its time-out off by it
+  (``LciCosts.rto``), and an acknowledgement that frees anything resets it.
 * `RxWindow`, per sender at the receiver: the sequence number expected next and how
   many packets were accepted since the last acknowledgement went back (the half-window
   ack and the delayed-ack timer look at it). Out-of-sequence packets are dropped by the
@@ -30,10 +32,12 @@ cdef class TxWindow:
     cdef public int window, next_seq
     cdef public object tokens, stamps
     cdef public long long sent, resent
+    cdef public int expiries
 
     def __init__(self, int window):
         self.window = window
         self.next_seq = 0
+        self.expiries = 0
         self.tokens = deque()
         self.stamps = deque()
 
@@ -65,6 +69,7 @@ cdef class TxWindow:
         for _ in range(n):
             freed.append(self.tokens.popleft())
             self.stamps.popleft()
+        self.expiries = 0                # the path works: the next time-out is the base one
         return freed
 
     cpdef int index(self, int seq):

@@ -18,6 +18,23 @@ which gives 4 (PPro) and 8 (P3) with the 2 Kbyte MTU -- the "small, fixed number
 §4.1, twice as big on the P3 (§7) -- 8 and 16 with I-1k, and 2 and 4 with I-4k, where
 W/2 = 1 on the PPro: every data packet gets its own acknowledgement (LCI-C07, §5.5).
 Even, so that the half-window acknowledgement after W/2 releases is whole.
+
+**One W for every variant.** The go-back-N variants (I-nirx, I-hrx) use the same W as
+their window of unacknowledged packets per destination. Their senders share the
+receive pool rather than reserving it (LCI-C12), so their window need not shrink with
+the cluster -- but a window of their own (once a separate constant, 16 on the PPro and
+32 on the P3) made them differ from I-sdma in how much each sender may have in flight
+as well as in where the protocol runs, so their g came out *below* I-sdma's where the
+paper finds it above (LCI-C13). With one W they differ in mechanism only, and the P3's
+windows are twice the PPro's for all of them (section 7).
+
+**Retransmission time-out.** ``lci.retx_timeout_s`` is the time-out of a packet sent
+into an idle path; a time-out that passes with nothing acknowledged doubles the next
+one, up to ``2**lci.retx_backoff_max`` times (queues full of packets ahead of ours make
+a round trip far longer than the idle one: without the back-off each time-out resent
+the whole window again, to be dropped as duplicates). Any acknowledgement that frees a
+packet resets it. After ``lci.retx_give_up`` time-outs in a row without an
+acknowledgement the peer is deemed gone (close stops waiting for it).
 """
 from __future__ import annotations
 
@@ -60,8 +77,9 @@ class LciCosts:
         self.mem_miss = p["mem.miss_s"]
         self.send_buffers = int(p["lci.send_buffers"])
         self.host_rx_buffers = int(p["lci.host_rx_buffers"])
-        self.retx_window = int(p["lci.retx_window"])
         self.retx_timeout_s = p["lci.retx_timeout_s"]
+        self.retx_backoff_max = int(p["lci.retx_backoff_max"])
+        self.retx_give_up = int(p["lci.retx_give_up"])
         self.delayed_ack_s = p["lci.delayed_ack_s"]
         self.stall_s = p["lci.stall_s"]
         self.anon_pages = int(p["lci.anon_pages"])
@@ -74,3 +92,7 @@ class LciCosts:
             return 0.0
         rate = self.copy_l2_Bps if working_set <= self.l2_bytes else self.copy_mem_Bps
         return self.copy_base_s + nbytes / rate
+
+    def rto(self, tx) -> float:
+        """The retransmission time-out of a window after its consecutive time-outs."""
+        return self.retx_timeout_s * (1 << min(tx.expiries, self.retx_backoff_max))

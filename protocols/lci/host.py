@@ -184,6 +184,7 @@ class HostLib:
         self.pio_desc = self.dev.pio_time(DESC_WRITE)
         self.pio_word = self.dev.pio_time(4)
         self.mc = HostMulticast(self)   # multicast and fetch-and-add (hostmcast.py)
+        self.realtime = not node.modeled
 
     def setup(self, rx_bufs, slot, cpl_ring, nsd, status, sendq, anon) -> None:
         """The memory the service allocated; give the NI every receive buffer and anonymous page."""
@@ -235,7 +236,7 @@ class HostLib:
             raise OSError(errno.EINVAL, f"destination node must be an int, not {dest!r}")
         if dest == self.node.nid:
             raise OSError(errno.EINVAL, "LCI sends to other nodes only (no loopback)")
-        if dest not in self.dev.route_table and "myrinet" not in self.node.hosts.get(dest, {}):
+        if dest not in self.fw.routes:
             raise OSError(errno.EHOSTUNREACH, f"node {dest} is not on this node's Myrinet")
 
     def check_abort(self) -> None:
@@ -566,6 +567,8 @@ class HostLib:
             self.dev.pio_write32(L.CB_POLLED, self.polled & MASK32)
         if self.reliability == "host":
             yield from self._hrx_service()
+        if self.realtime:
+            self.dev.pio_write32(L.CB_TICK, 1)          # the NI looks at its clock (timer.py)
         if self.mc.queue:
             yield from self.mc.service_path()           # host-forwarded multicast (C12, C20)
         return n
@@ -618,7 +621,7 @@ class HostLib:
 
     def _arm_retx(self, p: HostPeer) -> None:
         if p.retx_due is None and p.tx.outstanding():
-            p.retx_due = p.tx.oldest_stamp() + self.c.retx_timeout_s
+            p.retx_due = p.tx.oldest_stamp() + self.c.rto(p.tx)
             self.timed.add(p.nid)
 
     def _hrx_receive(self, hdr):
@@ -677,9 +680,8 @@ class HostLib:
                     p.ack_due = None
             if p.retx_due is not None and p.retx_due <= now:
                 p.retx_due = None
-                stale = p.tx.stale(now, self.c.retx_timeout_s)
-                if stale:
-                    self.st["timeouts"] += 1
+                stale = p.tx.stale(now, self.c.rto(p.tx))
+                resent = 0
                 for j in stale:
                     ok = yield from self._need(buffers=0)
                     if not ok:
@@ -688,7 +690,13 @@ class HostLib:
                     p.tx.restamp(j, now)
                     buf = p.tx.token(j)
                     self._post(L.SD_RETX, 0, 0, nid, buf, seq_ack=(p.tx.seq_at(j) << 16) | self._ack_going(p))
-                    self.st["retransmitted"] += 1
+                    resent += 1
+                if resent:
+                    self.st["timeouts"] += 1
+                    self.st["retransmitted"] += resent
+                    p.tx.expiries += 1                 # the next time-out is twice as long (costs.py)
+                elif stale:
+                    p.retx_due = now                   # no descriptor free: at the next poll
                 self._arm_retx(p)
             if p.ack_due is None and p.retx_due is None:
                 self.timed.discard(nid)
@@ -701,6 +709,8 @@ class HostLib:
             for t in (p.ack_due, p.retx_due):
                 if t is not None and (due is None or t < due):
                     due = t
+        if self.realtime and self.reliability == "ni" and self.outstanding():
+            due = self.engine.now         # real time: keep polling while the NI may have to resend
         if self.reliability == "none" and self.stalled_since is not None:
             t = self.stalled_since + self.c.stall_s
             due = t if due is None or t < due else due
@@ -739,6 +749,11 @@ class HostLib:
         self.interrupts = bool(on)
         self.dev.pio_write32(L.CB_POLLED, self.polled & MASK32)
         self.dev.pio_write32(L.CB_IRQ, 1 if on else 0)
+
+    def peer_gone(self) -> bool:
+        """Has a peer acknowledged nothing through ``lci.retx_give_up`` time-outs in a row?"""
+        give_up = self.c.retx_give_up
+        return any(p.tx.expiries >= give_up for p in self.peers.values())
 
     def outstanding(self) -> int:
         """Descriptors the NI has not completed, plus I-hrx packets unacknowledged."""

@@ -27,7 +27,13 @@ from protocols.lci.firmware import LciFirmware, RELIABILITY_CODES, TRANSFER_CODE
 from protocols.lci.firmware import layout as L
 from protocols.lci.host import HostLib
 
-__all__ = ["LciService", "LciEndpoint"]
+__all__ = ["LciService", "LciEndpoint", "lci_routes"]
+
+
+def lci_routes(netdev):
+    """The routes LCI's NI sends by: what the mapper loaded into the board, or -- on a
+    real transport, where no mapper ran -- the driver's one-crossbar table (driver.pyx)."""
+    return netdev.dev.route_table or netdev.routes
 
 
 class LciEndpoint(OpenFile):
@@ -42,6 +48,15 @@ class LciEndpoint(OpenFile):
         self.lib = svc.lib
         self.closed = False
         self.fd = -1
+
+    def export_to(self, owner):
+        """Real nodes: the LCI process drives the NI itself (LCI-A54: user-level access), so
+        the node hands it the board's frames (`kernelsim.daemon.Passthrough`); its own copy
+        of this module runs LCI there (see `libdp._attach`). ENOTSUP on a modeled fabric."""
+        from kernelsim.daemon import Passthrough
+        export = Passthrough(owner, self.svc.dev.port)
+        self.svc.dev.pio_write32(L.CB_ACCEPT, 0)        # the frames are the process's now
+        return export
 
     def release(self, proc) -> None:
         if self.closed:
@@ -67,14 +82,16 @@ class LciService:
         self.costs = LciCosts(kernel)
         c = self.costs
         p = kernel.profile
-        if variant.reliability == "none":
-            self.window = params["window"] or derive_window(p, variant.mtu)
-        else:
-            self.window = params["window"] or c.retx_window
+        self.window = params["window"] or derive_window(p, variant.mtu)     # one rule for every variant (costs.py)
         self.pool = int(p["lci.rx_pool_bytes"]) // variant.mtu
         if self.pool < 2:
             raise OSError(errno.EINVAL, f"lci: lci.rx_pool_bytes holds fewer than two {variant.mtu}-byte buffers")
-        self.fw = LciFirmware(c, variant, self.window, self.pool)
+        self.fw = LciFirmware(c, variant, self.window, self.pool, lci_routes(netdev))
+        self.fw.realtime = not kernel.modeled
+        # On a real transport the LCI process may be another OS process that drives the
+        # board itself (LciEndpoint.export_to): this NI takes packets only while the
+        # endpoint is open here, and never while its frames are handed over.
+        self.real = hasattr(getattr(self.dev, "port", None), "divert")
         self.lib = None
         self.endpoint = None
         self.opened = 0
@@ -111,7 +128,8 @@ class LciService:
                            (L.CB_WATCHDOG_NS, int(round(c.watchdog_s * 1e9))), (L.CB_WINDOW, self.window),
                            (L.CB_IRQ, 0), (L.CB_POLLED, 0), (L.CB_RETX_NS, int(round(c.retx_timeout_s * 1e9))),
                            (L.CB_DACK_NS, int(round(c.delayed_ack_s * 1e9))), (L.CB_NSEND, fw.nsend),
-                           (L.CB_NFREE, fw.nfree), (L.CB_NANON, fw.nanon), (L.CB_HOST_SLOT, slot)):
+                           (L.CB_NFREE, fw.nfree), (L.CB_NANON, fw.nanon), (L.CB_HOST_SLOT, slot),
+                           (L.CB_ACCEPT, 0 if self.real else 1)):
             w(off, value)
         self.lib = HostLib(self)
         dev.csr_write(hw.REG_EIMR, hw.ISR_RX | hw.ISR_ERR)
@@ -154,11 +172,14 @@ class LciService:
         self.opened += 1
         self.node.modules.module_get("lci")
         ep.fd = proc.fds.install(ep)
+        self.dev.pio_write32(L.CB_ACCEPT, 1)
         return ep.fd
 
     def endpoint_closed(self, ep) -> None:
         if self.endpoint is ep:
             self.endpoint = None
+            if self.real:
+                self.dev.pio_write32(L.CB_ACCEPT, 0)
             self.node.modules.module_put("lci")
 
     # -- the board's interrupt and DMA notices -------------------------------------------------------

@@ -101,7 +101,7 @@ class TxPacket:
 class LciFirmware(Firmware):
     name = "lci"
 
-    def __init__(self, costs, variant, window: int, pool: int):
+    def __init__(self, costs, variant, window: int, pool: int, routes=None):
         self.c = costs
         self.variant = variant
         self.reliability = variant.reliability
@@ -109,6 +109,8 @@ class LciFirmware(Firmware):
         self.mtu = variant.mtu
         self.window = window
         self.pool = pool
+        self.routes = routes             # nid -> route bytes (None: the board's, as the mapper loaded them)
+        self.realtime = False            # a board in real time (timer.py): set by the loader
         self.nsend = costs.send_buffers
         self.nfree = costs.host_rx_buffers
         self.nanon = costs.anon_pages if variant.transfer == "rcpy" else 0
@@ -120,7 +122,7 @@ class LciFirmware(Firmware):
              "nacks_received", "retransmitted", "retx_timeouts", "delayed_acks", "duplicates", "out_of_order",
              "dropped_no_buffer", "crc_errors", "watchdog_interrupts", "rcpy_hits", "rcpy_misses",
              "ntlb_updates", "mcast_sent", "mcast_received", "forwards", "forwards_waiting_buffer",
-             "fa_requests", "fa_replies"), 0)
+             "fa_requests", "fa_replies", "dropped_no_process"), 0)
         self.malformed = dict.fromkeys(W.REASONS[1:] + ("bad_source", "bad_kind_for_variant"), 0)
         self.aborted = None
 
@@ -178,7 +180,7 @@ class LciFirmware(Firmware):
     def peer(self, nid: int):
         p = self.peers.get(nid)
         if p is None:
-            route = self.ni.route_table.get(nid)
+            route = (self.routes if self.routes is not None else self.ni.route_table).get(nid)
             if route is None or nid == self.ni.nid or len(route) > L.ROUTE_MAX:
                 return None
             p = NiPeer(nid, bytes(route), self.window)

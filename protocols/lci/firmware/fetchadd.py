@@ -60,3 +60,4 @@ class FetchAdd:
         f.seq = f.ack = -1
         fw.counters["fa_replies"] += 1
         yield from fw.sendq.ready(peer, f)
+        yield from fw.flow.accepted(peer)               # the reply, if it went, acknowledged it

@@ -12,8 +12,13 @@
   by the NI: sequence numbers and time stamps on the NI, packets kept in their send
   buffers until acknowledged (their send completion goes to the host then), cumulative
   acknowledgements piggybacked on every packet back, an explicit one after half a
-  window, a delayed-acknowledgement timer per sender, retransmission of every packet
-  too long unacknowledged. All senders share the receive pool; a packet that finds it
+  window of packets accepted, a delayed-acknowledgement timer per sender started when
+  a packet arrives (LCI-C12), retransmission of every packet too long unacknowledged,
+  the time-out backed off while nothing is acknowledged (``LciCosts.rto``). A packet
+  is acknowledged once the NI has accepted it, not once the host has taken it: the
+  host's pace is the pool's business (drops and requests to resend), and an
+  acknowledgement held back until the host polls made busy hosts' peers time out and
+  resend whole windows the NI already had. All senders share the receive pool; a packet that finds it
   empty is dropped and its sender asked to go back as soon as a buffer is free.
 * `HostDriven` (reliability=host: I-hrx; LCI-C12). The host runs that protocol; the NI
   only sends what the host posts (data, acknowledgements, retransmissions from the
@@ -57,6 +62,11 @@ class _Flow:
 
     def on_data(self, peer, hdr):
         return True
+        yield  # pragma: no cover
+
+    def accepted(self, peer):
+        """A data packet from `peer` was accepted and is on its way to the host."""
+        return
         yield  # pragma: no cover
 
     def on_ack(self, peer, hdr):
@@ -222,11 +232,11 @@ class NiGoBackN(_Flow):
     def _send_ack(self, peer):
         yield from self.fw.unicast.send_ctl(peer, W.K_ACK, ack=self._ack_now(peer))
 
-    def released(self, peer):
+    def accepted(self, peer):
         if peer.rx.owed >= self.half:
             yield from self._send_ack(peer)
         elif peer.rx.owed:
-            self.fw.timers.dack(peer)
+            self.fw.timers.dack(peer)               # runs already, or starts now (LCI-C12)
 
     def no_buffer(self, peer, hdr):
         fw = self.fw
@@ -248,9 +258,10 @@ class NiGoBackN(_Flow):
         """Retransmit every packet to `peer` sent too long ago (LCI-C12, on the NI)."""
         fw = self.fw
         tx = peer.tx
-        stale = tx.stale(fw.ni.rtc(), fw.c.retx_timeout_s)
+        stale = tx.stale(fw.ni.rtc(), fw.c.rto(tx))
         if stale:
             fw.counters["retx_timeouts"] += 1
+            tx.expiries += 1
             now = fw.ni.rtc()
             for j in stale:
                 tx.restamp(j, now)

@@ -42,6 +42,9 @@ CB_NSEND = 0x34            # NI send buffers
 CB_NFREE = 0x38            # entries of the free-host-buffer ring
 CB_NANON = 0x3C            # entries of the anonymous-page ring (RCPY)
 CB_HOST_SLOT = 0x40        # bytes of one host receive buffer
+CB_TICK = 0x48             # host, real time only: a look at the NI's clock   [watched]
+CB_ACCEPT = 0x44           # host: take packets from the network (1), or drop them (0): a
+                           # board on a real transport whose LCI process runs elsewhere
 
 SD_BASE = 0x100
 SD_BYTES = 32

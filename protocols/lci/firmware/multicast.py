@@ -202,6 +202,7 @@ class Multicast:
         kids = g.children(fw.ni.nid, root) if g is not None else ()
         slot = self.hold_rx(buf, peer, 1 + len(kids))
         fw.tohost.deliver(peer, buf, n)
+        yield from fw.flow.accepted(peer)
         # The packet area begins ROUTE_MAX before the Myrinet type, as in a send buffer.
         yield from self.fan_out(slot, buf + W.TYPE_BYTES + W.HDR_BYTES - fw.unicast.payload_off, length, root,
                                 kids)

@@ -87,6 +87,13 @@ class RecvQueue:
         if off == self.drop_buf:
             yield from fw.flow.no_buffer(peer, hdr)
             return
+        if not ni.rd32(L.CB_ACCEPT):
+            # No LCI process behind this NI yet (a real node before its script opened LCI):
+            # nothing is accepted or acknowledged, so the sender's retransmission -- or
+            # I-sdma's stall error -- sees the packet lost, not swallowed.
+            fw.counters["dropped_no_process"] += 1
+            yield from self.release(off)
+            return
         yield from handler(peer, off, n)
 
     # -- the kinds every variant knows ---------------------------------------------------------
@@ -96,6 +103,7 @@ class RecvQueue:
         ok = yield from fw.flow.on_data(peer, fw.hdr)
         if ok:
             fw.tohost.deliver(peer, buf, n)
+            yield from fw.flow.accepted(peer)       # its DMA is under way: acknowledge meanwhile
         else:
             yield from self.release(buf)
 
@@ -116,5 +124,6 @@ class RecvQueue:
         ok = yield from fw.flow.on_data(peer, fw.hdr)
         if ok:
             yield from fw.ntlb.on_rcpy(peer, buf, n, fw.hdr)
+            yield from fw.flow.accepted(peer)
         else:
             yield from self.release(buf)

@@ -5,7 +5,13 @@
   only if it expires before the host has taken what was delivered -- a host that polls
   in time never sees an interrupt.
 * I-nirx's retransmission timer per destination with packets outstanding: it fires
-  when the oldest of them has waited ``lci.retx_timeout_s`` (LCI-C12, C13).
+  when the oldest of them has waited the time-out (``lci.retx_timeout_s``, backed off
+  while nothing is acknowledged: ``LciCosts.rto``; LCI-C12, C13).
+* In real time (a board model in a process on a real transport) the engine runs every
+  event at once, so an interval timer cannot wait: the retransmission deadlines are
+  kept here and looked at whenever the host rings ``CB_TICK`` (it does at every poll),
+  as a LANai control program reads its clock in its event loop. The watchdog and the
+  delayed acknowledgement just go at once there.
 * I-nirx's delayed-acknowledgement timer per sender: started when a packet from it is
   accepted and none runs, cancelled by any acknowledgement that goes back, and on
   expiry an explicit acknowledgement goes (LCI-C12).
@@ -28,6 +34,10 @@ class Timers:
     def start(self) -> None:
         self.wd = None
         self.watchdog_s = self.fw.ni.rd32(L.CB_WATCHDOG_NS) * 1e-9
+        self.realtime = self.fw.realtime
+        self.waiting = {}               # real time: peers with packets unacknowledged
+        if self.realtime:
+            self.fw.ni.watch(L.CB_TICK, self.on_tick)
 
     # -- polling watchdog -----------------------------------------------------------------
 
@@ -49,17 +59,34 @@ class Timers:
     def retx(self, peer, restart: bool = False) -> None:
         """Keep a retransmission timer running while packets to `peer` are unacknowledged."""
         ni = self.fw.ni
+        if self.realtime:
+            if peer.tx.outstanding():
+                self.waiting[peer.nid] = peer
+            else:
+                self.waiting.pop(peer.nid, None)
+            return
         if restart and peer.retx_timer is not None:
             ni.cancel_timer(peer.retx_timer)
             peer.retx_timer = None
         if peer.retx_timer is None and peer.tx.outstanding():
-            due = peer.tx.oldest_stamp() + self.fw.c.retx_timeout_s - ni.rtc()
+            due = peer.tx.oldest_stamp() + self.fw.c.rto(peer.tx) - ni.rtc()
             peer.retx_timer = ni.timer(max(due, 1e-9), self.on_retx, peer)
 
     def on_retx(self, peer):
         peer.retx_timer = None
         yield self.fw.c.ni_timer
         yield from self.fw.flow.on_retx_timer(peer)
+
+    def on_tick(self, _):
+        """Real time: retransmit to every peer whose oldest packet has waited too long."""
+        if not self.waiting:
+            return
+        fw = self.fw
+        yield fw.c.ni_timer
+        now = fw.ni.rtc()
+        for peer in list(self.waiting.values()):
+            if peer.tx.outstanding() and peer.tx.oldest_stamp() + fw.c.rto(peer.tx) <= now:
+                yield from fw.flow.on_retx_timer(peer)
 
     def dack(self, peer) -> None:
         if peer.ack_timer is None:
