@@ -1,5 +1,6 @@
 """LCI multicast, fetch-and-add and totally ordered broadcast (issue 14; FACTS LCI-C10..C13, C20..C23)."""
 import errno
+import json
 import importlib.util
 import pathlib
 
@@ -245,3 +246,15 @@ def test_total_order_example_delivers_the_same_order_everywhere():
         assert [s for s, _, _ in orders[0]] == list(range(12))
         assert sorted((src, p) for _, src, p in orders[0]) == sorted(
             (r, f"node {r} message {i}".encode()) for r in range(1, 5) for i in range(3))
+
+
+def test_hrx_binomial_broadcast_on_the_ppro_grid_ends(capsys):
+    """I-hrx, binomial tree, PPro grid, reports going up the tree: this stopped with "modeled
+    deadlock" until each transmission completed its own descriptor and the retransmission
+    time-out backed off (docs/lci.md). The smallest case that deadlocked."""
+    from libdp._cli import main
+    assert main(["lci-bcast", "--nodes", "16", "--variant", "I-hrx", "--tree", "binomial",
+                 "--platform", "ppro200_lanai4", "--sizes", "16", "--iters", "2", "--total", "65536",
+                 "--json", "--quiet"]) == 0
+    row, = json.loads(capsys.readouterr().out)["results"]
+    assert row["variant"] == "I-hrx" and row["size"] == 16 and row["latency_us"] > 0
