@@ -61,8 +61,10 @@ def add_commands(sub, common) -> None:
     q.add_argument("--nodes", "-n", type=positive_int, default=2)
     q.add_argument("--transport", choices=("shm", "udp", "packet"), default="shm")
     q.add_argument("--nic", default=None, help="NIC model of every node (default: the platform's)")
-    q.add_argument("--name", default="default", help="cluster name (default: default)")
-    q.add_argument("--run-dir", default=None, help="run directory (default: <run base>/<name>)")
+    q.add_argument("--name", default=None, help="cluster name (default: default, or $DP_RUN_DIR's last part)")
+    q.add_argument("--run-dir", default=None,
+                   help="run directory (default: <run base>/<name>; without --name, $DP_RUN_DIR if set "
+                        "-- where the other commands look -- and the cluster is named as that directory)")
     q.add_argument("--spin-us", type=float, default=None, metavar="US",
                    help="how long an idle node polls before it sleeps (default: 1000 with 4 CPUs or more, else 0)")
     q.set_defaults(func=_cluster_up)
@@ -192,8 +194,14 @@ def _status(args) -> int:
 def _cluster_up(args) -> int:
     from libdp._realnode import cluster_up
     params = list(args.param)
-    c = cluster_up(args.nodes, name=args.name, transport=args.transport, nic=args.nic, platform=args.platform,
-                   params=params, load=args.load, run_dir=args.run_dir, seed=args.seed,
+    # An exported DP_RUN_DIR is where every later command looks for the cluster, so without
+    # --name the cluster goes there, named as its directory (the inverse of <run base>/<name>).
+    name, run_dir = args.name, args.run_dir
+    if name is None and run_dir is None and os.environ.get("DP_RUN_DIR"):
+        run_dir = os.environ["DP_RUN_DIR"]
+        name = os.path.basename(os.path.normpath(run_dir))
+    c = cluster_up(args.nodes, name=name or "default", transport=args.transport, nic=args.nic,
+                   platform=args.platform, params=params, load=args.load, run_dir=run_dir, seed=args.seed,
                    spin_s=None if args.spin_us is None else args.spin_us * 1e-6)
     print(f"cluster {c.name!r} up: {len(c.nodes)} nodes, {c.nic} over {c.transport}")
     print(f"cluster file: {c.path}")

@@ -1,5 +1,6 @@
 """LCI multicast, fetch-and-add and totally ordered broadcast (issue 14; FACTS LCI-C10..C13, C20..C23)."""
 import errno
+import json
 import importlib.util
 import pathlib
 
@@ -11,8 +12,8 @@ from libdp.lci_mcast import Inbox, mpich_bcast
 from protocols.lci.trees import Group, parse_groups, parse_tree
 
 
-def _cluster(n, variant="I-sdma", tree="binary", params=(), **lci):
-    return Cluster(nodes=n, nic="myrinet", platform="p3_1000_lanai9", params=params,
+def _cluster(n, variant="I-sdma", tree="binary", params=(), platform="p3_1000_lanai9", **lci):
+    return Cluster(nodes=n, nic="myrinet", platform=platform, params=params,
                    load=[("lci", {"variant": variant, "tree": tree, **lci})])
 
 
@@ -185,6 +186,26 @@ def test_broadcast_under_loss_nirx_and_hrx_recover_sdma_stops():
     assert e.value.errno == errno.EIO
 
 
+@pytest.mark.parametrize("platform", ["ppro200_lanai4", "p3_1000_lanai9"])
+@pytest.mark.parametrize("tree", ["binary", "binomial"])
+@pytest.mark.parametrize("variant", ["I-nirx", "I-hrx"])
+def test_broadcast_under_loss_every_tree_and_platform(variant, tree, platform):
+    """Issue 14's fault clause for both trees on both platforms: under seeded 2% loss every
+    receiver gets every broadcast exactly once, intact and in the root's order, with
+    packets really lost and sent again (the NI's go-back-N or the host's, LCI-C12/C13)."""
+    n, count, root = 7, 24, 1
+    c = _cluster(n, variant, tree, params=[("fault.loss", 0.02)], platform=platform)
+    res = c.run_spmd(_bcast_program, count, root, (1024, 300))
+    want = [(root, bytes([i]) * (1024, 300)[i % 2]) for i in range(count)]
+    for rank, (got, _) in enumerate(res):
+        if rank != root:
+            assert got == want
+    assert c.medium.lost > 0
+    resent = sum(node.services["lci"].fw.stats()["retransmitted"] for node in c.nodes)
+    resent += sum(r[1].get("retransmitted", 0) for r in res)
+    assert resent > 0
+
+
 # -- fetch-and-add and total order --------------------------------------------------------------
 
 
@@ -225,3 +246,15 @@ def test_total_order_example_delivers_the_same_order_everywhere():
         assert [s for s, _, _ in orders[0]] == list(range(12))
         assert sorted((src, p) for _, src, p in orders[0]) == sorted(
             (r, f"node {r} message {i}".encode()) for r in range(1, 5) for i in range(3))
+
+
+def test_hrx_binomial_broadcast_on_the_ppro_grid_ends(capsys):
+    """I-hrx, binomial tree, PPro grid, reports going up the tree: this stopped with "modeled
+    deadlock" until each transmission completed its own descriptor and the retransmission
+    time-out backed off (docs/lci.md). The smallest case that deadlocked."""
+    from libdp._cli import main
+    assert main(["lci-bcast", "--nodes", "16", "--variant", "I-hrx", "--tree", "binomial",
+                 "--platform", "ppro200_lanai4", "--sizes", "16", "--iters", "2", "--total", "65536",
+                 "--json", "--quiet"]) == 0
+    row, = json.loads(capsys.readouterr().out)["results"]
+    assert row["variant"] == "I-hrx" and row["size"] == 16 and row["latency_us"] > 0

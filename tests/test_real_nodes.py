@@ -524,6 +524,25 @@ def test_the_readme_flow_am_among_four_nodes(run_base, capsys):
     assert not os.path.exists(os.path.join(run_base, name)) and _shm_entries(name) == []
 
 
+def test_cluster_up_honours_dp_run_dir_as_the_other_commands_do(run_base, tmp_path, monkeypatch, capsys):
+    """`export DP_RUN_DIR=...` (as `dp cluster up` prints it) names one cluster for every command:
+    up must make it there, or status/down/run look where nothing is."""
+    name = f"env{os.getpid()}"
+    run_dir = str(tmp_path / name)
+    monkeypatch.setenv("DP_RUN_DIR", run_dir)
+    assert main(["cluster", "up", "--nodes", "2"]) == 0
+    try:
+        assert os.path.exists(os.path.join(run_dir, "cluster.toml"))
+        assert not os.path.exists(os.path.join(run_base, "default"))
+        capsys.readouterr()
+        assert main(["cluster", "status", "--json"]) == 0
+        status = json.loads(capsys.readouterr().out)
+        assert status["run_dir"] == run_dir and status["cluster"] == name
+    finally:
+        assert main(["cluster", "down"]) == 0
+    assert not os.path.exists(run_dir) and _shm_entries(name) == []
+
+
 def test_am_pingpong_on_real_nodes(run_base, capsys):
     assert main(["am-pingpong", "--real", "--sizes", "1,2", "--iters", "30", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

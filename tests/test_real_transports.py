@@ -337,6 +337,22 @@ def test_too_large_frame_raises_and_leaves_ring_unchanged(rings):
     assert r.recv_into(buf) == -1
 
 
+def test_send2_publishes_head_and_body_as_one_frame(rings):
+    """A call-gate entry is header + message in one slot, no joined copy made first."""
+    r = rings.ring(slots=2, slot_bytes=64)
+    assert r.send2(b"\x01\x08dp_write", memoryview(b"hello"))
+    assert r.send2(b"", bytearray(b"body only"))
+    assert not r.send2(b"h", b"full")                  # two slots taken: dropped, counted
+    with pytest.raises(ValueError):
+        r.send2(b"x" * 30, b"y" * 31)                   # 61 > max_frame together
+    assert r.stats()["dropped_full"] == 1 and r.stats()["sent"] == 2
+    buf = bytearray(64)
+    assert r.recv_into(buf) == 15 and buf[:15] == b"\x01\x08dp_writehello"
+    assert r.recv_into(buf) == 9 and buf[:9] == b"body only"
+    assert r.send2(b"x" * 30, b"y" * 30)                # exactly max_frame fits
+    assert r.recv_into(buf) == 60 and buf[:60] == b"x" * 30 + b"y" * 30
+
+
 def test_small_buffer_leaves_frame_in_ring(rings):
     r = rings.ring(slots=4, slot_bytes=64)
     assert r.send(b"0123456789")

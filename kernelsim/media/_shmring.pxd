@@ -42,6 +42,8 @@ cdef class ShmRing:
     # Hot-path primitives (no Python objects, no GIL needed).
     cdef int send_raw(self, const unsigned char* data, size_t n) noexcept nogil
     cdef int _publish(self, const unsigned char* data, size_t n, bint wake) noexcept nogil
+    cdef int _publish2(self, const unsigned char* data, size_t n, const unsigned char* more, size_t m,
+                       bint wake) noexcept nogil
     cdef Py_ssize_t recv_raw(self, unsigned char* buf, size_t cap) noexcept nogil
     cdef bint pending_raw(self) noexcept nogil
     cdef int prepare_to_sleep_raw(self) noexcept nogil

@@ -481,13 +481,17 @@ cdef class ShmRing:
         return self._publish(data, n, True)
 
     cdef int _publish(self, const unsigned char* data, size_t n, bint wake) noexcept nogil:
+        return self._publish2(data, n, NULL, 0, wake)
+
+    cdef int _publish2(self, const unsigned char* data, size_t n, const unsigned char* more, size_t m,
+                       bint wake) noexcept nogil:
         cdef dp_ring_hdr* h = _hdr(self)
         cdef uint64_t head, tail
         cdef uint32_t n32
         cdef unsigned char* slot
         if h == NULL:
             return RING_CLOSED
-        if n > self._max_frame:
+        if n + m > self._max_frame:
             return RING_TOO_LARGE
         head = dp_load_rlx64(&h.head)          # own index
         tail = dp_load_acq64(&h.tail)          # slot reuse ordered after consumer's copy-out
@@ -495,10 +499,12 @@ cdef class ShmRing:
             dp_bump64(&h.dropped_full)
             return RING_FULL
         slot = self._data + (head & self._mask) * self._slot_bytes
-        n32 = <uint32_t>n
+        n32 = <uint32_t>(n + m)
         memcpy(slot, &n32, 4)
         if n:
             memcpy(slot + 4, data, n)
+        if m:
+            memcpy(slot + 4 + n, more, m)
         dp_bump64(&h.sent)                     # counted before publishing: whoever
         dp_store_rel64(&h.head, head + 1)      # sees the frame sees the count
         dp_fence_seq_cst()                     # order head store before sleeping load
@@ -589,6 +595,35 @@ cdef class ShmRing:
         n = view.len
         r = self._publish(<const unsigned char*>view.buf, <size_t>n, wake)
         PyBuffer_Release(&view)
+        if r == RING_OK:
+            return True
+        if r == RING_FULL:
+            return False
+        if r == RING_TOO_LARGE:
+            raise ValueError(f"frame of {n} bytes exceeds max_frame={self._max_frame}")
+        raise _closed_error(self)
+
+    def send2(self, head, body, bint wake=True):
+        """send2(head, body, wake=True) -> bool
+
+        One frame made of two parts, `head` then `body` (bytes-like, C-contiguous),
+        copied straight into the slot: a caller that prefixes a header to a payload
+        (a call-gate entry: gate name, then the message) builds no joined copy first.
+        Otherwise as `send`."""
+        cdef Py_buffer hv, bv
+        cdef int r
+        cdef Py_ssize_t n
+        PyObject_GetBuffer(head, &hv, PyBUF_SIMPLE)
+        try:
+            PyObject_GetBuffer(body, &bv, PyBUF_SIMPLE)
+        except BaseException:
+            PyBuffer_Release(&hv)
+            raise
+        n = hv.len + bv.len
+        r = self._publish2(<const unsigned char*>hv.buf, <size_t>hv.len,
+                           <const unsigned char*>bv.buf, <size_t>bv.len, wake)
+        PyBuffer_Release(&bv)
+        PyBuffer_Release(&hv)
         if r == RING_OK:
             return True
         if r == RING_FULL:
