@@ -112,27 +112,41 @@ def one(platform: str, nodes: int, iters: int) -> dict:
             "bare_engine_event_us": round(engine_floor(200000) * 1e6, 3)}
 
 
-def bcast(platform: str, nodes: int, size: int, variant: str, tree: str) -> dict:
+def bcast(platform: str, nodes: int, size: int, variant: str, tree: str, active: int = 0) -> dict:
     import resource
+
+    import trio
 
     from libdp import Cluster
     from libdp._lci_mcast_cli import bcast_program, combine_bcast
 
+    active = active or nodes
+    lci = {"variant": variant, "tree": tree}
+    if active < nodes:
+        lci["groups"] = f"0-{active - 1}"             # the others are idle: no group, no program
     base = rss_mb()
     t = time.process_time()
-    c = Cluster(nodes=nodes, nic="myrinet", platform=platform,
-                load=[("lci", {"variant": variant, "tree": tree})])
+    c = Cluster(nodes=nodes, nic="myrinet", platform=platform, load=[("lci", lci)])
     build_s = time.process_time() - t
     built = rss_mb()
+    res = [None] * active
+
+    async def ranks():
+        async def rank_main(rank):
+            res[rank] = await bcast_program(c.process(rank, "bcast"), rank, active, (size,), 1, 0, None, False, None)
+        async with trio.open_nursery() as nursery:
+            for r in range(active):
+                nursery.start_soon(rank_main, r)
+
     ev0 = c.engine.events_run
     t = time.process_time()
-    res = c.run_spmd(bcast_program, (size,), 1, 0, None, False, None)
+    c.run(ranks)
     run_s = time.process_time() - t
     events = c.engine.events_run - ev0
-    row = combine_bcast(res, (size,), variant, tree, nodes, False)[0]
-    deliveries = 2 * (nodes - 1) * max(1, -(-size // c.nodes[0].services["lci"].variant.mtu))   # two broadcasts
+    row = combine_bcast(res, (size,), variant, tree, active, False)[0]
+    deliveries = 2 * (active - 1) * max(1, -(-size // c.nodes[0].services["lci"].variant.mtu))   # two broadcasts
     floor = engine_floor(200000)
-    return {"platform": platform, "nodes": nodes, "variant": variant, "tree": tree, "size": size,
+    return {"platform": platform, "nodes": nodes, "active": active, "variant": variant, "tree": tree, "size": size,
             "latency_us": round(row["latency_us"], 2), "build_cpu_s": round(build_s, 3),
             "run_cpu_s": round(run_s, 3), "total_cpu_s": round(build_s + run_s, 3), "events": events,
             "cpu_us_per_event": round(run_s / events * 1e6, 3),
@@ -171,11 +185,14 @@ def main():
     ap.add_argument("--size", type=int, default=65536, help="--bcast: message bytes (default 65536)")
     ap.add_argument("--variant", default="I-sdma", help="--bcast: LCI variant (default I-sdma)")
     ap.add_argument("--tree", default="binary", help="--bcast: spanning tree (default binary)")
+    ap.add_argument("--active", type=int, default=0,
+                    help="--bcast: broadcast in a group of the first ACTIVE nodes only, the rest of the "
+                         "cluster idle (default: every node)")
     ap.add_argument("--one", nargs=2, metavar=("PLATFORM", "NODES"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         if args.bcast:
-            print(json.dumps(bcast(args.one[0], int(args.one[1]), args.size, args.variant, args.tree)))
+            print(json.dumps(bcast(args.one[0], int(args.one[1]), args.size, args.variant, args.tree, args.active)))
         else:
             print(json.dumps(one(args.one[0], int(args.one[1]), args.iters)))
         return
@@ -184,12 +201,14 @@ def main():
         for platform in args.platforms.split(","):
             for n in (int(x) for x in args.nodes.split(",")):
                 out = subprocess.run([sys.executable, __file__, "--bcast", "--one", platform, str(n), "--size",
-                                      str(args.size), "--variant", args.variant, "--tree", args.tree],
+                                      str(args.size), "--variant", args.variant, "--tree", args.tree,
+                                      "--active", str(args.active)],
                                      check=True, capture_output=True, text=True).stdout
                 rows.append(json.loads(out))
                 if not args.json:
                     r = rows[-1]
-                    print(f"{platform:16} {n:5} nodes {args.variant} {args.tree} {args.size} B: latency "
+                    act = f" ({r['active']} active)" if r["active"] != n else ""
+                    print(f"{platform:16} {n:5} nodes{act} {args.variant} {args.tree} {args.size} B: latency "
                           f"{r['latency_us']:9.2f} us | CPU build {r['build_cpu_s']:6.2f} s run {r['run_cpu_s']:6.2f} s"
                           f" total {r['total_cpu_s']:6.2f} s | {r['events']} events, {r['cpu_us_per_event']:.2f} us"
                           f"/event ({r['event_vs_bare_engine_event']:.1f} bare events), {r['cpu_us_per_delivery']:.1f}"

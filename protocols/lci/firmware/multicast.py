@@ -89,12 +89,25 @@ class Multicast:
         self.fw = fw
         self.group = None
         self.holds = {}
+        self.kids_by_root = {}
 
     # -- the forwarding table ---------------------------------------------------------------
 
     def set_table(self, group) -> None:
         """The host's initialisation: this node's group and its tree (None: no group)."""
         self.group = group
+        self.kids_by_root = {}
+
+    def children(self, root: int) -> tuple:
+        """This node's children in `root`'s tree, worked out from the table once per root
+        (what the NI's forwarding table gives it: LCI-C10), not again for every packet."""
+        kids = self.kids_by_root.get(root)
+        if kids is None:
+            g = self.group
+            if g is None or root not in g:
+                return ()                   # no tree (a bad root is not remembered)
+            kids = self.kids_by_root[root] = tuple(g.children(self.fw.ni.nid, root))
+        return kids
 
     def describe(self):
         g = self.group
@@ -106,6 +119,7 @@ class Multicast:
     def start(self) -> None:
         fw = self.fw
         self.holds = {}
+        self.kids_by_root = {}
         self.rx_slots = {}
         self.tx_slots = {}              # send buffer -> Slot, made by its first multicast (an idle NI: none)
         for p in fw.tx:
@@ -198,8 +212,7 @@ class Multicast:
             return
         fw.counters["mcast_received"] += 1
         yield fw.c.ni_mcast                                 # the forwarding table
-        g = self.group
-        kids = g.children(fw.ni.nid, root) if g is not None else ()
+        kids = self.children(root)
         slot = self.hold_rx(buf, peer, 1 + len(kids))
         fw.tohost.deliver(peer, buf, n)
         yield from fw.flow.accepted(peer)
@@ -214,8 +227,7 @@ class Multicast:
         fw = self.fw
         ni = fw.ni
         root = ni.rd32(d + 12)
-        g = self.group
-        kids = g.children(ni.nid, root) if g is not None else []
+        kids = self.children(root)
         if buf >= fw.nsend or length > fw.mtu or not kids:
             fw.counters["bad_descriptors"] += 1
             fw.sendq.complete(index)
