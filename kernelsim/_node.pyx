@@ -27,6 +27,7 @@ from kernelsim._cpu import Cpu, LEVEL_PROC
 from kernelsim._irq import IrqController
 from kernelsim._modules import ModuleTable
 from kernelsim._physmem import PhysMem
+from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._waits cimport WaitQueue
 
 cdef extern from "sys/eventfd.h":
@@ -186,6 +187,88 @@ class Process:
         return f"<Process {self.pid} {self.name!r} on node {self.node.nid}>"
 
 
+cdef extern from "Python.h":
+    ctypedef enum PySendResult:
+        PYGEN_RETURN
+        PYGEN_ERROR
+        PYGEN_NEXT
+    PySendResult PyIter_Send(object iter, object arg, PyObject** presult)
+
+
+cdef inline int _send(object gen, PyObject** result) except -1:
+    """Resume `gen`: 1 and what it yielded, 0 and what it returned; or raise its error."""
+    return <int> PyIter_Send(gen, None, result)
+
+
+cdef class _Entry:
+    """A kernel entry's path as a C iterator: the entry cost, then the routine's own path.
+
+    What it replaces, for reading (a generator, one Python frame more on every resume
+    of every call's path)::
+
+        if entry:
+            yield entry_cost
+        fn = table.get(name)
+        if fn is None:
+            raise OSError(errno.ENOSYS, f"no {what} {name}")
+        return (yield from fn(proc, *args))
+
+    The routine is looked up and called only once the entry cost has been spent, as
+    in the generator: its checks (EBADF, EINVAL...) happen at that modeled instant.
+    """
+    cdef dict table
+    cdef str what
+    cdef object proc, name, cur, args
+    cdef double cost
+    cdef int state          # 0: entry cost owed, 1: routine not called yet, 2: running it
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef PyObject* res = NULL
+        cdef int r
+        if self.state == 0:
+            self.state = 1
+            return self.cost
+        if self.state == 1:
+            fn = self.table.get(self.name)
+            if fn is None:
+                self.state = 3
+                raise OSError(errno.ENOSYS, f"no {self.what} {self.name}")
+            self.cur = fn(self.proc, *self.args)
+            self.state = 2
+            self.proc = None
+            self.args = None
+        elif self.state != 2:
+            raise StopIteration
+        try:
+            r = _send(self.cur, &res)
+        except BaseException:
+            self.cur = None
+            self.state = 3
+            raise
+        out = <object> res
+        Py_XDECREF(res)
+        if r == 1:
+            return out
+        self.cur = None
+        self.state = 3
+        raise StopIteration(out)
+
+
+cdef _Entry _entry(dict table, str what, proc, name, args, bint entry, double cost):
+    cdef _Entry e = _Entry.__new__(_Entry)
+    e.table = table
+    e.what = what
+    e.proc = proc
+    e.name = name
+    e.args = args
+    e.cost = cost
+    e.state = 0 if entry else 1
+    return e
+
+
 class Node:
     def __init__(self, nid: int, profile, engine, *, modeled: bool = True, name: str | None = None,
                  shared_allocator=None):
@@ -315,23 +398,11 @@ class Node:
 
         ``entry=False`` continues a call that slept in the kernel (no second entry).
         """
-        cdef Costs costs = self.costs
-        if entry:
-            yield costs.syscall
-        fn = self.syscalls.get(name)
-        if fn is None:
-            raise OSError(errno.ENOSYS, f"no system call {name}")
-        return (yield from fn(proc, *args))
+        return _entry(self.syscalls, "system call", proc, name, args, entry, (<Costs> self.costs).syscall)
 
     def callgate_path(self, proc, name, args: tuple, bint entry=True):
         """The call-gate entry: a far call into one kernel routine."""
-        cdef Costs costs = self.costs
-        if entry:
-            yield costs.callgate
-        fn = self.callgates.get(name)
-        if fn is None:
-            raise OSError(errno.ENOSYS, f"no call gate {name}")
-        return (yield from fn(proc, *args))
+        return _entry(self.callgates, "call gate", proc, name, args, entry, (<Costs> self.costs).callgate)
 
     def _sys_read(self, proc, fd, nbytes):
         yield (<Costs> self.costs).vfs

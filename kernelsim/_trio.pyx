@@ -34,6 +34,7 @@ from kernelsim._clock cimport RunnableCounter
 from kernelsim._cpu cimport Cpu
 from kernelsim._engine cimport Engine
 from kernelsim._waits cimport Waiter, WaitQueue
+from kernelsim._node cimport FdTable
 from kernelsim._node import WouldBlock
 
 cdef int LEVEL_PROC = 1
@@ -91,7 +92,7 @@ def _refuse_abort(_):
     # next checkpoint, once the path has returned.
     return _ABORT_FAILED
 
-__all__ = ["run_path", "wait_on", "run_blocking", "run_path_sync", "wait_on_sync", "run_blocking_sync",
+__all__ = ["run_path", "wait_on", "run_blocking", "run_entry", "run_user", "run_path_sync", "wait_on_sync", "run_blocking_sync",
            "after", "DEFAULT_SPIN_S"]
 
 DEFAULT_SPIN_S = 1e-3    # real time: poll this long before sleeping on a descriptor
@@ -254,14 +255,89 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     await trio.lowlevel.checkpoint()
 
 
-async def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=0.0,
-                       spin_s: float = DEFAULT_SPIN_S, double before=0.0):
+cdef class _PathMaker:
+    """Builds a blocking call's path: ``make(True)`` for the first try, ``make(False)``
+    for the continuation after a wait (no second kernel entry)."""
+    cdef object make(self, bint first):
+        raise NotImplementedError
+
+
+cdef class _CallableMaker(_PathMaker):
+    cdef object fn
+
+    cdef object make(self, bint first):
+        return self.fn(first)
+
+
+cdef class _EntryMaker(_PathMaker):
+    """A kernel entry (system call or call gate) into the routine `name`: the node's own
+    ``syscall_path``/``callgate_path``, without a closure per call."""
+    cdef object entry_path, proc, name, args
+
+    cdef object make(self, bint first):
+        return self.entry_path(self.proc, self.name, self.args, first)
+
+
+cdef class _UserMaker(_PathMaker):
+    """User-level work on mapped kernel memory: ``fn(*args)``, the same path every try."""
+    cdef object fn
+    cdef tuple args
+
+    cdef object make(self, bint first):
+        return self.fn(*self.args)
+
+
+def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=0.0,
+                 spin_s: float = DEFAULT_SPIN_S, double before=0.0):
     """Run ``make_path(True)``; on WouldBlock wait and run ``make_path(False)`` after `wake_cost`.
 
     ``make_path(first)`` builds the path: ``first`` is False for a continuation after a
     wait (no second kernel entry). `nonblocking()` is asked after each WouldBlock:
     True turns it into BlockingIOError(EAGAIN), as on a non-blocking fd. `before`: CPU
     time the caller spent before the first try (a poll that noticed what it waited for).
+    Returns the call's coroutine (await it).
+    """
+    cdef _CallableMaker maker = _CallableMaker.__new__(_CallableMaker)
+    maker.fn = make_path
+    return _blocking(node, maker, nonblocking, None, None, wake_cost, spin_s, before, None)
+
+
+def run_entry(node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_s: float = DEFAULT_SPIN_S):
+    """`run_blocking` of process `proc`'s call `name` through the call gate (`gate`) or the
+    generic system-call entry, on file `fd` (None: no file; else its ``nonblocking``
+    flag is read after each WouldBlock): ``node.callgate_path(proc, name, args, first)``
+    or ``node.syscall_path(...)``, without a closure per call. Returns the coroutine."""
+    cdef _EntryMaker maker = _EntryMaker.__new__(_EntryMaker)
+    maker.entry_path = node.callgate_path if gate else node.syscall_path
+    maker.proc = proc
+    maker.name = name
+    maker.args = args
+    return _blocking(node, maker, None, proc, fd, wake_cost, spin_s, 0.0, None)
+
+
+def run_user(node, proc, fn, tuple args, fd, double cost=0.0, WaitQueue empty=None,
+             spin_s: float = DEFAULT_SPIN_S):
+    """A user-level call on a pool mapped into `proc` (file `fd`): path ``fn(*args)``.
+
+    `empty`: the queue to wait on first, when the caller looked at the pool and found it
+    empty (unless `fd` is non-blocking); the call then starts `cost` later (the poll that
+    noticed the arrival). After a WouldBlock the retry also starts `cost` later. Returns
+    the coroutine."""
+    cdef _UserMaker maker = _UserMaker.__new__(_UserMaker)
+    maker.fn = fn
+    maker.args = args
+    return _blocking(node, maker, None, proc, fd, cost, spin_s, 0.0, empty)
+
+
+cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
+    if nonblocking is not None:
+        return bool(nonblocking())
+    return fd is not None and (<FdTable> proc.fds).get(fd).nonblocking
+
+
+async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, spin_s,
+                    double before, WaitQueue first_wait):
+    """The loop every blocking call is (`run_blocking`, `run_entry`, `run_user`).
 
     In modeled time this is `run_path` and `wait_on` inlined: every blocking call of a
     ping-pong is one of these, and a coroutine less per call is a task switch cheaper.
@@ -270,7 +346,11 @@ async def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=
     cdef Cpu on
     cdef _Completion done
     cdef int how
-    path = make_path(True)
+    if first_wait is not None:
+        if not _is_nonblocking(nonblocking, proc, fd):
+            await wait_on(node, first_wait, spin_s)
+            before = wake_cost
+    path = maker.make(True)
     if before:
         path = _lead(before, path)
     if not node.modeled:
@@ -278,10 +358,10 @@ async def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=
             try:
                 return await run_path(node, path)
             except WouldBlock as wb:
-                if nonblocking():
+                if _is_nonblocking(nonblocking, proc, fd):
                     raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
                 await wait_on(node, wb.queue, spin_s)
-                path = _lead(wake_cost, make_path(False)) if wake_cost else make_path(False)
+                path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
     engine = <Engine> node.engine
     on = <Cpu> node.cpu
     while True:
@@ -299,7 +379,7 @@ async def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=
                 raise done.exc
             return done.value
         wb = done.exc
-        if nonblocking():
+        if _is_nonblocking(nonblocking, proc, fd):
             if how == _INLINE and _cancel_pending():
                 await _checkpoint_if_cancelled()
             raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
@@ -314,7 +394,7 @@ async def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=
         else:
             done.task = _current_task()
             await _wait_task_rescheduled(done.abort_wait)
-        path = _lead(wake_cost, make_path(False)) if wake_cost else make_path(False)
+        path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
 
 
 def run_path_sync(node, path):

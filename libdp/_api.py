@@ -17,7 +17,8 @@ from __future__ import annotations
 import errno
 import time
 
-from kernelsim import DEFAULT_SPIN_S, after, run_blocking, run_blocking_sync, run_path, wait_on
+from kernelsim import (DEFAULT_SPIN_S, after, run_blocking, run_blocking_sync, run_entry, run_path, run_user,
+                       wait_on)
 
 __all__ = ["DP", "SyncDP", "Endpoint", "NodeView"]
 
@@ -100,9 +101,8 @@ class DP:
         not confirmed. EDESTADDRREQ before `dp_target`, EMSGSIZE above ``dp.max_message``,
         EFAULT if `data` is not bytes-like; waits (or EAGAIN non-blocking) while the ring is full.
         """
-        data = _bytes(data)
-        return await self._call(lambda entry: self._node.callgate_path(self._proc, "dp_write", (fd, data), entry),
-                                fd, self._wake_cost)
+        return await run_entry(self._node, self._proc, True, "dp_write", (fd, _bytes(data)), fd, self._wake_cost,
+                               self.spin_s)
 
     async def write(self, fd: int, data) -> int:
         """`dp_write` through the generic system-call entry (UNIX ``write``), at its higher cost."""
@@ -124,29 +124,16 @@ class DP:
         """Copy the next message out of the endpoint's TBP (user-level; polls while empty)."""
         _check_count(nbytes)
         ep = self._endpoint(fd)
-        wait = self._poll_pool(ep)
-        if wait is not None:
-            await wait
-        return await self._call(lambda entry: ep.dp.read_path(ep, nbytes), fd, self._poll_cost,
-                                0.0 if wait is None else self._poll_cost)
+        # The TBP is mapped into the process: its count is looked at before anything is
+        # entered; an empty pool is waited on first (the poll then takes _poll_cost more).
+        return await run_user(self._node, self._proc, ep.dp.read_path, (ep, nbytes), fd, self._poll_cost,
+                              ep.readers if ep.tbp.count == 0 else None, self.spin_s)
 
     async def dp_read_token(self, fd: int):
         """Zero-copy read: a Token whose `.data` is a read-only view of the TBP slot."""
         ep = self._endpoint(fd)
-        wait = self._poll_pool(ep)
-        if wait is not None:
-            await wait
-        return await self._call(lambda entry: ep.dp.take_path(ep), fd, self._poll_cost,
-                                0.0 if wait is None else self._poll_cost)
-
-    def _poll_pool(self, ep):
-        """The TBP is mapped into the process: look at its count before entering anything.
-
-        The wait to await when the pool is empty (the poll then takes ``_poll_cost`` more
-        to notice what arrived), or None."""
-        if ep.tbp.count == 0 and not ep.nonblocking:
-            return wait_on(self._node, ep.readers, self.spin_s)
-        return None
+        return await run_user(self._node, self._proc, ep.dp.take_path, (ep,), fd, self._poll_cost,
+                              ep.readers if ep.tbp.count == 0 else None, self.spin_s)
 
     async def close(self, fd: int) -> int:
         """Close `fd`: an endpoint's pool is freed and its messages dropped; EBADF if not open."""
@@ -167,9 +154,8 @@ class DP:
     # -- machinery ---------------------------------------------------------------------
 
     def _endpoint(self, fd):
-        dp = self._node.services.get("dp")
         f = self._proc.fds.get(fd)
-        if dp is None or f.kind != "DP endpoint":
+        if f.kind != "DP endpoint" or "dp" not in self._node.services:
             raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
         return f
 

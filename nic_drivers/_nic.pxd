@@ -1,6 +1,8 @@
 # What the four NIC models share (declared here; `_nic.pyx` implements it): the
 # interrupt line, the bus-master DMA timing and the counters of both.
 from kernelsim._engine cimport Engine, EventTarget
+from kernelsim._netdev cimport NetDevice
+from kernelsim._node cimport Costs
 from kernelsim._physmem cimport PhysMem
 
 
@@ -20,3 +22,11 @@ cdef class NicModel(EventTarget):
     cdef _set_line(self, bint line)
     cdef double dma_span(self, Py_ssize_t nbytes) noexcept
     cpdef double dma_time(self, Py_ssize_t nbytes)
+
+
+cdef class NicDriver(NetDevice):
+    # The kernel side of one card: what every driver's per-frame paths read, typed.
+    cdef public object dev              # the card (a NicModel)
+    cdef public Costs c                 # the node's cost table
+    cdef public double c_desc, c_isr    # CPU time per descriptor / per interrupt
+    cdef public Py_ssize_t cur_tx, dirty_tx, cur_rx   # ring producer / consumer counts

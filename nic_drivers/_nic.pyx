@@ -17,7 +17,7 @@ counters `NetDevice.ring_reserve` reads, and wires the card's line to its IRQ.
 """
 import errno
 
-from kernelsim import NetDevice
+
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._physmem cimport PhysMem
 
@@ -62,7 +62,7 @@ cdef class NicModel(EventTarget):
         return self.dma_span(nbytes)
 
 
-class NicDriver(NetDevice):
+cdef class NicDriver(NetDevice):
     """The kernel side of one card: its costs and its interrupt wiring.
 
     `desc_cycles`/`isr_cycles` name the profile keys of the driver's CPU cost per

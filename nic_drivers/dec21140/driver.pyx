@@ -14,9 +14,11 @@ transmit reclaim. Failures unwind in reverse.
 The per-frame paths (transmit commit, interrupt, receive walk, reclaim) reach the card
 and physical memory through typed C calls; set-up and tear-down stay plain.
 """
-from kernelsim import NetDevice
+from kernelsim._node cimport Costs
 from kernelsim._physmem cimport PhysMem
-from nic_drivers._nic import NicDriver
+from kernelsim._waits cimport WaitQueue
+from nic_drivers._nic cimport NicDriver
+from kernelsim import WouldBlock
 
 from nic_drivers.dec21140 import _model as hw
 from nic_drivers.dec21140._model cimport Dec21140
@@ -39,7 +41,14 @@ ETH_HLEN = 14
 FCS = 4
 
 
-class TulipNetDevice(NicDriver):
+cdef class TulipNetDevice(NicDriver):
+    # The rings and the knobs every frame reads: typed fields, not the instance dict.
+    cdef public Py_ssize_t ntx, nrx, budget, pbl, tx_ring, rx_ring
+    cdef public bint store_forward
+    cdef public list tx_bufs, rx_bufs
+    cdef bytes _hdr_dst, _hdr               # the last link header built (a ping-pong's only one)
+    cdef int _hdr_proto
+
     kind = "ether"
     link_header_bytes = ETH_HLEN
     max_payload = RX_BUF_BYTES - ETH_HLEN - FCS
@@ -107,17 +116,28 @@ class TulipNetDevice(NicDriver):
 
     # -- transmit ----------------------------------------------------------------------
 
-    tx_reserve = NetDevice.ring_reserve
+    def tx_reserve(self):
+        """The next free transmit buffer, or WouldBlock when the ring is full
+        (`NetDevice.ring_reserve`, on typed fields)."""
+        if self.cur_tx - self.dirty_tx >= self.ntx:
+            self.tx_busy += 1
+            raise WouldBlock(self.tx_space, f"{self.name}: transmit ring full")
+        return self.tx_bufs[self.cur_tx % self.ntx]
 
-    def write_link_header(self, addr: int, dst_hw: bytes, proto: int) -> None:
-        self.node.mem.write(addr, dst_hw + self.hwaddr + proto.to_bytes(2, "big"))
+    def write_link_header(self, Py_ssize_t addr, dst_hw, int proto) -> None:
+        # Destination, our address, EtherType: built once per destination and reused.
+        if self._hdr is None or proto != self._hdr_proto or dst_hw != self._hdr_dst:
+            self._hdr = bytes(dst_hw) + bytes(self.hwaddr) + proto.to_bytes(2, "big")
+            self._hdr_dst = bytes(dst_hw)
+            self._hdr_proto = proto
+        (<PhysMem> self.node.mem).write(addr, self._hdr)
 
     def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
         cdef PhysMem mem = self.node.mem
         cdef Dec21140 dev = self.dev
         cdef Py_ssize_t ntx = self.ntx, entry, d, length, queued
         cdef unsigned int flags
-        yield pending + self.c_desc + self.c.pci_write
+        yield pending + self.c_desc + (<Costs> self.c).pci_write
         entry = self.cur_tx % ntx
         d = self.tx_ring + 16 * entry
         length = ETH_HLEN + payload_bytes
@@ -143,7 +163,7 @@ class TulipNetDevice(NicDriver):
     def interrupt_path(self, double pending=0.0):
         cdef Dec21140 dev = self.dev
         cdef unsigned int csr5
-        cdef double pci_read = self.c.pci_read, pci_write = self.c.pci_write
+        cdef double pci_read = (<Costs> self.c).pci_read, pci_write = (<Costs> self.c).pci_write
         cdef int i
         for i in range(self.budget):
             yield pending + pci_read
@@ -164,11 +184,11 @@ class TulipNetDevice(NicDriver):
 
     def _rx_path(self, double pending):
         cdef PhysMem mem = self.node.mem
-        cdef double mem_miss = self.c.mem_miss, c_desc = self.c_desc
-        cdef Py_ssize_t nrx = self.nrx, d, give_back = -1, flen, buf
+        cdef double mem_miss = (<Costs> self.c).mem_miss, c_desc = self.c_desc
+        cdef Py_ssize_t nrx = self.nrx, d, give_back = -1, flen, buf, i
         cdef unsigned int des0
         cdef int k
-        rx_bufs = self.rx_bufs
+        cdef list rx_bufs = self.rx_bufs
         for k in range(nrx):
             i = self.cur_rx % nrx
             d = self.rx_ring + 16 * i
@@ -207,7 +227,7 @@ class TulipNetDevice(NicDriver):
             self.dirty_tx += 1
             freed += 1
         if freed:
-            self.tx_space.wake()
+            (<WaitQueue> self.tx_space).wake()
         return self.c_desc * freed
 
     def stats(self) -> dict:
