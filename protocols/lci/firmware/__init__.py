@@ -39,7 +39,6 @@ the peers.
 from __future__ import annotations
 
 import errno
-from collections import deque
 
 from nic_drivers.myrinet._model import ISR_ERR
 from nic_drivers.myrinet.firmware import Firmware
@@ -50,52 +49,17 @@ from protocols.lci.firmware.flow import make_flow
 from protocols.lci.firmware.hostq import HostSendQueue
 from protocols.lci.firmware.multicast import Multicast
 from protocols.lci.firmware.ntlb import Ntlb
-from protocols.lci.firmware.recvq import RecvQueue
-from protocols.lci.firmware.sendq import SendQueue
+from protocols.lci.firmware._records import NiPeer, TxPacket
+from protocols.lci.firmware._recvq import RecvQueue
+from protocols.lci.firmware._sendq import SendQueue
 from protocols.lci.firmware.timer import Timers
-from protocols.lci.firmware.tohost import ToHost
-from protocols.lci.firmware.unicast import Unicast
+from protocols.lci.firmware._tohost import ToHost
+from protocols.lci.firmware._unicast import Unicast
 
 __all__ = ["LciFirmware", "NiPeer", "TxPacket", "RELIABILITY_CODES", "TRANSFER_CODES"]
 
 RELIABILITY_CODES = ("none", "ni", "host")
 TRANSFER_CODES = ("sdma", "pio", "rcpy")
-
-
-class NiPeer:
-    """What this NI keeps about one other node (made on first contact)."""
-
-    __slots__ = ("nid", "route", "credits", "in_use", "released", "blocked", "tx", "rx", "retx_timer",
-                 "ack_timer", "nack_owed", "staging")
-
-    def __init__(self, nid, route, window):
-        self.nid = nid
-        self.route = route
-        self.credits = window            # reliability=none: free buffers reserved for us there
-        self.in_use = 0                  # ... and ours held for it here
-        self.released = 0                # released since the last credit went back
-        self.blocked = deque()           # packets the flow control holds back (LCI-C05)
-        self.tx = None                   # reliability=ni: TxWindow / RxWindow
-        self.rx = None
-        self.retx_timer = None
-        self.ack_timer = None
-        self.nack_owed = False
-        self.staging = deque()           # taken from the host, data not all in NI buffers yet
-
-
-class TxPacket:
-    """An NI send buffer and the packet in it (one per buffer, reused)."""
-
-    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "staged", "slot")
-
-    def __init__(self, index, buf):
-        self.index = index
-        self.buf = buf
-        self.dest = self.length = self.desc = self.kind = self.flags = 0
-        self.seq = self.ack = -1
-        self.aux = 0
-        self.staged = False              # its data is in the send buffer (see HostSendQueue)
-        self.slot = None                 # multicast, F&A: the buffer this packet shares (multicast.Slot)
 
 
 class LciFirmware(Firmware):

@@ -33,55 +33,11 @@ from collections import deque
 
 from protocols.lci import _wire as W
 from protocols.lci.firmware import layout as L
+from protocols.lci.firmware._records import Forward, Slot
 
 __all__ = ["Multicast", "Slot", "Forward"]
 
 RX, TX = 0, 1
-
-
-class Forward:
-    """One child's send out of a shared buffer (a TxPacket's fields, and the slot)."""
-
-    __slots__ = ("buf", "index", "dest", "length", "desc", "kind", "flags", "seq", "ack", "aux", "slot", "staged")
-
-    def __init__(self, slot):
-        self.slot = slot
-        self.index = -1
-        self.buf = self.dest = self.length = self.kind = self.flags = self.aux = 0
-        self.staged = False             # a host multicast's: its data is in the send buffer (hostq.py)
-        self.desc = 0                   # >= 0: its first transmission finishes it (no host descriptor:
-        self.seq = self.ack = -1        # `SendQueue.done` gives the slot back instead)
-
-
-class Slot:
-    """A buffer several sends go out of: who waits for its header area, what it holds."""
-
-    __slots__ = ("kind", "buf", "busy", "waiting", "queued", "refs", "peer", "desc", "forwards", "staged")
-
-    def __init__(self, kind: int, buf: int):
-        self.kind = kind
-        self.buf = buf                  # RX: the receive buffer; TX: the send buffer's index
-        self.busy = False
-        self.waiting = deque()          # (peer, None): unblock peer; (peer, pkt): send pkt again
-        self.queued = set()             # what `waiting` holds (a peer's nid, a packet's id): once each
-        self.refs = 0                   # the host copy and the sends still to finish
-        self.peer = None                # RX: the sender, whose credit the buffer holds
-        self.desc = -1                  # TX: the descriptor to complete
-        self.forwards = []              # reused, one per child
-        self.staged = 0                 # TX: how many of them wait in their children's staging queues
-
-    def wait(self, peer, pkt=None) -> None:
-        """`peer`'s queue (or the retransmission of `pkt`) goes on when this buffer's send has left."""
-        key = peer.nid if pkt is None else id(pkt)
-        if key not in self.queued:
-            self.queued.add(key)
-            self.waiting.append((peer, pkt))
-
-    def forward(self, i: int) -> Forward:
-        fs = self.forwards
-        while len(fs) <= i:
-            fs.append(Forward(self))
-        return fs[i]
 
 
 class Multicast:

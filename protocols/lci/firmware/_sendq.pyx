@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
 """Send Queue Mgt (LCI-C04, C05): what waits for the flow control, and send completions.
 
 A packet whose data is in its NI send buffer goes out at once if the flow control
@@ -10,20 +11,21 @@ also that its send buffer is free again, "as soon as it has been transmitted" (n
 retransmission, LCI-C05); with the NI's retransmission only once acknowledged. Sends
 to different destinations complete out of order, so completions are a queue: a ring
 of records in host memory, each DMA'd from its own staging word in SRAM.
-"""
-from __future__ import annotations
 
+A cdef class (its counters C fields, its per-packet helpers C calls): it runs on every
+packet, and at 1024 busy nodes the per-node state must stay small (docs/lci.md "Scale").
+"""
 from protocols.lci.firmware import layout as L
 
 __all__ = ["SendQueue"]
 
 
-class SendQueue:
+cdef class SendQueue:
     def __init__(self, fw):
         self.fw = fw
         self.cpl_prod = 0
 
-    def start(self) -> None:
+    def start(self):
         self.cpl_prod = 0
 
     def ready(self, peer, pkt):
@@ -47,7 +49,7 @@ class SendQueue:
                 return
             yield from fw.unicast.xmit(peer, peer.blocked.popleft())
 
-    def resend(self, peer, pkt, desc: int = -1):
+    def resend(self, peer, pkt, long desc=-1):
         """Send a packet still held in its send buffer again (I-hrx's RETX, whose descriptor
         is `desc`; I-nirx's go-back, which has none)."""
         fw = self.fw
@@ -73,11 +75,11 @@ class SendQueue:
         else:
             yield from self.fw.multicast.unref(pkt.slot)
 
-    def complete(self, desc: int) -> None:
+    cpdef complete(self, long desc):
         """Queue a send completion for descriptor `desc` (DMA'd into the host's ring)."""
         fw = self.fw
         ni = fw.ni
-        slot = self.cpl_prod % fw.cpl_slots
+        cdef long slot = self.cpl_prod % fw.cpl_slots
         self.cpl_prod += 1
         stage = fw.lay["cpl_stage"] + 4 * (slot % fw.nsd)
         ni.wr32(stage, L.CPL_VALID | desc)

@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
 """Unicast (LCI-C04): a packet from its NI send buffer onto the link.
 
 The send buffer has room for the longest route (one byte per switch, from the route
@@ -6,37 +7,42 @@ header; the NI writes route and header -- with whatever the flow control piggyba
 returned credits, sequence number, acknowledgement -- and programs the send DMA
 engine from the first route byte. Control packets the NI makes itself (credits,
 acknowledgements, retransmission requests) go out of a few small buffers of their own.
-"""
-from __future__ import annotations
 
+A cdef class (its counters C fields, its per-packet helpers C calls): it runs on every
+packet, and at 1024 busy nodes the per-node state must stay small (docs/lci.md "Scale").
+"""
 from protocols.lci import _wire as W
 from protocols.lci.firmware import layout as L
 
 __all__ = ["Unicast"]
 
 
-class Unicast:
-    payload_off = L.ROUTE_MAX + W.TYPE_BYTES + W.HDR_BYTES      # in a send buffer
+cdef long PAYLOAD_OFF = L.ROUTE_MAX + W.TYPE_BYTES + W.HDR_BYTES      # in a send buffer
+
+
+cdef class Unicast:
+    payload_off = PAYLOAD_OFF
 
     def __init__(self, fw):
         self.fw = fw
         self.ctl_free = []
 
-    def start(self) -> None:
+    def start(self):
         lay = self.fw.lay
         self.ctl_free = [lay["ctl_base"] + i * lay["ctl_bytes"] for i in range(L.CTL_BUFFERS)]
         self.ctl_waiting = []
 
-    def _put(self, at: int, route: bytes, kind, flags, length, credits, seq, ack, aux) -> int:
+    cdef long long _put(self, long long at, bytes route, long kind, long flags, long length, long credits, long seq,
+                        long ack, long long aux) except? -1:
         """Route and header before the payload at `at` + ROUTE_MAX; returns the packet start."""
         fw = self.fw
         ni = fw.ni
-        start = at + L.ROUTE_MAX - len(route)
+        cdef long long start = at + L.ROUTE_MAX - len(route)
         ni.write(start, route)
         W.write_header(ni.sram_view, at + L.ROUTE_MAX, kind, flags, ni.nid, length, credits, seq, ack, aux)
         return start
 
-    def xmit(self, peer, pkt, again: bool = False, desc: int = -1):
+    def xmit(self, peer, pkt, bint again=False, long desc=-1):
         fw = self.fw
         c = fw.c
         slot = pkt.slot
@@ -63,9 +69,9 @@ class Unicast:
         # that overtakes a first transmission still queued for the wire from stealing
         # that one's completion (the host would wait for it forever).
         done = pkt.desc if not again else desc
-        fw.ni.net_send(start, pkt.buf + self.payload_off + pkt.length - start, fw.sendq.on_sent, (pkt, done))
+        fw.ni.net_send(start, pkt.buf + PAYLOAD_OFF + pkt.length - start, fw.sendq.on_sent, (pkt, done))
 
-    def send_ctl(self, peer, kind: int, credits: int = 0, seq: int = 0, ack: int = 0):
+    def send_ctl(self, peer, long kind, long credits=0, long seq=0, long ack=0):
         """An NI-made control packet to `peer` (no payload)."""
         fw = self.fw
         yield fw.c.ni_ack_send

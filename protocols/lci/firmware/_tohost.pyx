@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
 """DMA to Host and Host Recv Queue Mgmt (LCI-C04, C08).
 
 The host hands the NI free receive buffers by writing their addresses into a ring in
@@ -10,9 +11,10 @@ used by DP's control program too). Only then is its NI receive buffer released.
 With no free host buffer -- the client keeps packets, or does not poll -- packets
 wait here in arrival order, holding their NI buffers, until the host gives one back;
 so the credits of the base protocol stop the senders, end to end.
-"""
-from __future__ import annotations
 
+A cdef class (its counters C fields, its per-packet helpers C calls): it runs on every
+packet, and at 1024 busy nodes the per-node state must stay small (docs/lci.md "Scale").
+"""
 from collections import deque
 
 from protocols.lci import _wire as W
@@ -21,13 +23,13 @@ from protocols.lci.firmware import layout as L
 __all__ = ["ToHost"]
 
 
-class ToHost:
+cdef class ToHost:
     def __init__(self, fw):
         self.fw = fw
         self.pending = deque()
         self.delivered = 0
 
-    def start(self) -> None:
+    def start(self):
         fw = self.fw
         self.cons = 0
         self.pending = deque()
@@ -36,7 +38,7 @@ class ToHost:
         for i in range(fw.nfree):
             fw.ni.watch(base + 4 * i, self.on_free)
 
-    def _take(self) -> int:
+    cdef long _take(self):
         """The next free host buffer from the ring, or -1."""
         fw = self.fw
         e = fw.lay["free_base"] + 4 * (self.cons % fw.nfree)
@@ -47,18 +49,18 @@ class ToHost:
         self.cons += 1
         return w & ~L.FREE_VALID
 
-    def deliver(self, peer, buf: int, n: int) -> None:
+    cpdef deliver(self, peer, long long buf, long n):
         """Put the packet of `n` bytes at SRAM `buf` (Myrinet type first) into host memory."""
-        addr = -1 if self.pending else self._take()
+        cdef long long addr = -1 if self.pending else self._take()
         if addr < 0:
             self.fw.counters["held_for_host_buffer"] += 1
             self.pending.append((peer, buf, n))
             return
         self._dma(peer, buf, n, addr)
 
-    def _dma(self, peer, buf, n, addr) -> None:
+    cdef _dma(self, peer, long long buf, long n, long long addr):
         fw = self.fw
-        body = n - W.TYPE_BYTES
+        cdef long body = n - W.TYPE_BYTES
         end = addr + fw.host_slot
         fw.ni.wr32(buf + n, L.RX_FULL | body)
         fw.ni.host_dma(True, end - 4 - body, buf + W.TYPE_BYTES, body + 4, self.on_delivered, (peer, buf))
@@ -68,6 +70,7 @@ class ToHost:
         if not self.pending:
             return
         yield self.fw.c.ni_poll
+        cdef long long addr
         while self.pending:
             addr = self._take()
             if addr < 0:

@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
 """Recv Queue Mgt and Recv Dispatch (LCI-C04): the receive DMA engine and what follows it.
 
 The receive DMA engine is kept armed with a free buffer of the receive pool (LCI-A34,
@@ -10,22 +11,24 @@ Each packet is checked -- Myrinet type, kind, length, a sender the route table k
 and dropped and counted by reason if anything is wrong; then dispatched on its kind
 through a table, so that further kinds (multicast forwarding, fetch-and-add: LCI-C10,
 C11) are one `register` each.
-"""
-from __future__ import annotations
 
+A cdef class: it runs once or more on every packet, and its state (the free list, the
+drop buffer, the armed flag) sits in C fields of one object rather than behind
+instance-dict lookups (docs/lci.md "Scale").
+"""
 from protocols.lci import _wire as W
 from protocols.lci.firmware import layout as L
 
 __all__ = ["RecvQueue"]
 
 
-class RecvQueue:
+cdef class RecvQueue:
     def __init__(self, fw):
         self.fw = fw
         self.free = []
         self.dispatch = {}
 
-    def start(self) -> None:
+    def start(self):
         fw = self.fw
         lay = fw.lay
         step = lay["rx_bytes"]
@@ -39,11 +42,11 @@ class RecvQueue:
                          W.K_RCPY: self.on_rcpy}
         self.arm()
 
-    def register(self, kind: int, handler) -> None:
+    def register(self, int kind, handler):
         """Another packet kind: `handler(peer, buf, n)` is a generator run on the NI."""
         self.dispatch[kind] = handler
 
-    def arm(self) -> None:
+    cpdef arm(self):
         ni = self.fw.ni
         if ni.rx_armed and not (self.armed_drop and self.free):
             return
@@ -54,7 +57,7 @@ class RecvQueue:
             ni.rx_arm(self.drop_buf, self.cap)
             self.armed_drop = True
 
-    def release(self, buf):
+    def release(self, long long buf):
         """A pool buffer is free again (its packet is in host memory, or was dropped)."""
         if buf != self.drop_buf:
             self.free.append(buf)
@@ -62,6 +65,8 @@ class RecvQueue:
         yield from self.fw.flow.buffer_freed()
 
     def on_packet(self, pkt):
+        cdef long long off
+        cdef long n
         off, n = pkt
         fw = self.fw
         ni = fw.ni
