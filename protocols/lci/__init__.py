@@ -39,7 +39,7 @@ and g). Every other variant's figures come out of its mechanism with those same
 costs: none was fitted to them (``dp lci-logp --variant all``).
 
 **Multicast and fetch-and-add** (LCI-C10, C11, C12, C20; ``trees.py``,
-``firmware/multicast.py``, ``firmware/fetchadd.py``, ``hostmcast.py``). One broadcast
+``firmware/_multicast.pyx``, ``firmware/fetchadd.py``, ``hostmcast.py``). One broadcast
 group of all nodes unless ``groups=`` gives disjoint ones; a spanning tree per root
 (``tree=`` binary, binomial, k=F), computed from the member list the host writes into
 each NI at insmod. The NIs forward out of their receive buffers (I-sdma, I-pio,

@@ -47,7 +47,7 @@ from protocols.lci.firmware import layout as L
 from protocols.lci.firmware.fetchadd import FetchAdd
 from protocols.lci.firmware.flow import make_flow
 from protocols.lci.firmware.hostq import HostSendQueue
-from protocols.lci.firmware.multicast import Multicast
+from protocols.lci.firmware._multicast import Multicast
 from protocols.lci.firmware.ntlb import Ntlb
 from protocols.lci.firmware._records import NiPeer, TxPacket
 from protocols.lci.firmware._recvq import RecvQueue

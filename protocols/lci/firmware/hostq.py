@@ -136,7 +136,7 @@ class HostSendQueue:
 
     def staged(self, peer, pkt):
         """`pkt`'s data is in its buffer: pass on every packet to `peer` whose turn has come
-        (a unicast's, or one child's send of a multicast descriptor: firmware/multicast.py)."""
+        (a unicast's, or one child's send of a multicast descriptor: firmware/_multicast.pyx)."""
         if pkt is not None:
             pkt.staged = True
         q = peer.staging

@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
 """Multicast (LCI-C04, C10): packets forwarded down a spanning tree, out of the buffer they are in.
 
 The host writes the forwarding table into SRAM at initialisation: the members of this
@@ -26,21 +27,22 @@ Several sends out of one buffer take turns: each writes its own route and header
 (credits, sequence number, acknowledgement for *its* child) in front of the shared
 payload, so a send waits while another send of the same buffer has not left the NI
 (`Slot.busy`).
+
+A cdef class working on typed `Slot` and `Forward` records (``_records.pxd``): it runs
+on every multicast packet, once per child, at every node of a busy tree (docs/lci.md
+"Scale").
 """
-from __future__ import annotations
-
-from collections import deque
-
 from protocols.lci import _wire as W
 from protocols.lci.firmware import layout as L
+from protocols.lci.firmware._records cimport Forward, Slot
 from protocols.lci.firmware._records import Forward, Slot
 
 __all__ = ["Multicast", "Slot", "Forward"]
 
-RX, TX = 0, 1
+cdef long RX = 0, TX = 1
 
 
-class Multicast:
+cdef class Multicast:
     def __init__(self, fw):
         self.fw = fw
         self.group = None
@@ -49,12 +51,12 @@ class Multicast:
 
     # -- the forwarding table ---------------------------------------------------------------
 
-    def set_table(self, group) -> None:
+    def set_table(self, group):
         """The host's initialisation: this node's group and its tree (None: no group)."""
         self.group = group
         self.kids_by_root = {}
 
-    def children(self, root: int) -> tuple:
+    cpdef tuple children(self, long root):
         """This node's children in `root`'s tree, worked out from the table once per root
         (what the NI's forwarding table gives it: LCI-C10), not again for every packet."""
         kids = self.kids_by_root.get(root)
@@ -72,7 +74,7 @@ class Multicast:
         return {"members": len(g), "tree": g.tree.name, "children_as_root": len(g.children(self.fw.ni.nid,
                                                                                           self.fw.ni.nid))}
 
-    def start(self) -> None:
+    def start(self):
         fw = self.fw
         self.holds = {}
         self.kids_by_root = {}
@@ -88,9 +90,9 @@ class Multicast:
 
     # -- shared buffers ---------------------------------------------------------------------
 
-    def hold_rx(self, buf: int, peer, refs: int) -> Slot:
+    cpdef Slot hold_rx(self, long long buf, peer, long refs):
         """Receive buffer `buf` (from `peer`) stays until `refs` uses of it are over."""
-        slot = self.rx_slots.get(buf)
+        cdef Slot slot = self.rx_slots.get(buf)
         if slot is None:
             slot = self.rx_slots[buf] = Slot(RX, buf)
         slot.refs = refs
@@ -98,7 +100,7 @@ class Multicast:
         self.holds[buf] = slot
         return slot
 
-    def unref(self, slot: Slot):
+    def unref(self, Slot slot):
         slot.refs -= 1
         if slot.refs > 0:
             return
@@ -111,7 +113,7 @@ class Multicast:
         else:
             fw.sendq.complete(slot.desc)
 
-    def slot_free(self, slot: Slot):
+    def slot_free(self, Slot slot):
         """A send out of `slot` has left the NI: the next child's may write its header."""
         slot.busy = False
         fw = self.fw
@@ -123,11 +125,13 @@ class Multicast:
             else:
                 yield from fw.unicast.xmit(peer, pkt, again=True)
 
-    def fan_out(self, slot: Slot, buf: int, length: int, root: int, kids):
+    def fan_out(self, Slot slot, long long buf, long length, long root, kids):
         """One forward per child out of the packet area at `buf` (route in front of it).
         `kids`: the child nodes of a received packet (its forwards go straight to the send
         queue), or None for a host descriptor's `slot.staged` forwards (they go on after
         that host's earlier packets to the same child)."""
+        cdef Forward f
+        cdef long i
         fw = self.fw
         c = fw.c
         for i in range(slot.staged if kids is None else len(kids)):
@@ -189,7 +193,8 @@ class Multicast:
             fw.sendq.complete(index)
             return
         fw.counters["mcast_sent"] += 1
-        slot = self.tx_slots.get(buf)
+        cdef Slot slot = self.tx_slots.get(buf)
+        cdef Forward f
         if slot is None:
             slot = self.tx_slots[buf] = Slot(TX, buf)
         slot.desc = index
