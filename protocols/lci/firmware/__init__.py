@@ -45,7 +45,7 @@ from nic_drivers.myrinet.firmware import Firmware
 from protocols.lci import _wire as W
 from protocols.lci.firmware import layout as L
 from protocols.lci.firmware.fetchadd import FetchAdd
-from protocols.lci.firmware.flow import make_flow
+from protocols.lci.firmware._flow import make_flow
 from protocols.lci.firmware.hostq import HostSendQueue
 from protocols.lci.firmware._multicast import Multicast
 from protocols.lci.firmware.ntlb import Ntlb

@@ -1,3 +1,5 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, warn.unreachable=False
+# (warn.unreachable off: the empty handlers are generators by a `yield` after their `return`)
 """Reliability / Flow Control (LCI-C04): the one part the variants replace.
 
 * `Credits` (reliability=none: I-sdma, I-pio, I-rcpy, I-1k, I-4k; LCI-C07). Each NI
@@ -29,6 +31,7 @@ from __future__ import annotations
 from protocols.lci import _wire as W
 from protocols.lci._window import BEHIND, EXPECTED, RxWindow, TxWindow
 from protocols.lci.firmware import layout as L
+from protocols.lci.firmware._records cimport NiPeer
 
 __all__ = ["make_flow", "Credits", "NiGoBackN", "HostDriven"]
 
@@ -37,27 +40,26 @@ def make_flow(fw):
     return {"none": Credits, "ni": NiGoBackN, "host": HostDriven}[fw.reliability](fw)
 
 
-class _Flow:
+cdef class _Flow:
     """What every flow control answers (the defaults suit the host-driven one)."""
-
-    drops_when_full = True             # arm a drop buffer when the pool is empty
 
     def __init__(self, fw):
         self.fw = fw
+        self.drops_when_full = True    # arm a drop buffer when the pool is empty
 
-    def start(self) -> None:
+    def start(self):
         pass
 
-    def new_peer(self, peer) -> None:
+    def new_peer(self, peer):
         pass
 
-    def refuses(self, kind: int) -> bool:
+    def refuses(self, int kind):
         return kind in (L.SD_ACK, L.SD_RETX)
 
-    def may_send(self, peer) -> bool:
+    def may_send(self, peer):
         return True
 
-    def keeps(self, pkt) -> bool:
+    def keeps(self, pkt):
         return False
 
     def on_data(self, peer, hdr):
@@ -95,24 +97,23 @@ class _Flow:
         yield  # pragma: no cover
 
 
-class Credits(_Flow):
-    drops_when_full = False            # cannot happen: the network holds the packet back
-
+cdef class Credits(_Flow):
     def __init__(self, fw):
         super().__init__(fw)
+        self.drops_when_full = False   # cannot happen: the network holds the packet back
         self.half = max(1, fw.window // 2)
 
-    def may_send(self, peer) -> bool:
+    def may_send(self, NiPeer peer):
         return peer.credits > 0
 
-    def on_xmit(self, peer, pkt, again):
+    def on_xmit(self, NiPeer peer, pkt, again):
         peer.credits -= 1
         back, peer.released = peer.released, 0
         if back:
             self.fw.counters["credits_returned"] += back
         return back, 0, 0, 0, 0.0
 
-    def on_data(self, peer, hdr):
+    def on_data(self, NiPeer peer, hdr):
         fw = self.fw
         if hdr.credits:
             yield from self._credit(peer, hdr.credits)
@@ -131,7 +132,7 @@ class Credits(_Flow):
         yield from self._credit(peer, hdr.credits)
         return False
 
-    def _credit(self, peer, k):
+    def _credit(self, NiPeer peer, long k):
         fw = self.fw
         peer.credits += k
         if peer.credits > fw.window:
@@ -141,7 +142,7 @@ class Credits(_Flow):
             return
         yield from fw.sendq.unblock(peer)
 
-    def released(self, peer):
+    def released(self, NiPeer peer):
         peer.in_use -= 1
         peer.released += 1
         if peer.released >= self.half:
@@ -150,23 +151,23 @@ class Credits(_Flow):
             yield from self.fw.unicast.send_ctl(peer, W.K_ACK, credits=back)
 
 
-class NiGoBackN(_Flow):
+cdef class NiGoBackN(_Flow):
     def __init__(self, fw):
         super().__init__(fw)
         self.half = max(1, fw.window // 2)
         self.nack_queue = []
 
-    def start(self) -> None:
+    def start(self):
         self.nack_queue = []
 
-    def new_peer(self, peer) -> None:
+    def new_peer(self, peer):
         peer.tx = TxWindow(self.fw.window)
         peer.rx = RxWindow()
 
-    def may_send(self, peer) -> bool:
+    def may_send(self, peer):
         return peer.tx.open()
 
-    def keeps(self, pkt) -> bool:
+    def keeps(self, pkt):
         return True
 
     def on_xmit(self, peer, pkt, again):
@@ -176,7 +177,7 @@ class NiGoBackN(_Flow):
             fw.timers.retx(peer)
         return 0, pkt.seq, self._ack_now(peer), W.F_HAS_ACK, fw.c.ni_seq_send
 
-    def _ack_now(self, peer) -> int:
+    def _ack_now(self, peer):
         """An acknowledgement goes back to `peer` (on any packet): cancel its delayed ack."""
         self.fw.timers.cancel_dack(peer)
         return peer.rx.acked()
@@ -274,8 +275,8 @@ class NiGoBackN(_Flow):
             yield from self._send_ack(peer)
 
 
-class HostDriven(_Flow):
-    def refuses(self, kind: int) -> bool:
+cdef class HostDriven(_Flow):
+    def refuses(self, int kind):
         return kind == L.SD_RCPY
 
     def on_xmit(self, peer, pkt, again):
