@@ -19,6 +19,7 @@ stopping node processes, bringing a cluster in a box up and down.
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import random
 import shutil
@@ -119,6 +120,9 @@ def serve_node(cluster: ClusterFile, nid: int, *, ready=None, spin_s: float | No
     if spin_s is None and "spin_s" in cluster.extra:
         spin_s = float(cluster.extra["spin_s"])
     node, transport = build_node(cluster, nid, seed=int(cluster.extra.get("seed", 0)))
+    # What the node has built stays as long as it runs: the cyclic collector need not walk
+    # it again on every full collection (as Cluster.run does for a modeled cluster).
+    gc.freeze()
     pid_path = cluster.pid_path(nid)
     server = NodeServer(node, cluster.socket_path(nid), log=_log,
                         describe=lambda: {"cluster": cluster.name, "transport": cluster.transport,

@@ -194,6 +194,7 @@ class NodeServer:
         self.started = time.time()
         self.calls = 0
         self.gate_entries = 0
+        self._gate_names: dict[bytes, str] = {}
         self.refused = 0
 
     # ---------------------------------------------------------------- life
@@ -296,20 +297,26 @@ class NodeServer:
             # so no empty pass over everything is needed before it.
             if engine.peek() != _INF or self._ready:
                 continue
-            sleeping = [g.ring for g in self._gates if g.blocked is None]
-            sleeping += self._sources
+            sleeping = [(g.ring, g.bell) for g in self._gates if g.blocked is None]
+            sleeping += [(src, src.fileno()) for src in self._sources]
             ok = True
             for p in ports:
                 ok = p.prepare_to_sleep() and ok
-            for r in sleeping:
+            for r, _ in sleeping:
                 ok = r.prepare_to_sleep() and ok
             events = epoll_poll(-1) if ok and not self._stopping else []
+            # Only a doorbell that rang has anything to read: one system call per wake-up
+            # instead of one per ring (a bell rung after epoll returned stays readable and
+            # makes the next epoll return at once: nothing is lost).
+            fired = {fd for fd, _ in events}
             for p in ports:
                 p.cancel_sleep()
-                p.drain()
-            for r in sleeping:
+                if p.fileno() in fired:
+                    p.drain()
+            for r, bell in sleeping:
                 r.cancel_sleep()
-                r.drain()
+                if bell in fired:
+                    r.drain()
             if events:
                 self._handle_events(events)
             last_work = perf()
@@ -610,28 +617,40 @@ class NodeServer:
             if k < 0:
                 break
             n += 1
-            if not self._gate_entry(gate, bytes(view[:k])):
+            if not self._gate_entry(gate, view[:k]):
                 break
         gate.entries += n
         self.gate_entries += n
         return n
 
-    def _gate_entry(self, gate: Gate, entry: bytes) -> bool:
-        """Run one entry; False if it had to wait (kept in `gate.blocked`)."""
+    def _gate_name(self, raw) -> str:
+        """A gate name as the process wrote it (bytes) -> str, decoded once per name."""
+        key = bytes(raw)
+        name = self._gate_names.get(key)
+        if name is None:
+            name = key.decode()
+            if len(self._gate_names) < 256:     # names come from processes: bounded
+                self._gate_names[key] = name
+        return name
+
+    def _gate_entry(self, gate: Gate, entry) -> bool:
+        """Run one entry (bytes, or a view of the gate's buffer -- copied here before
+        anything can keep it); False if it had to wait (kept in `gate.blocked`)."""
         s = gate.session
-        kind = entry[0] if entry else 0
+        kind = entry[0] if len(entry) else 0
         try:
             if kind == GATE_CALL:
                 ln = entry[1]
-                name = entry[2:2 + ln].decode()
-                value, exc = self._run(self.node.callgate_path(s.proc, name, (gate.node_fd, entry[2 + ln:])))
+                name = self._gate_name(entry[2:2 + ln])
+                payload = bytes(entry[2 + ln:])
+                value, exc = self._run(self.node.callgate_path(s.proc, name, (gate.node_fd, payload)))
                 if isinstance(exc, WouldBlock):
-                    self._block(gate, entry, exc.queue)
+                    self._block(gate, bytes(entry), exc.queue)
                     return False
                 if exc is not None:
                     raise exc
             elif kind == GATE_FILEOP:
-                gate.export.ring_op(entry[1:])
+                gate.export.ring_op(bytes(entry[1:]))
             else:
                 raise OSError(errno.EPROTO, f"unknown gate entry kind {kind}")
         except OSError as exc:

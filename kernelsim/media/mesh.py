@@ -70,6 +70,9 @@ class ShmMesh:
         except BaseException:
             self.close()
             raise
+        if len(self._in) == 1:              # one peer: its ring's own methods, no loop per poll
+            self.recv_into = self._in[0].recv_into
+            self.pending = self._in[0].pending
 
     # -- sending ---------------------------------------------------------------------
 
@@ -156,6 +159,8 @@ class ShmMesh:
             r.unlink()
             r.close()
         self._in = []
+        self.__dict__.pop("recv_into", None)    # back to the loop over no rings
+        self.__dict__.pop("pending", None)
         if self._epoll is not None:
             self._epoll.close()
             self._epoll = None
