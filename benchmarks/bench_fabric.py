@@ -25,7 +25,8 @@ idle machine the wall time is the CPU time.
 
     python benchmarks/bench_fabric.py                          # both platforms, 64/256/1024
     python benchmarks/bench_fabric.py --nodes 64,256 --platforms ppro200_lanai4 --json
-    python benchmarks/bench_fabric.py --bcast --nodes 64,256,1024 [--size 65536] [--variant I-sdma]
+    python benchmarks/bench_fabric.py --bcast --nodes 64,256,1024 [--size 65536] [--variant I-sdma] [--repeat 3]
+    python benchmarks/bench_fabric.py --bcast --nodes 1024 --active 64   # 64 of 1024 nodes take part
 """
 import argparse
 import gc
@@ -188,6 +189,8 @@ def main():
     ap.add_argument("--active", type=int, default=0,
                     help="--bcast: broadcast in a group of the first ACTIVE nodes only, the rest of the "
                          "cluster idle (default: every node)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="--bcast: run each size this many times (fresh interpreters), report the least CPU")
     ap.add_argument("--one", nargs=2, metavar=("PLATFORM", "NODES"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -200,11 +203,14 @@ def main():
         rows = []
         for platform in args.platforms.split(","):
             for n in (int(x) for x in args.nodes.split(",")):
-                out = subprocess.run([sys.executable, __file__, "--bcast", "--one", platform, str(n), "--size",
-                                      str(args.size), "--variant", args.variant, "--tree", args.tree,
-                                      "--active", str(args.active)],
-                                     check=True, capture_output=True, text=True).stdout
-                rows.append(json.loads(out))
+                runs = [json.loads(subprocess.run(
+                    [sys.executable, __file__, "--bcast", "--one", platform, str(n), "--size", str(args.size),
+                     "--variant", args.variant, "--tree", args.tree, "--active", str(args.active)],
+                    check=True, capture_output=True, text=True).stdout) for _ in range(args.repeat)]
+                # The least CPU of the repeats: other work on a shared machine only ever adds
+                # (cache and memory bandwidth), so the minimum is the best estimate of an idle run.
+                rows.append(min(runs, key=lambda r: r["total_cpu_s"]))
+                rows[-1]["repeats_total_cpu_s"] = [r["total_cpu_s"] for r in runs]
                 if not args.json:
                     r = rows[-1]
                     act = f" ({r['active']} active)" if r["active"] != n else ""
