@@ -1,7 +1,7 @@
 """Real nodes (issue 10): scripts attached to node processes, against bare Python baselines
 measured in the same run.
 
-    python benchmarks/bench_real_nodes.py [--only rtt,gate,stream,packet,alltoall]
+    python benchmarks/bench_real_nodes.py [--only rtt,floor,gate,stream,packet,alltoall]
                                           [--iters 2000] [--runs 3] [--count 20000] [--window 64] [--nodes 8]
 
 Rows (wall time; every DP row runs the real stack: attached script -> call gate -> node
@@ -27,6 +27,12 @@ Pool and delivery ring -> attached script):
            (With the modeled floor of 0.5 ms the gate posts a window far faster than the
            four processes deliver it, marks land in a full pool and most of the stream
            is dropped: try --ack-floor-ms 0.5.)
+  floor    the round trip's structure without DP: four processes (two "scripts", two
+           "nodes") pass a 1-byte frame along the same six shared-memory ring hops
+           (script -> node -> node -> script and back) with nothing else to do, once
+           sleeping on the doorbells, once polling --spin-us first (sched_yield between
+           polls), once polling with --floor-work-us of busy work per node pass -- what the
+           hops alone cost on this host, and what a node's own CPU adds on top.
   packet   the rtt rows over AF_PACKET (one network namespace per node, veth pair), against
            a bare Python AF_PACKET ping-pong over the very same veth pair (another
            EtherType, so the nodes never see it; measured while the nodes are idle).
@@ -43,6 +49,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import select
 import socket
 import statistics
 import sys
@@ -228,6 +235,100 @@ def _bare_packet_rtt(cluster, iters: int) -> float:
         return _median_us(out)
 
 
+# ------------------------------------------------------------------ the hops alone
+
+_FLOOR_HOPS = ("s0n0", "n0n1", "n1s1", "s1n1", "n1n0", "n0s0")
+
+
+def _floor_wait(rings, spin_s):
+    """Until one of `rings` holds a frame: poll (yielding) up to `spin_s`, then sleep on the doorbells."""
+    end = time.perf_counter() + spin_s
+    while True:
+        for r in rings:
+            if r.pending():
+                return
+        if time.perf_counter() < end:
+            os.sched_yield()
+            continue
+        if all(r.prepare_to_sleep() for r in rings):
+            select.select([r.doorbell_fileno() for r in rings], [], [], 1.0)
+        for r in rings:
+            r.cancel_sleep()
+            r.drain_doorbell()
+
+
+def _floor_node(prefix, inbound, outbound, spin_s, work_s):
+    from kernelsim.media._shmring import ShmRing
+    ins = [ShmRing.attach(prefix + n) for n in inbound]
+    outs = [ShmRing.attach(prefix + n) for n in outbound]
+    buf = bytearray(64)
+    while True:
+        _floor_wait(ins, spin_s)
+        for i, r in enumerate(ins):
+            k = r.recv_into(buf)
+            if k < 0:
+                continue
+            end = time.perf_counter() + work_s       # a node's own work on the frame
+            while time.perf_counter() < end:
+                pass
+            if buf[0] == 0x51:                      # b"Q": pass it on, stop
+                for o in outs:
+                    o.send(b"Q")
+                return
+            outs[i].send(buf[:k])
+
+
+def _floor_rtt(iters: int, spin_s: float, work_s: float) -> float:
+    """Median µs of a 1-byte round trip along the six ring hops of a DP round trip, no DP."""
+    from kernelsim.media._shmring import ShmRing
+    prefix = f"dpfloor{os.getpid()}-"
+    rings = {n: ShmRing.create(prefix + n, 64, 256) for n in _FLOOR_HOPS}
+    procs = [_ctx.Process(target=_floor_node, args=(prefix, ["s0n0", "n1n0"], ["n0n1", "n0s0"], spin_s, work_s)),
+             _ctx.Process(target=_floor_node, args=(prefix, ["n0n1", "s1n1"], ["n1s1", "n1n0"], spin_s, work_s)),
+             _ctx.Process(target=_floor_node, args=(prefix, ["n1s1"], ["s1n1"], spin_s, 0.0))]   # script 1 echoes
+    try:
+        for p in procs:
+            p.start()
+        out_ring, in_ring = rings["s0n0"], rings["n0s0"]
+        buf = bytearray(64)
+        perf = time.perf_counter_ns
+        out = []
+        for _ in range(iters):
+            t = perf()
+            out_ring.send(b"x")
+            while True:
+                _floor_wait([in_ring], spin_s)
+                if in_ring.recv_into(buf) >= 0:
+                    break
+            out.append(perf() - t)
+        out_ring.send(b"Q")
+        for p in procs:
+            p.join(5)
+        return _median_us(out)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for r in rings.values():
+            r.unlink()
+            r.close()
+
+
+def bench_floor(args):
+    spin = args.spin_us * 1e-6
+    work = args.floor_work_us * 1e-6
+    rows = {"sleeping on doorbells": (0.0, 0.0), f"polling {args.spin_us:g} us first": (spin, 0.0),
+            f"polling, {args.floor_work_us:g} us work per node pass": (spin, work)}
+    out = {}
+    for label, (s, w) in rows.items():
+        runs = [_floor_rtt(args.iters, s, w) for _ in range(args.runs)]
+        out[label] = statistics.median(runs)
+        _row(f"hops alone, {label}", out[label], "us", f"runs {', '.join(f'{x:.1f}' for x in runs)}")
+    print("# floor: six ring hops among four processes, no DP; a DP round trip adds four node passes "
+          "(gate entry -> transmit, frame -> Token Buffer Pool) of node CPU", flush=True)
+    return out
+
+
 # ------------------------------------------------------------------ rows
 
 
@@ -339,7 +440,7 @@ def _node_pids(run_dir: str) -> list[int]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="rtt,gate,stream,packet,alltoall")
+    ap.add_argument("--only", default="rtt,floor,gate,stream,packet,alltoall")
     ap.add_argument("--iters", type=int, default=2000, help="round trips per run (default 2000)")
     ap.add_argument("--runs", type=int, default=3, help="runs per round-trip row, turns per gate row")
     ap.add_argument("--count", type=int, default=20000, help="messages streamed, calls per gate row")
@@ -349,6 +450,9 @@ def main(argv=None) -> int:
                     help="the stream's second row: libdp._bench's real-time ack-timeout floor for it (default 0.5 ms, the modeled floor)")
     ap.add_argument("--spin-us", type=float, default=1000.0,
                     help="the polling scripts' DP_SPIN_US in the round-trip rows (default 1000)")
+    ap.add_argument("--floor-work-us", type=float, default=5.0,
+                    help="the floor's third row: busy work per node pass (default 5 us, about what one pass of "
+                         "the kernel path costs in CPU on the development host)")
     args = ap.parse_args(argv)
     rows = set(args.only.split(","))
     print(f"# real nodes, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
@@ -365,6 +469,8 @@ def main(argv=None) -> int:
                 bench_stream(args, c)
         finally:
             cluster_down(c)
+    if "floor" in rows:
+        bench_floor(args)
     if rows & {"packet", "alltoall"}:
         from kernelsim.media.netns import NetnsCluster
         ok, why = NetnsCluster.available()

@@ -15,6 +15,7 @@ import errno
 import mmap
 
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES, PyBUF_WRITABLE
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.string cimport memcpy, memmove, memset
 from posix.mman cimport MADV_DONTNEED, madvise
 
@@ -117,7 +118,9 @@ cdef class PhysMem:
     cpdef bytes read(self, Py_ssize_t addr, Py_ssize_t n):
         if not span_ok(addr, n, self.size):
             span_check(addr, n, self.size, "physical memory")
-        return bytes(self.buf[addr:addr + n])
+        if n == 0:
+            return b""
+        return PyBytes_FromStringAndSize(<const char*> &self.buf[addr], n)   # no memoryview slice made
 
     cpdef move(self, Py_ssize_t dst, Py_ssize_t src, Py_ssize_t n):
         if not (span_ok(dst, n, self.size) and span_ok(src, n, self.size)):

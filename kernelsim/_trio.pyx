@@ -41,6 +41,17 @@ cdef int LEVEL_PROC = 1
 _reschedule = trio.lowlevel.reschedule
 _current_task = trio.lowlevel.current_task
 _current_clock = trio.lowlevel.current_clock
+# trio's per-thread run context: the running task and runner, read directly on the hot
+# path (trio's public accessors add a Python call -- and for the clock a locals() dict --
+# to every DP call); the public calls remain the fallback for another trio's internals.
+_GRC = _trio_run.GLOBAL_RUN_CONTEXT
+
+
+cdef object _task():
+    try:
+        return _GRC.task
+    except AttributeError:
+        return _current_task()
 _wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
 _checkpoint = trio.lowlevel.checkpoint
 _checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
@@ -77,7 +88,12 @@ cdef class _Completion(Waiter):
             self.engine.request_stop()
         if self.task is not None:
             task, self.task = self.task, None
-            _reschedule(task)
+            try:
+                runner = _GRC.runner            # trio.lowlevel.reschedule, less its frame
+            except AttributeError:
+                _reschedule(task)
+            else:
+                runner.reschedule(task)
         return 0
 
     def abort_wait(self, _):
@@ -161,7 +177,7 @@ def _never():
 cdef bint _cancel_pending() except -1:
     """Would `checkpoint_if_cancelled` do anything? Asked first, since it almost never
     would: a call that drove the engine inline then creates no coroutine at all."""
-    task = _current_task()
+    task = _task()
     try:
         runner = task._runner
         return task._cancel_status.effectively_cancelled or (runner.ki_pending and task is runner.main_task)
@@ -212,7 +228,7 @@ async def run_path(node, path, cpu=None):
         elif how == _DONE:
             await _checkpoint()
         else:
-            done.task = _current_task()
+            done.task = _task()
             await _wait_task_rescheduled(_refuse_abort)
     if done.exc is not None:
         raise done.exc
@@ -232,7 +248,7 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
         elif how == _DONE:
             await _checkpoint()
         else:
-            woken.task = _current_task()
+            woken.task = _task()
             await _wait_task_rescheduled(woken.abort_wait)
         return
     woken_list = []
@@ -368,7 +384,7 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
         done = _Completion(engine)
         how = _start_path(engine, on, path, done)
         if how == _PARK:
-            done.task = _current_task()
+            done.task = _task()
             await _wait_task_rescheduled(_refuse_abort)
         elif how == _DONE:
             await _checkpoint()
@@ -392,7 +408,7 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
         elif how == _DONE:
             await _checkpoint()
         else:
-            done.task = _current_task()
+            done.task = _task()
             await _wait_task_rescheduled(done.abort_wait)
         path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
 
@@ -442,13 +458,18 @@ cdef bint _drive_inline(Engine engine, _Completion done) except -1:
     trio deadline comes: from there trio schedules as usual. True when `done` was
     filled and nothing else was woken on the way.
     """
-    clock = _current_clock()
+    try:
+        runner = _GRC.runner
+        clock = runner.clock
+    except AttributeError:
+        runner = None
+        clock = _current_clock()
     if type(clock) is not EngineClock and not isinstance(clock, EngineClock):
         return False
     cdef RunnableCounter counter = clock.counter
     if not counter.live or counter.runnable != 0:
         return False
-    cdef double until = _next_trio_deadline()
+    cdef double until = _next_trio_deadline(runner)
     cdef long long stops = engine.stops
     engine.run_until_stop(until)
     return done.done and engine.stops == stops + 1 and counter.live and counter.runnable == 0
@@ -484,7 +505,7 @@ def _may_sleep(node, ports) -> bool:
     return all(p.prepare_to_sleep() for p in ports)
 
 
-cdef double _next_trio_deadline() except? -1.0:
+cdef double _next_trio_deadline(runner) except? -1.0:
     """When trio's next deadline falls (the clock is the engine's, so it is modeled time).
 
     ``current_statistics()`` answers this but also gathers I/O statistics, which made it
@@ -492,7 +513,7 @@ cdef double _next_trio_deadline() except? -1.0:
     this trio has one, else fall back to the public call.
     """
     try:
-        return _trio_run.GLOBAL_RUN_CONTEXT.runner.deadlines.next_deadline()
+        return (_GRC.runner if runner is None else runner).deadlines.next_deadline()
     except AttributeError:
         gap = trio.lowlevel.current_statistics().seconds_to_next_deadline
         return trio.current_time() + gap if gap < math.inf else math.inf

@@ -24,6 +24,7 @@ import time
 
 import pytest
 import trio
+import trio.testing
 
 from libdp._attach import attach
 from libdp._cli import main
@@ -323,6 +324,27 @@ def test_trio_calls_and_wait_readable(two):
             await trio.sleep(0.05)
             await b.dp_write(fb, b"pong")
         assert got == [b"pong"]
+        for dp, fd in ((a, fa), (b, fb)):
+            await dp.close(fd)
+            dp.detach()
+    trio.run(main_)
+
+
+def test_every_attached_async_call_is_a_checkpoint(two):
+    """trio's rule: a public async call checks for cancellation and yields to the scheduler,
+    even when it need not wait (the gate took the entry, a message was there), so a task
+    looping on such calls cannot starve the others."""
+    async def main_():
+        a, b = attach(node=0), attach(node=1)
+        fa, fb = await a.dp_open(9), await b.dp_open(9)
+        await a.dp_target(fa, 1, 9)
+        for i in range(20):
+            with trio.testing.assert_checkpoints():
+                await a.dp_write(fa, b"m%02d" % i)
+        for i in range(20):
+            await trio.lowlevel.wait_readable(fb)
+            with trio.testing.assert_checkpoints():
+                assert await b.dp_read(fb) == b"m%02d" % i
         for dp, fd in ((a, fa), (b, fb)):
             await dp.close(fd)
             dp.detach()

@@ -37,7 +37,10 @@ import errno
 
 from kernelsim import WaitQueue, WouldBlock
 
-from nic_drivers._nic import NicDriver
+from kernelsim._node cimport Costs
+from kernelsim._physmem cimport PhysMem
+from kernelsim._waits cimport WaitQueue as _WaitQueue
+from nic_drivers._nic cimport NicDriver
 from nic_drivers.myrinet import _model as hw
 from nic_drivers.myrinet.fabric import RouteTable
 from nic_drivers.myrinet.firmware import (
@@ -52,7 +55,21 @@ TX_WAIT_POLL = 1
 TX_WAIT_IRQ = 2
 
 
-class MyrinetNetDevice(NicDriver):
+cdef class MyrinetNetDevice(NicDriver):
+    # What every frame reads, typed (public: the EPOS pipeline, pipeline.py, reads them too).
+    cdef public Py_ssize_t ntx, nrx, nbulk, budget, pio_max, slot_bytes
+    cdef public Py_ssize_t rx_ring, bulk_ring, txdone, cur_bulk, _rlen
+    cdef public unsigned int eimr
+    cdef public int _tx_wait
+    cdef public double _owed, desc_pio_s
+    cdef public long long tx_pio, tx_dma, polls
+    cdef public list tx_bufs
+    cdef public object fw, routes
+    cdef public _WaitQueue bulk_tx_space
+    cdef object _hdr_dst
+    cdef bytes _hdr_route
+    cdef int _hdr_proto
+
     kind = "myrinet"
     link_header_bytes = ROUTE_MAX + 4          # route area, Myrinet packet type, link protocol
     driver_module = "myrinet"
@@ -146,7 +163,7 @@ class MyrinetNetDevice(NicDriver):
 
     def _reclaim(self) -> int:
         """Take the NI's completion count from host memory; free those descriptors."""
-        done = self.node.mem.rd32(self.txdone)
+        cdef long long done = (<PhysMem> self.node.mem).rd32(self.txdone), freed
         freed = (done - (self.dirty_tx & MASK32)) & MASK32
         if 0 < freed <= self.cur_tx - self.dirty_tx:
             self.dirty_tx += freed
@@ -154,7 +171,7 @@ class MyrinetNetDevice(NicDriver):
                 self._tx_wait = 0
                 self.dev.pio_write32(CB_TX_WAIT, 0)
                 self._owed += self.c.pci_write
-            self.tx_space.wake()
+            (<_WaitQueue> self.tx_space).wake()
             self.bulk_tx_space.wake()
             return freed
         return 0
@@ -183,12 +200,18 @@ class MyrinetNetDevice(NicDriver):
             raise OSError(errno.EHOSTUNREACH, f"{self.name}: route to node {nid} has {len(r)} hops (at most {ROUTE_MAX})")
         return r
 
-    def write_link_header(self, addr: int, dst_hw, proto: int) -> None:
-        r = self.route(dst_hw)
-        self.node.mem.write(addr + ROUTE_MAX - len(r), r + MYRI_TYPE_DP.to_bytes(2, "big") + proto.to_bytes(2, "big"))
+    def write_link_header(self, Py_ssize_t addr, dst_hw, int proto) -> None:
+        r = self.route(dst_hw)                  # looked up every time: the mapper may re-route
+        if self._hdr_route is None or proto != self._hdr_proto or r != self._hdr_dst:
+            self._hdr_route = r + MYRI_TYPE_DP.to_bytes(2, "big") + proto.to_bytes(2, "big")
+            self._hdr_dst = r
+            self._hdr_proto = proto
+        (<PhysMem> self.node.mem).write(addr + ROUTE_MAX - len(r), self._hdr_route)
         self._rlen = len(r)
 
-    def tx_commit_path(self, payload_bytes: int, pending: float = 0.0):
+    def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
+        cdef Py_ssize_t entry, off, flen, host
+        cdef double owed
         dev = self.dev
         entry = self.cur_tx % self.ntx
         off = ROUTE_MAX - self._rlen
@@ -225,10 +248,13 @@ class MyrinetNetDevice(NicDriver):
 
     # -- receive -------------------------------------------------------------------------
 
-    def interrupt_path(self, pending: float = 0.0):
+    def interrupt_path(self, double pending=0.0):
+        cdef Costs c = self.c
+        cdef unsigned int isr
+        cdef double owed
+        cdef Py_ssize_t k
         dev = self.dev
-        c = self.c
-        for _ in range(self.budget):
+        for k in range(self.budget):
             owed, self._owed = self._owed, 0.0
             yield pending + owed + c.pci_read
             isr = dev.csr_read(hw.REG_ISR) & self.eimr
@@ -253,11 +279,12 @@ class MyrinetNetDevice(NicDriver):
         pending += self.c_desc * self._reclaim()
         return pending
 
-    def _rx_path(self, pending):
-        mem = self.node.mem
-        c = self.c
-        consumed = 0
-        for _ in range(self.nrx):
+    def _rx_path(self, double pending):
+        cdef PhysMem mem = self.node.mem
+        cdef Costs c = self.c
+        cdef Py_ssize_t consumed = 0, end, n, start, k
+        cdef unsigned int w
+        for k in range(self.nrx):
             end = self.rx_ring + (self.cur_rx % self.nrx + 1) * self.slot_bytes
             yield pending + c.mem_miss            # the NI wrote it: not in the cache
             pending = 0.0

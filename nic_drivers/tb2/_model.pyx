@@ -52,7 +52,7 @@ What is modeled, and when each effect becomes visible:
 
 The host's caches are not coherent with MicroChannel DMA (SP-A24): that is the host's
 business (it flushes before storing a length and before an entry is reused), so it is
-charged in the host-side paths (``fifos.py``), not here.
+charged in the host-side paths (``fifos.pyx``), not here.
 """
 import errno
 

@@ -15,8 +15,8 @@ protocol's defining choice, and the papers behind dp made three different ones:
   unchanged (the i860 walks the packet-length array, DMAs, receives into host
   memory). What every packet touches -- header, sequence numbers, windows, chunk
   assembly -- is ``_wire.pyx`` (Cython: it runs for every packet); the library
-  around it is the endpoint, one file per mechanism (``endpoint.py``, ``window.py``,
-  ``bulk.py``, ``keepalive.py``): paths charged as process time.
+  around it is the endpoint, one file per mechanism (``endpoint.pyx``, ``window.pyx``,
+  ``bulk.pyx``, ``keepalive.pyx``): paths charged as process time.
 * FM (HPVM) runs a control program on the Myrinet NI (the LANai's "LCP") and a
   user library; its module installs the firmware through the NI's firmware slot
   (``nic_drivers/myrinet/firmware.py``: ``ni.load_firmware(fw)``) at ``insmod``
@@ -69,7 +69,7 @@ the first packets while the host prepares the rest. A store of one packet is a s
 message: copied like a request's words, acknowledged like one, its source free as
 soon as it is handed over. A keep-alive, timed in unsuccessful polls, forces NACKs when
 messages stay unacknowledged too long. Receive-FIFO entries are popped lazily and
-flushed (SP-C04, in ``fifos.py``). Remote addresses must lie in the target's
+flushed (SP-C04, in ``fifos.pyx``). Remote addresses must lie in the target's
 registered segments: a transfer that does not is refused by the target before any
 byte is written and fails with EFAULT at its initiator.
 

@@ -4,7 +4,7 @@ The SP AM paper times its calls on a thin node (SP-A32, SP-A35..SP-A38). Those
 times are *totals*: AM's own instructions plus the FIFO work underneath -- writing the
 send entry, flushing its cache lines, the sync, the MicroChannel store of the packet
 length, the receive-entry copy and flush, the lazy pop. In this model the FIFO work is
-already charged by the TB2 package (``nic_drivers/tb2/fifos.py``) from the sp_thin
+already charged by the TB2 package (``nic_drivers/tb2/fifos.pyx``) from the sp_thin
 profile. Charging the paper's totals on top of it would count the FIFO work twice, so
 AM's own cost is the paper's figure *minus* what the FIFO layer charges for the same
 operation, on the machine the paper measured (the sp_thin profile as shipped):

@@ -1,3 +1,4 @@
+# cython: language_level=3, annotation_typing=False, binding=True
 """One SP AM endpoint: the library state of the one process per node that drives the TB2.
 
 Everything here runs on the host, in the user process, at user level: the AM library
@@ -6,9 +7,9 @@ the adapter runs IBM's standard firmware unchanged. The kernel's part (``service
 is only to give this process the card and to pin its memory segments.
 
 The endpoint is four files, one per mechanism: this one (the calls, the handler table
-and segments, receiving and dispatching a packet, polling, closing), ``window.py``
+and segments, receiving and dispatching a packet, polling, closing), ``window.pyx``
 (sequenced channels, the window, acknowledgements, NACKs and go-back, and the send
-path into the FIFOs), ``bulk.py`` (chunked am_store/am_get) and ``keepalive.py``.
+path into the FIFOs), ``bulk.pyx`` (chunked am_store/am_get) and ``keepalive.pyx``.
 What every packet touches -- the header, the channels, the peer -- is Cython,
 ``_wire.pyx``.
 
@@ -307,7 +308,7 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         """Before the FIFOs go: acknowledge what we hold and wait for our own messages'
         acks -- for as long as a call would (``max_keepalives`` keep-alives in a row
         unanswered: ETIMEDOUT), and not for a node already reported gone; then stay
-        ``close_linger`` keep-alive periods after the last packet heard (keepalive.py)."""
+        ``close_linger`` keep-alive periods after the last packet heard (keepalive.pyx)."""
         if since is None:
             self.closing = True
             for peer in self.peers.values():

@@ -1,3 +1,4 @@
+# cython: language_level=3, annotation_typing=False, binding=True
 """The TB2 driver: the kernel side, so that DP runs over the SP switch.
 
 The standard TB2 firmware serves one client of its FIFOs per node (SP-A18). The

@@ -1,3 +1,4 @@
+# cython: language_level=3, annotation_typing=False, binding=True
 """The keep-alive: how an SP AM endpoint notices a lost last packet, or a node that is gone (SP-C08).
 
 Go-back-N needs a packet *after* a loss to reveal the gap. When nothing follows -- the

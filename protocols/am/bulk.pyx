@@ -1,3 +1,4 @@
+# cython: language_level=3, annotation_typing=False, binding=True
 """Chunked bulk transfer: am_store, am_store_async and am_get (SP-C06, SP-A25..A31).
 
 A transfer is cut into chunks of 8064 bytes -- 36 packets of 224 data bytes (SP-A25,

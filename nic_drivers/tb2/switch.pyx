@@ -1,3 +1,4 @@
+# cython: language_level=3, annotation_typing=False, binding=True
 """The SP high-performance switch, modeled: what carries TB2 packets between nodes.
 
 An SP switch board is built from 8-port switch chips in two stages: node-side chips
@@ -109,6 +110,18 @@ class Tb2Switch:
             link = table[key] = _Link(name)
         return link
 
+    def _up(self, int a, int route) -> _Link:
+        link = self.up.get((a, route))
+        if link is None:                         # named once, when first used
+            link = self._link(self.up, (a, route), f"chip{a}->mid{route}")
+        return link
+
+    def _down(self, int route, int b) -> _Link:
+        link = self.down.get((route, b))
+        if link is None:
+            link = self._link(self.down, (route, b), f"mid{route}->chip{b}")
+        return link
+
     def _send(self, src: SwitchPort, packet: bytes, t: float, ready: float = 0.0) -> tuple[float, float]:
         n = len(packet)
         wire = n * self.byte_s
@@ -123,8 +136,8 @@ class Tb2Switch:
             return start, end
         route = packet[2] % self.routes
         a, b = src.nid // self.per_chip, dst // self.per_chip
-        up = self._link(self.up, (a, route), f"chip{a}->mid{route}")
-        down = self._link(self.down, (route, b), f"mid{route}->chip{b}")
+        up = self._up(a, route)
+        down = self._down(route, b)
         head = up.take(start + self.chip_s, wire, n)
         head = down.take(head + self.chip_s, wire, n)
         head = port.eject.take(head + self.chip_s, wire, n)

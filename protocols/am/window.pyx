@@ -1,3 +1,4 @@
+# cython: language_level=3, annotation_typing=False, binding=True
 """The sliding window and its acknowledgements: how an SP AM endpoint sends (SP-C05, SP-C07).
 
 Per pair of nodes and per direction there are two sequenced channels, requests
@@ -9,7 +10,7 @@ for all its packets (a bulk chunk counts every packet, SP-C06).
 Acknowledgements are cumulative sequence numbers, one per channel, and ride on every
 packet an endpoint sends (piggybacked, SP-C05). A receiver that has nothing to send
 acknowledges explicitly once a quarter of the sender's window is unacknowledged
-(SP-A29); ``bulk.py`` adds one explicit ack per bulk chunk (SP-A31). A receiver that
+(SP-A29); ``bulk.pyx`` adds one explicit ack per bulk chunk (SP-A31). A receiver that
 finds a gap drops the packet and NACKs the sequence number it expects, once per gap;
 the sender goes back to it and resends it and everything after it (go-back-N). A
 refusal (REJECT, EFAULT) turns a transfer into NOPs that keep their sequence numbers.
@@ -18,7 +19,7 @@ refusal (REJECT, EFAULT) turns a transfer into NOPs that keep their sequence num
 to send -- control packets, resends, new messages, an ack owed -- and a poll pumps
 only those, in the order they got work. A peer whose window is full leaves the queue
 until an ack opens it; a peer that only waits for acks is the keep-alive's business
-(``keepalive.py``). So the work of a poll does not grow with the number of nodes.
+(``keepalive.pyx``). So the work of a poll does not grow with the number of nodes.
 
 Costs: AM's header work is paid before a packet's length is stored (the critical path
 of a round trip); its retransmission copy and window bookkeeping after it (see

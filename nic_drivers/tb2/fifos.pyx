@@ -1,3 +1,4 @@
+# cython: language_level=3, annotation_typing=False, binding=True
 """The host's side of the TB2 FIFOs, and the user-level FIFO API built on it.
 
 `HostFifos` is what any owner of the card keeps in host memory and in its head: the
@@ -30,6 +31,20 @@ import errno
 from kernelsim import OpenFile, WouldBlock, WaitQueue
 
 from nic_drivers.tb2 import _model as hw
+from kernelsim._physmem cimport PhysMem, span_check, span_ok
+from libc.string cimport memcpy, memset
+
+# The entry layout (nic_drivers.tb2._model), as C constants for the per-packet code.
+DEF HDR_BYTES = 32
+DEF H_DST = 0
+DEF H_ROUTE = 2
+DEF H_LEN = 6
+DEF H_PROTO = 8
+DEF H_USER = 12
+DEF USER_BYTES = 16
+DEF LEN_UNIT = 4
+assert (hw.HDR_BYTES, hw.H_DST, hw.H_ROUTE, hw.H_LEN, hw.H_PROTO, hw.H_USER, hw.USER_BYTES, hw.LEN_UNIT) == \
+    (HDR_BYTES, H_DST, H_ROUTE, H_LEN, H_PROTO, H_USER, USER_BYTES, LEN_UNIT)
 
 __all__ = ["HostFifos", "UserFifos", "Packet", "open_fifos", "DEFAULT_POP_EVERY"]
 
@@ -308,18 +323,30 @@ class UserFifos(OpenFile):
             raise OSError(errno.EINVAL, f"the user header holds {hw.USER_BYTES} bytes, not {len(user)}")
         return route
 
-    def _write_entry(self, addr: int, dest: int, route: int, proto: int, user, data) -> int:
-        n = len(data)
-        hdr = bytearray(hw.HDR_BYTES)
-        hdr[hw.H_DST:hw.H_DST + 2] = dest.to_bytes(2, "big")
-        hdr[hw.H_ROUTE] = route
-        hdr[hw.H_LEN:hw.H_LEN + 2] = n.to_bytes(2, "big")
-        hdr[hw.H_PROTO:hw.H_PROTO + 2] = proto.to_bytes(2, "big")
-        hdr[hw.H_USER:hw.H_USER + len(user)] = user
-        self.node.mem.write(addr, bytes(hdr))
+    def _write_entry(self, Py_ssize_t addr, unsigned int dest, unsigned int route, unsigned int proto, user,
+                     data) -> int:
+        # The header is written in place (every field checked by _check_packet): big-endian
+        # destination, route, length and protocol, the user bytes, zeros elsewhere.
+        cdef PhysMem mem = self.node.mem
+        cdef Py_ssize_t n = len(data)
+        cdef const unsigned char[::1] u = user if isinstance(user, bytes) else bytes(user)
+        cdef unsigned char* h
+        if not span_ok(addr, HDR_BYTES + n, mem.size):
+            span_check(addr, HDR_BYTES + n, mem.size, "TB2 send entry")
+        h = &mem.buf[addr]
+        memset(h, 0, HDR_BYTES)
+        h[H_DST] = (dest >> 8) & 0xFF
+        h[H_DST + 1] = dest & 0xFF
+        h[H_ROUTE] = route & 0xFF
+        h[H_LEN] = (n >> 8) & 0xFF
+        h[H_LEN + 1] = n & 0xFF
+        h[H_PROTO] = (proto >> 8) & 0xFF
+        h[H_PROTO + 1] = proto & 0xFF
+        if u.shape[0]:
+            memcpy(h + H_USER, &u[0], min(u.shape[0], USER_BYTES))
         if n:
-            self.node.mem.write(addr + hw.HDR_BYTES, bytes(data))
-        return (hw.HDR_BYTES + n + hw.LEN_UNIT - 1) // hw.LEN_UNIT
+            mem.write(addr + HDR_BYTES, data if isinstance(data, bytes) else bytes(data))
+        return (HDR_BYTES + n + LEN_UNIT - 1) // LEN_UNIT
 
     def _room_path(self, k: int):
         """Make sure `k` send entries are free; read the adapter's counter only if needed."""
