@@ -32,17 +32,7 @@ from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._engine cimport Engine, EventTarget
 
 
-cdef extern from "Python.h":
-    ctypedef enum PySendResult:
-        PYGEN_RETURN
-        PYGEN_ERROR
-        PYGEN_NEXT
-    PySendResult PyIter_Send(object iter, object arg, PyObject** presult)
-
-
-cdef inline int _send(object gen, PyObject** result) except -1:
-    """Resume `gen`: 1 and what it yielded, 0 and what it returned; or its exception."""
-    return <int> PyIter_Send(gen, None, result)
+from kernelsim._pyiter cimport resume as _send
 
 
 cdef int IRQ_LEVEL = 0

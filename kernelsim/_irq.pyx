@@ -17,17 +17,7 @@ from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._cpu cimport Cpu
 
 
-cdef extern from "Python.h":
-    ctypedef enum PySendResult:
-        PYGEN_RETURN
-        PYGEN_ERROR
-        PYGEN_NEXT
-    PySendResult PyIter_Send(object iter, object arg, PyObject** presult)
-
-
-cdef inline int _send(object gen, PyObject** result) except -1:
-    """Resume `gen`: 1 and what it yielded, 0 and what it returned; or raise its error."""
-    return <int> PyIter_Send(gen, None, result)
+from kernelsim._pyiter cimport resume as _send
 
 __all__ = ["IrqController"]
 
