@@ -109,6 +109,7 @@ cdef class HostRx:
     cdef public int mtu
     cdef public double owed, pio_word, pio_desc
     cdef public bint interrupts, signalled, want_completion, realtime
+    cdef public long long _timer        # the engine handle of the armed wake-up, or -1
     # Derived once the library is set up (`_rx_setup`): what a poll reads on every packet.
     cdef bint hrx
     cdef Py_ssize_t free_base, nfree
@@ -160,6 +161,17 @@ cdef class HostRx:
             return False
         cdef Py_ssize_t a = self.cpl_ring + 4 * (self.cpl_cons % self.nsd)
         return bool(self.mem.rd32(a) & CPL_VALID)
+
+    cpdef arm_timer(self):
+        """Wake a waiting process when the next host timer falls due (`next_deadline`)."""
+        if self._timer >= 0:
+            self.engine.cancel(self._timer)
+            self._timer = -1
+        if not self.timed and not self.realtime and self.stalled_since is None:
+            return                      # no timer running: next_deadline() would say None
+        due = self.next_deadline()
+        if due is not None:
+            self._timer = self.engine.after(max(due - self.engine.now, 0.0), self._timer_fired, None)
 
     # -- receive ---------------------------------------------------------------------------------
 

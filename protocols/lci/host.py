@@ -575,14 +575,6 @@ class HostLib(HostRx):
 
     # -- waiting ------------------------------------------------------------------------------------
 
-    def arm_timer(self) -> None:
-        if self._timer >= 0:
-            self.engine.cancel(self._timer)
-            self._timer = -1
-        due = self.next_deadline()
-        if due is not None:
-            self._timer = self.engine.after(max(due - self.engine.now, 0.0), self._timer_fired, None)
-
     def _timer_fired(self, _):
         self._timer = -1
         self.events.wake()
