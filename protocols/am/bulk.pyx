@@ -34,6 +34,8 @@ import errno
 
 from protocols.am import _wire as W
 from protocols.am._checks import check_count, check_remote, handler_index, pack_words, word
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
+from protocols.am.keepalive cimport KeepAlive
 
 __all__ = ["Bulk", "Transfer"]
 
@@ -63,8 +65,8 @@ class Transfer:
         return f"<Transfer {self.kind} {self.nbytes} B with node {self.dest}: {state}>"
 
 
-class Bulk:
-    """The bulk-transfer half of an AM endpoint (a mixin of `AmEndpoint`)."""
+cdef class Bulk(KeepAlive):
+    """The bulk-transfer half of an AM endpoint (Window < KeepAlive < Bulk < AmEndpoint)."""
 
     def _init_bulk(self, params: dict) -> None:
         self.chunk_packets = params["chunk_packets"]

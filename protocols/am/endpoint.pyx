@@ -28,14 +28,16 @@ import errno
 import inspect
 from collections import deque
 
-from kernelsim import OpenFile, WaitQueue, WouldBlock
+from kernelsim import WouldBlock
+from kernelsim._waits cimport WaitQueue
 
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import MAX_HANDLERS, U32, handler_index, pack_words
-from protocols.am.bulk import Bulk, Transfer
-from protocols.am.keepalive import KeepAlive
-from protocols.am.window import AM_PROTO, Window
+from protocols.am.bulk import Transfer
+from protocols.am.window import AM_PROTO
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
+from protocols.am.bulk cimport Bulk
 
 __all__ = ["AmEndpoint", "Segment", "Token", "Transfer", "HandlerRuleError", "AM_PROTO", "MAX_HANDLERS",
            "STAT_KEYS"]
@@ -95,8 +97,9 @@ class Token:
         return f"<Token from node {self.src}, {'request' if self.request else 'reply'}{'' if self.live else ', spent'}>"
 
 
-class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
-    """The AM state of one process (one per node: it owns the TB2's FIFOs)."""
+cdef class AmEndpoint(Bulk):
+    """The AM state of one process (one per node: it owns the TB2's FIFOs). The chain
+    Window < KeepAlive < Bulk < AmEndpoint is one object; its fields are in window.pxd."""
 
     kind = "AM endpoint"
 
@@ -135,12 +138,12 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         self.handlers = [None] * MAX_HANDLERS
         self.hdr = W.Header()
         self.hdr.pkt_data = self.pkt_data
-        self.segments: list[Segment] = []        # sorted by address
-        self._starts: list[int] = []
+        self.segments = []                       # Segment, sorted by address
+        self._starts = []
         self.events = WaitQueue(node.engine)
         self.polls = 0
         self._handler_depth = 0
-        self.pending_errors: deque = deque()
+        self.pending_errors = deque()
         self.closing = False
         self.stats_c = {k: 0 for k in STAT_KEYS}
         self.malformed = {k: 0 for k in W.MALFORMED_NAMES[1:] + ("bad_handler", "bad_proto", "bad_source")}

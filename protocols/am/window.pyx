@@ -35,22 +35,26 @@ from kernelsim import WouldBlock
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import U32
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
 
 __all__ = ["Window", "AM_PROTO"]
 
 AM_PROTO = 0x414D            # "AM": the link-level protocol id in the TB2 header
+DEF HDR_BYTES = 32           # nic_drivers.tb2._model.HDR_BYTES
+assert hw.HDR_BYTES == HDR_BYTES
 
 
 
-class Window:
-    """The sending half of an AM endpoint (a mixin of `AmEndpoint`)."""
+cdef class Window(OpenFile):
+    """The sending half of an AM endpoint, and its state (window.pxd): the first of the
+    chain Window < KeepAlive < Bulk < AmEndpoint."""
 
     def _init_window(self, params: dict) -> None:
         self.req_window = params["request_window"]
         self.rep_window = params["reply_window"]
         self.ack_div = params["ack_div"]
-        self.peers: dict[int, W.Peer] = {}       # made on first contact (see `peer`)
-        self.work: deque = deque()              # peers with something to send, in the order they got it
+        self.peers = {}                         # made on first contact (see `peer`)
+        self.work = deque()                     # peers with something to send, in the order they got it
         self.tx_need = 0
 
     # -- peers -----------------------------------------------------------------------------
@@ -76,11 +80,12 @@ class Window:
         self.peers[nid] = p
         return p
 
-    def _kick(self, peer: W.Peer) -> None:
+    cdef int _kick(self, Peer peer) except -1:
         """`peer` has something to send: the next pump visits it."""
         if not peer.queued:
             peer.queued = True
             self.work.append(peer)
+        return 0
 
     # -- acknowledgements, NACKs, refusals on the sending side ---------------------------------
 
@@ -241,20 +246,23 @@ class Window:
         as its alignment allows), so the adapter sends the first packets while the host
         prepares the rest. False, with the caller's state untouched, when the send FIFO
         has no room for all `k`."""
-        uf = self.uf
-        f = uf.fifos
+        cdef UserFifos uf = self.uf
+        cdef HostFifos f = uf.fifos
+        cdef Costs costs = self.costs
+        cdef double cost, sum_byte = 0.0
+        cdef Py_ssize_t i, j, n
+        cdef bytes hdr, data
         if uf.closed:
             raise OSError(errno.EBADF, "the TB2 FIFOs are closed")
-        try:
-            yield from uf._room_path(k)
-        except WouldBlock:
-            self.tx_need = k
-            self.stats_c["fifo_full"] += 1
-            return False
-        costs = self.costs
+        if f.free_entries() < k:
+            try:
+                yield from uf._room_path(k)
+            except WouldBlock:
+                self.tx_need = k
+                self.stats_c["fifo_full"] += 1
+                return False
         dest, route = peer.nid, peer.route
         pkts = [packet(i) for i in range(k)]
-        sum_byte = 0.0
         if self.checksum:                          # the end-to-end trailer (_wire.pyx), summed as it is built
             me = self.node.nid
             pkts = [(h, W.trailer(me, dest, h, d)) for h, d in pkts]
@@ -264,13 +272,14 @@ class Window:
         cost = pre
         i = 0
         for off, value, width in f.length_stores(f.tx_next % f.send_count, units):
-            for hdr, data in pkts[i:i + width]:
-                uf._write_entry(f.send_entry(), dest, route, AM_PROTO, hdr, data)
+            for j in range(i, i + width):
+                hdr, data = pkts[j]
+                uf.write_entry(f.send_entry(), dest, route, AM_PROTO, hdr, data)
                 n = len(data)
-                cost += each + uf.c_send + f.flush_cost(hw.HDR_BYTES + n) + (costs.copy(n) if n else 0.0)
+                cost += each + uf.c_send + f.flush_cost(HDR_BYTES + n) + (costs.copy(n) if n else 0.0)
                 if sum_byte:
                     cost += sum_byte * (n - W.CHECKSUM_BYTES)
-                f.tx_next = (f.tx_next + 1) & U32
+                f.tx_next += 1
             yield cost + f.c_sync + costs.pci_write
             cost = 0.0
             self.adapter.reg_write(off, value, width)
