@@ -52,6 +52,7 @@ import errno
 
 from kernelsim import WouldBlock, run_path, wait_on, wait_on_sync
 from protocols.am.endpoint import HandlerRuleError, Segment, Token, Transfer
+from protocols.am.window import BLOCKED
 
 __all__ = ["AM", "SyncAM", "Segment", "Token", "Transfer", "HandlerRuleError", "am_open"]
 
@@ -213,19 +214,23 @@ class AM:
     # -- machinery ---------------------------------------------------------------------------
 
     async def _run(self, make_path):
-        """Submit a path; while it says "not yet" (WouldBlock), spin -- modeled as a
-        wait on the endpoint's events (arrival, send-FIFO room, keep-alive due)."""
+        """Submit a path; while it says "not yet" (BLOCKED; WouldBlock in real time), spin
+        -- modeled as a wait on the endpoint's events (arrival, send-FIFO room, keep-alive
+        due)."""
         dp, ep = self.dp, self.ep
         node = dp._node
         since = None
         while True:
             try:
-                return await run_path(node, make_path(since))
+                r = await run_path(node, make_path(since))
             except WouldBlock:
-                since = dp.now()
-                if not ep.ready():
-                    ep.arm_timer()
-                    await wait_on(node, ep.events, dp.spin_s)
+                r = BLOCKED
+            if r is not BLOCKED:
+                return r
+            since = dp.now()
+            if not ep.ready():
+                ep.arm_timer()
+                await wait_on(node, ep.events, dp.spin_s)
 
 
 class SyncAM:
@@ -241,12 +246,15 @@ class SyncAM:
         since = None
         while True:
             try:
-                return node.run_now(make_path(since))
+                r = node.run_now(make_path(since))
             except WouldBlock:
-                since = node.engine.now
-                if not ep.ready():
-                    ep.arm_timer()
-                    wait_on_sync(node, ep.events, am.dp.spin_s)
+                r = BLOCKED
+            if r is not BLOCKED:
+                return r
+            since = node.engine.now
+            if not ep.ready():
+                ep.arm_timer()
+                wait_on_sync(node, ep.events, am.dp.spin_s)
 
     # The same calls as AM's: they differ only in `_run`, which blocks here.
     am_request = AM.am_request

@@ -15,9 +15,9 @@ What every packet touches -- the header, the channels, the peer -- is Cython,
 
 Work is written as *paths* (generators yielding CPU seconds, see ``kernelsim._cpu``).
 The user API (``libdp.am``) submits them for the process; a path that cannot finish
-yet -- a full window, a transfer still in flight, nothing arrived -- raises
-`WouldBlock` with this endpoint's event queue, and the caller waits there, as a
-program spinning in ``am_poll`` would. Its spin is not simulated poll by poll: when
+yet -- a full window, a transfer still in flight, nothing arrived -- returns
+`BLOCKED` (``Window.blocked``; in real time it raises `WouldBlock`), and the caller waits
+on this endpoint's event queue, as a program spinning in ``am_poll`` would. Its spin is not simulated poll by poll: when
 it resumes, the polls it would have made are counted (they are the keep-alive's
 clock, SP-C08) and the poll that notices the event is charged half a poll on average.
 """
@@ -35,7 +35,7 @@ from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import MAX_HANDLERS, U32, handler_index, pack_words
 from protocols.am.bulk import Transfer
-from protocols.am.window import AM_PROTO
+from protocols.am.window import AM_PROTO, BLOCKED
 from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
 from protocols.am.bulk cimport Bulk
 
@@ -279,7 +279,7 @@ cdef class AmEndpoint(Bulk):
             yield from self._pump_peer(peer)
         n = yield from self.poll_path(since)
         if msg.sends == 0:
-            raise WouldBlock(self.events, "AM request window full")
+            return self.blocked("AM request window full")
         return n
 
     def transfer_path(self, x: Transfer, since=None, wait: bool = False):
@@ -294,7 +294,7 @@ cdef class AmEndpoint(Bulk):
         n = yield from self.poll_path(since, raise_errors=not wait)
         if wait:
             if not x.done:
-                raise WouldBlock(self.events, "AM store in flight")
+                return self.blocked("AM store in flight")
             if x.error is not None:
                 raise x.error
             self._raise_pending()
@@ -304,7 +304,7 @@ cdef class AmEndpoint(Bulk):
         """Poll until `pred()` holds (a program's ``while (!flag) am_poll();``)."""
         n = yield from self.poll_path(since)
         if not pred():
-            raise WouldBlock(self.events, "waiting for AM progress")
+            return self.blocked("waiting for AM progress")
         return n
 
     def close_path(self, since=None):
@@ -321,9 +321,9 @@ cdef class AmEndpoint(Bulk):
         yield from self.poll_path(since, raise_errors=False)
         for p in self.peers.values():
             if (p.unacked() or p.tx_req.pending or p.tx_rep.pending or p.ctl) and not self.reported_gone(p):
-                raise WouldBlock(self.events, "AM endpoint draining")
+                return self.blocked("AM endpoint draining")
         if self.lingering():
-            raise WouldBlock(self.events, "AM endpoint lingering for the peers' last keep-alives")
+            return self.blocked("AM endpoint lingering for the peers' last keep-alives")
         f = self.uf.fifos
         if f.outstanding():
             # Let the adapter take what we handed it, so the card is free when we go.
@@ -331,7 +331,7 @@ cdef class AmEndpoint(Bulk):
             f.refresh_tx_done()
             if f.outstanding():
                 self.tx_need = f.send_count
-                raise WouldBlock(self.events, "AM endpoint draining the send FIFO")
+                return self.blocked("AM endpoint draining the send FIFO")
         return 0
 
     def poll_path(self, since=None, raise_errors: bool = True):

@@ -43,3 +43,4 @@ cdef class Window(OpenFile):
     cdef public int chunk_packets, chunk_bytes
 
     cdef int _kick(self, Peer peer) except -1
+    cdef object blocked(self, str why)

@@ -37,9 +37,21 @@ from protocols.am import _wire as W
 from protocols.am._checks import U32
 from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
 
-__all__ = ["Window", "AM_PROTO"]
+__all__ = ["Window", "AM_PROTO", "BLOCKED"]
 
 AM_PROTO = 0x414D            # "AM": the link-level protocol id in the TB2 header
+
+
+class _Blocked:
+    """What a call's path returns when it cannot finish yet (see `Window.blocked`)."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return "BLOCKED"
+
+
+BLOCKED = _Blocked()
+
 DEF HDR_BYTES = 32           # nic_drivers.tb2._model.HDR_BYTES
 assert hw.HDR_BYTES == HDR_BYTES
 
@@ -56,6 +68,17 @@ cdef class Window(OpenFile):
         self.peers = {}                         # made on first contact (see `peer`)
         self.work = deque()                     # peers with something to send, in the order they got it
         self.tx_need = 0
+
+    cdef object blocked(self, str why):
+        """A call's path cannot finish yet (a full window, a transfer in flight, nothing
+        arrived): the caller waits on `events` and runs the path's continuation. In
+        modeled time the path says so by returning `BLOCKED` -- a wait is the common case
+        of every call, and a return code costs nothing where an exception is built and
+        unwound through every frame; in real time it raises `WouldBlock`, whose wait runs
+        the devices' pending work only once the caller is on the queue."""
+        if self.wall_clock:
+            raise WouldBlock(self.events, why)
+        return BLOCKED
 
     # -- peers -----------------------------------------------------------------------------
 
