@@ -35,6 +35,7 @@ cdef class UserFifos(OpenFile):
     cdef public HostFifos fifos
     cdef public Costs costs
     cdef public double c_send, c_recv, c_poll
+    cdef public double rx_cost                 # the host's cost of taking the packet `take` returned
     cdef public WaitQueue arrivals, tx_space
     cdef public int fd
     cdef public long long sent, received, polls, empty_polls
@@ -42,3 +43,5 @@ cdef class UserFifos(OpenFile):
 
     cpdef int write_entry(self, Py_ssize_t addr, unsigned int dest, unsigned int route, unsigned int proto,
                           bytes user, bytes data) except -1
+    cpdef double look(self, object spun_since) except? -1.0
+    cpdef object take(self)

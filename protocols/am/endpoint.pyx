@@ -30,6 +30,7 @@ from collections import deque
 
 from kernelsim import WouldBlock
 from kernelsim._waits cimport WaitQueue
+from nic_drivers.tb2.fifos cimport HostFifos, UserFifos
 
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
@@ -337,8 +338,11 @@ cdef class AmEndpoint(Bulk):
     def poll_path(self, since=None, raise_errors: bool = True):
         """am_poll: take every packet waiting (SP-C04), run their handlers, then send
         what is owed: replies, retransmissions, acks, NACKs, keep-alives."""
+        cdef UserFifos uf = self.uf
+        cdef HostFifos f = uf.fifos
+        cdef double cost
+        cdef int n, limit
         self._check_open()
-        uf = self.uf
         if since is not None:
             spun = int((self.engine.now - since) / self.full_poll + 1e-9) if self.full_poll > 0 else 0
             self.polls += spun
@@ -350,13 +354,22 @@ cdef class AmEndpoint(Bulk):
         if self.wall_clock:
             self._tick_wall_clock()
         self.stats_c["polls"] += 1
-        limit = uf.fifos.recv_count
+        limit = f.recv_count
         n = 0
         while n < limit:
-            pkt = yield from uf.poll_path(since)
+            # uf.poll_path(since), inlined: a look at the head, then the packet
+            yield uf.look(since)
             since = None
+            pkt = uf.take()
             if pkt is None:
                 break
+            cost = uf.rx_cost
+            if f.pop_due():
+                yield cost + self.costs.pci_write
+                cost = 0.0
+                f.pop()
+            uf.received += 1
+            yield cost
             n += 1
             yield self.c_dispatch
             yield from self._rx(pkt)

@@ -53,7 +53,8 @@ class _Blocked:
 BLOCKED = _Blocked()
 
 DEF HDR_BYTES = 32           # nic_drivers.tb2._model.HDR_BYTES
-assert hw.HDR_BYTES == HDR_BYTES
+DEF REG_LEN = 0              # nic_drivers.tb2._model.REG_LEN: the packet-length array
+assert hw.HDR_BYTES == HDR_BYTES and hw.REG_LEN == REG_LEN
 
 
 
@@ -206,15 +207,15 @@ cdef class Window(OpenFile):
             st["acks_sent"] += 1
         return (yield from self._keepalive_path(peer))
 
-    def _send_ctl(self, peer, kind, flags, seq, arg, addr=0):
+    def _send_ctl(self, Peer peer, kind, flags, seq, arg, addr=0):
         hdr = W.pack(kind | flags, 0, seq, peer.rx_req.expected, peer.rx_rep.expected, 0, 1, 0, addr, arg)
-        ok = yield from self._send_packets(peer, 1, lambda i: (hdr, b""), self.c_hdr, 0.0)
+        ok = yield from self._send_one(peer, hdr, b"", self.c_hdr)
         if ok:
             peer.rx_req.acked()
             peer.rx_rep.acked()
         return ok
 
-    def _send_msg(self, peer, ch, m):
+    def _send_msg(self, Peer peer, TxChannel ch, Msg m):
         first = m.sends == 0
         ack_req, ack_rep = peer.rx_req.expected, peer.rx_rep.expected
         kind = m.kind
@@ -246,7 +247,7 @@ cdef class Window(OpenFile):
                     post = self.costs.copy(W.AM_HDR + len(data)) + self.c_post
                     if kind != W.K_REP:
                         post += self.c_request
-            ok = yield from self._send_packets(peer, 1, lambda i: (hdr, data), pre, 0.0)
+            ok = yield from self._send_one(peer, hdr, data, pre)
         if not ok:
             return False
         peer.rx_req.acked()
@@ -259,6 +260,42 @@ cdef class Window(OpenFile):
             yield post
         if first and m.kept and kind == W.K_STORE and m.xfer is not None and not m.xfer.done:
             self._finish(m.xfer)                    # its data is copied: the source is free
+        return True
+
+    def _send_one(self, Peer peer, bytes hdr, bytes data, double pre):
+        """`_send_packets` of one packet (a short message, a control packet, a kept store):
+        the same work and costs, in the same order, without a closure and lists per packet."""
+        cdef UserFifos uf = self.uf
+        cdef HostFifos f = uf.fifos
+        cdef Costs costs = self.costs
+        cdef double cost, each = 0.0, sum_byte = 0.0
+        cdef Py_ssize_t n
+        cdef int units, idx
+        if uf.closed:
+            raise OSError(errno.EBADF, "the TB2 FIFOs are closed")
+        if f.free_entries() < 1:
+            try:
+                yield from uf._room_path(1)
+            except WouldBlock:
+                self.tx_need = 1
+                self.stats_c["fifo_full"] += 1
+                return False
+        if self.checksum:                          # the end-to-end trailer (_wire.pyx), summed as it is built
+            data = W.trailer(self.node.nid, peer.nid, hdr, data)
+            sum_byte = self.c_sum_byte
+            each += self.c_sum_packet + sum_byte * W.AM_HDR
+        idx = f.tx_next % f.send_count
+        units = uf.write_entry(f.send_entry(), peer.nid, peer.route, AM_PROTO, hdr, data)
+        n = len(data)
+        cost = pre
+        cost += each + uf.c_send + f.flush_cost(HDR_BYTES + n) + (costs.copy(n) if n else 0.0)
+        if sum_byte:
+            cost += sum_byte * (n - W.CHECKSUM_BYTES)
+        f.tx_next += 1
+        yield cost + f.c_sync + costs.pci_write
+        self.adapter.reg_write(REG_LEN + idx, units, 1)       # one length byte: one MicroChannel store
+        uf.sent += 1
+        self.stats_c["packets_sent"] += 1
         return True
 
     def _send_packets(self, peer, k: int, packet, pre: float, each: float):
