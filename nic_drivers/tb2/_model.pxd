@@ -40,6 +40,15 @@ cdef class Tb2Adapter(NicModel):
     cdef readonly long long reg_writes, reg_reads
 
     cdef _reset(self)
+    cdef int on_event(self, int what, object arg) except -1
+    cdef _tx_take(self, unsigned int epoch)
+    cdef _tx_dma_start(self, arg)
+    cdef _tx_next(self, unsigned int epoch)
+    cdef _tx_skip(self, arg)
+    cdef _tx_link(self, arg)
+    cdef _tx_dma_done(self, arg)
+    cdef _rx_take(self, arg)
+    cdef _rx_commit(self, arg)
     cpdef unsigned int reg_read(self, unsigned int off)
     cpdef reg_write(self, unsigned int off, unsigned int value, int width=*)
     cdef bint _fifos_valid(self)
