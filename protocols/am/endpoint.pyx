@@ -412,7 +412,7 @@ cdef class AmEndpoint(Bulk):
                 self.malformed["bad_source"] += 1
                 return
         h = self.hdr
-        bad = h.parse(pkt.user, len(data), self.chunk_packets)
+        bad = h.parse_bytes(pkt.user, len(data), self.chunk_packets)
         if bad:
             self.malformed[W.MALFORMED_NAMES[bad]] += 1
             return
@@ -466,7 +466,7 @@ cdef class AmEndpoint(Bulk):
             if fn is None:
                 self.malformed["bad_handler"] += 1
                 return
-            yield from self._run_handler(peer, fn, kind == W.K_REQ, W.words(data))
+            yield from self._run_handler(peer, fn, kind == W.K_REQ, W.words_of(data))
         elif kind == W.K_STORE:
             yield from self._rx_store(peer, rx, h, data)
         elif kind == W.K_GETDATA:
