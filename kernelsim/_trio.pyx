@@ -126,31 +126,28 @@ def after(cost: float, path):
     return (yield from path)
 
 
-from kernelsim._pyiter cimport resume as _send
+from kernelsim._path cimport Path, step_any
 
 
-cdef class _Lead:
-    """`after(cost, path)` as a C iterator, for the calls of this module: no Python frame
-    between the CPU and the path on each of the path's resumes."""
+cdef class _Lead(Path):
+    """`after(cost, path)` as a C state machine, for the calls of this module: no Python
+    frame between the CPU and the path on each of the path's resumes."""
     cdef object path
     cdef double cost
     cdef bint led
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
+    cdef int step(self, double* cost) except -1:
         cdef PyObject* res = NULL
-        cdef int r
         if not self.led:
             self.led = True
-            return self.cost
-        r = _send(self.path, &res)
+            cost[0] = self.cost
+            return 1
+        if step_any(self.path, cost, &res):
+            return 1
         out = <object> res
         Py_XDECREF(res)
-        if r == 1:
-            return out
-        raise StopIteration(out)
+        self.value = out
+        return 0
 
 
 cdef _Lead _lead(double cost, object path):
