@@ -17,7 +17,7 @@ and physical memory through typed C calls; set-up and tear-down stay plain.
 from kernelsim._node cimport Costs
 from kernelsim._physmem cimport PhysMem
 from kernelsim._waits cimport WaitQueue
-from kernelsim._path cimport Path, RxHandler, step_any
+from kernelsim._path cimport Path, step_any
 from cpython.ref cimport PyObject, Py_XDECREF
 from nic_drivers._nic cimport NicDriver
 from kernelsim import WouldBlock
@@ -251,7 +251,8 @@ cdef class _TulipIrq(Path):
                 mem.wr32(give_back, OWN)
             return pending
 
-    A protocol registered as an `RxHandler` (DP's MDR) is handed its frame by a C call.
+    A protocol registered as an `RxHandler` (DP's MDR) is handed its frame by a C call
+    (`NetDevice.hand_over`).
     """
     cdef TulipNetDevice nd
     cdef Dec21140 dev
@@ -271,7 +272,6 @@ cdef class _TulipIrq(Path):
         cdef unsigned int des0
         cdef Py_ssize_t flen, buf, i
         cdef PyObject* res = NULL
-        cdef object handler
         while True:
             if self.state == IRQ_TOP:
                 if self.passes == nd.budget:
@@ -328,23 +328,12 @@ cdef class _TulipIrq(Path):
                     nd.rx_errors += 1
                 else:
                     buf = nd.rx_bufs[nd.cur_rx % nd.nrx]
-                    handler = nd.protocols.get(mem.rd16be(buf + 12))
-                    if handler is None:
-                        nd.rx_dropped_proto += 1
-                        self.pending = 0.0
-                    else:
-                        nd.rx_frames += 1
-                        nd.rx_bytes += flen - ETH_HLEN
-                        if isinstance(handler, RxHandler):
-                            if (<RxHandler> handler).rx(nd, buf + ETH_HLEN, flen - ETH_HLEN, &self.pending, &res):
-                                self.proto_path = <object> res
-                                Py_XDECREF(res)
-                                res = NULL
-                        else:
-                            self.proto_path = handler(nd, buf + ETH_HLEN, flen - ETH_HLEN)
-                        if self.proto_path is not None:
-                            self.state = RX_PROTO
-                            continue
+                    if nd.hand_over(mem.rd16be(buf + 12), buf + ETH_HLEN, flen - ETH_HLEN, &self.pending, &res):
+                        self.proto_path = <object> res
+                        Py_XDECREF(res)
+                        res = NULL
+                        self.state = RX_PROTO
+                        continue
                 self._next_desc(nd)
             elif self.state == RX_PROTO:
                 if step_any(self.proto_path, cost, &res):
