@@ -80,9 +80,9 @@ async def _read_within(dp, fd, timeout: float, nbytes: int = 65536):
 
 
 def _nowait(dp, name: str):
-    """A real node's no-wait call (``dp_write_nowait`` / ``dp_read_nowait`` of `libdp.attach`),
-    or None: modeled DP keeps its calls as they are (every one a modeled kernel entry)."""
-    return None if dp.node.modeled else getattr(dp, name, None)
+    """A real node's no-wait call (``dp_write_nowait`` / ``dp_read_nowait``: only `libdp.attach`
+    has them), or None: modeled DP keeps its calls as they are (every one a modeled kernel entry)."""
+    return getattr(dp, name, None)
 
 
 async def _handshake(dp, fd, rank, peer):
