@@ -536,3 +536,21 @@ async def test_endpoint_without_target(modeled, model_clock):
     with pytest.raises(OSError) as ei:
         await a.endpoint(12, target=(9, 9))   # opened, then the target fails
     assert ei.value.errno == errno.EHOSTUNREACH
+
+
+def test_a_run_sizes_the_collectors_young_generation_for_the_cluster_and_restores_it():
+    # A busy cluster keeps ~30 objects a node in flight; with Python's fixed first
+    # threshold every young collection walked all of them (libdp._cluster.YOUNG_GC_PER_NODE).
+    import gc
+
+    from libdp._cluster import YOUNG_GC_PER_NODE
+    before = gc.get_threshold()
+    c = Cluster(nodes=40, nic="myrinet")
+    assert gc.get_threshold() == before                  # building restores it too
+    seen = []
+
+    async def look():
+        seen.append(gc.get_threshold())
+    c.run(look)
+    assert seen[0][0] == max(before[0], YOUNG_GC_PER_NODE * 40) and seen[0][1:] == before[1:]
+    assert gc.get_threshold() == before
