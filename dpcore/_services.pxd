@@ -1,6 +1,7 @@
 from kernelsim._physmem cimport PhysMem
 from kernelsim._node cimport OpenFile
 from dpcore._tbp cimport TokenBufferPool
+from kernelsim._path cimport RxHandler
 
 
 cdef class Nart:
@@ -29,9 +30,14 @@ cdef class DirectedPoint:
     cdef public long long rx_malformed, rx_no_endpoint, rx_unknown_type, local_deliveries
     cdef public dict closed_totals
     cdef public list closed_endpoints
+    cdef public RxHandler mdr
 
     cdef inline double copy_cost(self, Py_ssize_t n):
         return self.copy_base + n / self.copy_rate
+
+
+cdef class Mdr(RxHandler):
+    cdef DirectedPoint dp
 
 
 cdef class Endpoint(OpenFile):

@@ -26,6 +26,9 @@ from dpcore._tbp cimport TokenBufferPool
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim import WouldBlock
 from kernelsim._node cimport FdTable, OpenFile
+from kernelsim._path cimport Path, RxHandler
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from kernelsim._path cimport step_any
 
 DEF DM_HEADER = 8
 
@@ -245,6 +248,7 @@ cdef class DirectedPoint:
         self.local_deliveries = 0
         self.closed_totals = {k: 0 for k in ("deposited", "taken", "released", "dropped_full", "dropped_too_long")}
         self.closed_endpoints = []      # the last few, for --stats after a benchmark
+        self.mdr = Mdr(self)            # the receive hand-off a NIC driver calls per frame
 
     # -- system calls ------------------------------------------------------------------
 
@@ -289,34 +293,37 @@ cdef class DirectedPoint:
     # -- transmit ----------------------------------------------------------------------
 
     def write_path(self, Endpoint e, data):
-        cdef Py_ssize_t n, at
-        cdef int nid, dst_ep
-        cdef PhysMem mem = self.mem
-        if e.target is None:
-            raise OSError(errno.EDESTADDRREQ, f"endpoint {e.ep} has no target: call dp_target first")
-        n = len(data)
-        if n > self.max_message:
-            raise OSError(errno.EMSGSIZE, f"message of {n} bytes exceeds DP's {self.max_message}-byte limit")
-        nid, dst_ep = e.target
-        if nid == self.nid:
-            return (yield from self._deliver_locally(e, dst_ep, data))
-        dev, hw = self.nart.lookup(nid)
-        try:
-            buf = dev.tx_reserve()
-        except WouldBlock:
-            yield self.c_xmit
-            raise
-        # The frame goes straight into the transmit buffer (DP-C03); the NIC cannot see
-        # it before the descriptor is handed over, so the build's time is yielded there.
-        dev.write_link_header(buf, hw, DP_ETHERTYPE)
-        at = buf + dev.link_header_bytes
-        if not span_ok(at, DM_HEADER + n, mem.size):
-            span_check(at, DM_HEADER + n, mem.size, "DP transmit buffer")
-        dm_build(&mem.buf[at], dst_ep, self.nid, e.ep, 0, <int> n)
-        mem.write(at + DM_HEADER, data)
-        yield from dev.tx_commit_path(DM_HEADER + n, self.c_xmit + self.copy_cost(n))
-        e.sent += 1
-        return n
+        """The transmit path (DP-C05): a `_WritePath` (a C state machine); the generator
+        it is, for reading::
+
+            if e.target is None:
+                raise OSError(errno.EDESTADDRREQ, ...)
+            n = len(data)
+            if n > self.max_message:
+                raise OSError(errno.EMSGSIZE, ...)
+            nid, dst_ep = e.target
+            if nid == self.nid:
+                return (yield from self._deliver_locally(e, dst_ep, data))
+            dev, hw = self.nart.lookup(nid)
+            try:
+                buf = dev.tx_reserve()
+            except WouldBlock:
+                yield self.c_xmit
+                raise
+            # The frame goes straight into the transmit buffer (DP-C03); the NIC cannot
+            # see it before the descriptor is handed over, so the build's time is
+            # yielded there.
+            dev.write_link_header(buf, hw, DP_ETHERTYPE)
+            dm_build(...) at buf + dev.link_header_bytes; the data after the header
+            yield from dev.tx_commit_path(DM_HEADER + n, self.c_xmit + self.copy_cost(n))
+            e.sent += 1
+            return n
+        """
+        cdef _WritePath path = _WritePath.__new__(_WritePath)
+        path.dp = self
+        path.e = e
+        path.data = data
+        return path
 
     def _deliver_locally(self, Endpoint e, int dst_ep, data):
         cdef Endpoint dst
@@ -342,19 +349,26 @@ cdef class DirectedPoint:
     # -- receive -----------------------------------------------------------------------
 
     def read_path(self, Endpoint e, nbytes):
-        """Copy the next message out of the TBP (user-level work on the mapped pool)."""
-        cdef TokenBufferPool tbp = e.tbp
-        cdef int slot = tbp.take()
-        cdef Py_ssize_t n
-        if slot < 0:
-            yield self.c_read
-            raise WouldBlock(e.readers, f"no message on endpoint {e.ep}")
-        n = tbp.length(slot)
-        data = tbp.copy_out(slot, nbytes)
-        e.took()
-        yield self.c_read + self.copy_cost(min(n, nbytes))
-        tbp.release(slot)
-        return data
+        """Copy the next message out of the TBP (user-level work on the mapped pool).
+
+        A `_ReadPath` (a C state machine); the generator it is, for reading::
+
+            slot = tbp.take()
+            if slot < 0:
+                yield self.c_read
+                raise WouldBlock(e.readers, f"no message on endpoint {e.ep}")
+            n = tbp.length(slot)
+            data = tbp.copy_out(slot, nbytes)
+            e.took()
+            yield self.c_read + self.copy_cost(min(n, nbytes))
+            tbp.release(slot)
+            return data
+        """
+        cdef _ReadPath path = _ReadPath.__new__(_ReadPath)
+        path.dp = self
+        path.e = e
+        path.nbytes = nbytes
+        return path
 
     def take_path(self, Endpoint e):
         """Zero-copy read: hand out the slot itself as a token."""
@@ -366,35 +380,14 @@ cdef class DirectedPoint:
         return Token(e, slot)
 
     def mdr_path(self, dev, Py_ssize_t addr, Py_ssize_t length):
-        """The MDR: called by a NIC's interrupt path for each frame of DP's protocol.
+        """The MDR as a path (what a NIC's interrupt path runs for each frame of DP's
+        protocol): `mdr` does the work; this is its Python face."""
+        return self.mdr(dev, addr, length)
 
-        Its effects (a deposit, a wake-up) are seen only by processes of this node, which
-        cannot run before the interrupt path returns; so it returns its time for the
-        interrupt path to yield at its next device access.
-        """
-        cdef DmHeader h
-        cdef PhysMem mem = self.mem
-        cdef Endpoint e
-        if not span_ok(addr, length, mem.size):
-            span_check(addr, length, mem.size, "MDR frame")
-        if length < DM_HEADER or dm_parse(&mem.buf[addr], length, &h) < 0:
-            self.rx_malformed += 1
-            return self.c_mdr
-        if h.mtype != 0:
-            handler = self.types.get(h.mtype)
-            if handler is None:
-                self.rx_unknown_type += 1
-                return self.c_mdr
-            yield self.c_mdr
-            return (yield from handler(dev, addr, length))
-        e = self.endpoints.get(h.dst_ep)
-        if e is None:
-            self.rx_no_endpoint += 1
-            return self.c_mdr
-        if not e.tbp.deposit(mem.buf, addr + DM_HEADER, h.length, h.src_nid, h.src_ep):
-            return self.c_mdr
-        e.deposited()
-        return self.c_mdr + self.copy_cost(h.length)
+    def _typed_path(self, handler, dev, Py_ssize_t addr, Py_ssize_t length):
+        # A protocol module's message type: the MDR's own time, then the protocol's path.
+        yield self.c_mdr
+        return (yield from handler(dev, addr, length))
 
     def stats(self) -> dict:
         return {"endpoints": {ep: e.stats() for ep, e in sorted(self.endpoints.items())},
@@ -402,3 +395,158 @@ cdef class DirectedPoint:
                 "local_deliveries": self.local_deliveries,
                 "nart": self.nart.entries(), "rx_malformed": self.rx_malformed,
                 "rx_no_endpoint": self.rx_no_endpoint, "rx_unknown_type": self.rx_unknown_type}
+
+
+cdef class Mdr(RxHandler):
+    """The MDR (DP-C06): what a NIC's receive path hands each frame of DP's protocol.
+
+    A C call (`RxHandler.rx`): it parses the Directed Message header, finds the
+    endpoint and deposits the message into its Token Buffer Pool, waking a reader --
+    all at the instant the frame is handed over. Its effects (a deposit, a wake-up) are
+    seen only by processes of this node, which cannot run before the interrupt path
+    returns; so it returns its time for the interrupt path to yield at its next device
+    access, and needs no path of its own -- except for a protocol module's message type,
+    whose handler's path it hands back.
+    """
+
+    def __cinit__(self, DirectedPoint dp):
+        self.dp = dp
+
+    cdef int rx(self, object dev, Py_ssize_t addr, Py_ssize_t length, double* cost,
+                PyObject** cont) except -1:
+        cdef DmHeader h
+        cdef DirectedPoint dp = self.dp
+        cdef PhysMem mem = dp.mem
+        cdef Endpoint e
+        if not span_ok(addr, length, mem.size):
+            span_check(addr, length, mem.size, "MDR frame")
+        cost[0] = dp.c_mdr
+        if length < DM_HEADER or dm_parse(&mem.buf[addr], length, &h) < 0:
+            dp.rx_malformed += 1
+            return 0
+        if h.mtype != 0:
+            handler = dp.types.get(h.mtype)
+            if handler is None:
+                dp.rx_unknown_type += 1
+                return 0
+            path = dp._typed_path(handler, dev, addr, length)
+            Py_INCREF(path)
+            cont[0] = <PyObject*> path
+            return 1
+        e = dp.endpoints.get(h.dst_ep)
+        if e is None:
+            dp.rx_no_endpoint += 1
+            return 0
+        if not e.tbp.deposit(mem.buf, addr + DM_HEADER, h.length, h.src_nid, h.src_ep):
+            return 0
+        e.deposited()
+        cost[0] = dp.c_mdr + dp.copy_cost(h.length)
+        return 0
+
+
+cdef class _ReadPath(Path):
+    """`DirectedPoint.read_path`: its first step takes a slot (at the instant the path
+    starts, as the generator's body would), its second copies nothing more: the
+    message was copied out at the first, and the slot goes back to the pool."""
+    cdef DirectedPoint dp
+    cdef Endpoint e
+    cdef object nbytes
+    cdef int slot
+    cdef int state          # 0: not started, 1: slot taken, 2: empty (WouldBlock owed), 3: over
+
+    cdef int step(self, double* cost) except -1:
+        cdef TokenBufferPool tbp = self.e.tbp
+        cdef Py_ssize_t n
+        if self.state == 0:
+            self.slot = tbp.take()
+            if self.slot < 0:
+                self.state = 2
+                cost[0] = self.dp.c_read
+                return 1
+            n = tbp.length(self.slot)
+            self.value = tbp.copy_out(self.slot, self.nbytes)
+            self.e.took()
+            self.state = 1
+            cost[0] = self.dp.c_read + self.dp.copy_cost(min(n, self.nbytes))
+            return 1
+        if self.state == 1:
+            self.state = 3
+            tbp.release(self.slot)
+            return 0
+        if self.state == 2:
+            self.state = 3
+            raise WouldBlock(self.e.readers, f"no message on endpoint {self.e.ep}")
+        self.value = None
+        return 0
+
+
+cdef class _WritePath(Path):
+    """`DirectedPoint.write_path` (its docstring has the generator it replaces)."""
+    cdef DirectedPoint dp
+    cdef Endpoint e
+    cdef object data
+    cdef object cur             # the path it goes on in: the NIC's commit, or a local delivery
+    cdef object blocked         # the WouldBlock raised once the failed attempt's time is spent
+    cdef Py_ssize_t n
+    cdef int state              # 0: not started, 1: in `cur`, then done; 2: blocked; 3: local; 4: over
+
+    cdef int step(self, double* cost) except -1:
+        cdef DirectedPoint dp = self.dp
+        cdef Endpoint e = self.e
+        cdef PhysMem mem
+        cdef Py_ssize_t n, at
+        cdef int nid, dst_ep
+        cdef PyObject* res = NULL
+        if self.state == 0:
+            if e.target is None:
+                raise OSError(errno.EDESTADDRREQ, f"endpoint {e.ep} has no target: call dp_target first")
+            n = len(self.data)
+            if n > dp.max_message:
+                raise OSError(errno.EMSGSIZE, f"message of {n} bytes exceeds DP's {dp.max_message}-byte limit")
+            nid, dst_ep = e.target
+            if nid == dp.nid:
+                self.cur = dp._deliver_locally(e, dst_ep, self.data)
+                self.state = 3
+            else:
+                dev, hw = dp.nart.lookup(nid)
+                try:
+                    buf = dev.tx_reserve()
+                except WouldBlock as wb:
+                    self.blocked = wb
+                    self.state = 2
+                    cost[0] = dp.c_xmit
+                    return 1
+                dev.write_link_header(buf, hw, DP_ETHERTYPE)
+                mem = dp.mem
+                at = buf + dev.link_header_bytes
+                if not span_ok(at, DM_HEADER + n, mem.size):
+                    span_check(at, DM_HEADER + n, mem.size, "DP transmit buffer")
+                dm_build(&mem.buf[at], dst_ep, dp.nid, e.ep, 0, <int> n)
+                mem.write(at + DM_HEADER, self.data)
+                self.data = None
+                self.n = n
+                self.cur = dev.tx_commit_path(DM_HEADER + n, dp.c_xmit + dp.copy_cost(n))
+                self.state = 1
+        if self.state == 1:
+            if step_any(self.cur, cost, &res):
+                return 1
+            Py_XDECREF(res)
+            self.cur = None
+            self.state = 4
+            e.sent += 1
+            self.value = self.n
+            return 0
+        if self.state == 3:
+            if step_any(self.cur, cost, &res):
+                return 1
+            self.value = <object> res
+            Py_XDECREF(res)
+            self.cur = None
+            self.state = 4
+            return 0
+        if self.state == 2:
+            self.state = 4
+            wb, self.blocked = self.blocked, None
+            raise wb
+        self.value = None
+        return 0

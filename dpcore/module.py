@@ -17,7 +17,7 @@ def _init(kernel, tbp_slots: int, netdev: str):
     dp = DirectedPoint(kernel, tbp_slots or kernel.profile["dp.tbp_slots"], max_message)
     mods = kernel.modules
     for dev in devs:
-        dev.add_protocol(DP_ETHERTYPE, dp.mdr_path)
+        dev.add_protocol(DP_ETHERTYPE, dp.mdr)
         mods.on_unload(lambda dev=dev: dev.remove_protocol(DP_ETHERTYPE))
         mods.module_get(dev.driver_module)          # a NIC carrying DP keeps its driver loaded
         mods.on_unload(lambda dev=dev: mods.module_put(dev.driver_module))

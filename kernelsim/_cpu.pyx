@@ -30,7 +30,7 @@ kernel held interrupts off for the length of a path.
 """
 from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._engine cimport Engine, EventTarget
-
+from kernelsim._path cimport Path
 
 from kernelsim._pyiter cimport resume as _send
 
@@ -132,20 +132,36 @@ cdef class Cpu(EventTarget):
         cdef object out
         cdef int r
         cdef double c
+        cdef Path path = job.gen if isinstance(job.gen, Path) else None
         while True:
-            try:
-                r = _send(job.gen, &res)
-            except Exception as exc:
-                self._finish(job, None, exc)
-                return
-            out = <object> res
-            Py_XDECREF(res)
-            if r == 0:
-                self._finish(job, out, None)
-                return
-            if not self.modeled:
-                continue
-            c = <double> out
+            if path is not None:
+                # A C state machine: its next instant by a C call, no generator resume.
+                try:
+                    r = path.step(&c)
+                except Exception as exc:
+                    self._finish(job, None, exc)
+                    return
+                if r == 0:
+                    out = path.value
+                    path.value = None
+                    self._finish(job, out, None)
+                    return
+                if not self.modeled:
+                    continue
+            else:
+                try:
+                    r = _send(job.gen, &res)
+                except Exception as exc:
+                    self._finish(job, None, exc)
+                    return
+                out = <object> res
+                Py_XDECREF(res)
+                if r == 0:
+                    self._finish(job, out, None)
+                    return
+                if not self.modeled:
+                    continue
+                c = <double> out
             if c > 0.0:
                 if self._ahead and not (job.level == PROC_LEVEL and (<list> self._queues[IRQ_LEVEL])) \
                         and self.engine.advance(self.engine.now + c):

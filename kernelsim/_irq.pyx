@@ -17,7 +17,7 @@ from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._cpu cimport Cpu
 
 
-from kernelsim._pyiter cimport resume as _send
+from kernelsim._path cimport Path, step_any
 
 __all__ = ["IrqController"]
 
@@ -38,7 +38,7 @@ cdef class _Line:
             self.ctl._start(self)
 
 
-cdef class _IrqPath:
+cdef class _IrqPath(Path):
     """One interrupt path: the entry cost, every handler of the line in turn, the exit cost.
 
     The generator it replaces, for reading::
@@ -47,17 +47,17 @@ cdef class _IrqPath:
         for _name, handler in handlers:
             pending = yield from handler(pending)
         yield pending + exit_s
+
+    A handler whose path is a `Path` (the drivers' interrupt paths) is stepped by a C
+    call, anything else by a generator resume.
     """
     cdef list handlers
     cdef Py_ssize_t i
-    cdef object cur                     # the running handler's generator
+    cdef object cur                     # the running handler's path
     cdef double pending, exit_s
     cdef bint exited
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
+    cdef int step(self, double* cost) except -1:
         cdef PyObject* res = NULL
         cdef int r
         cdef object out
@@ -65,16 +65,18 @@ cdef class _IrqPath:
             if self.cur is None:
                 if self.i == len(self.handlers):
                     if self.exited:
-                        raise StopIteration
+                        self.value = None
+                        return 0
                     self.exited = True
-                    return self.pending + self.exit_s
+                    cost[0] = self.pending + self.exit_s
+                    return 1
                 self.cur = (<tuple> self.handlers[self.i])[1](self.pending)
                 self.i += 1
-            r = _send(self.cur, &res)          # a handler's error goes to the path's completion
+            r = step_any(self.cur, cost, &res)  # a handler's error goes to the path's completion
+            if r == 1:
+                return 1
             out = <object> res
             Py_XDECREF(res)
-            if r == 1:
-                return out
             self.cur = None
             self.pending = out
 

@@ -1,3 +1,4 @@
+from cpython.ref cimport PyObject
 from kernelsim._irq cimport IrqController
 from kernelsim._waits cimport WaitQueue
 
@@ -16,3 +17,5 @@ cdef class NetDevice:
     cdef dict __dict__                  # a driver's own state
 
     cpdef set_irq(self, bint level)
+    cdef int hand_over(self, unsigned int proto, Py_ssize_t addr, Py_ssize_t length, double* cost,
+                       PyObject** cont) except -1

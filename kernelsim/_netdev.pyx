@@ -16,6 +16,8 @@ import errno
 from kernelsim._node import WouldBlock
 from kernelsim._irq cimport IrqController
 from kernelsim._waits cimport WaitQueue
+from kernelsim._path cimport RxHandler
+from cpython.ref cimport PyObject, Py_INCREF
 
 __all__ = ["NetDevice", "PciDevice"]
 
@@ -138,6 +140,25 @@ cdef class NetDevice:
         self.rx_frames += 1
         self.rx_bytes += length
         return handler(self, addr, length)
+
+    cdef int hand_over(self, unsigned int proto, Py_ssize_t addr, Py_ssize_t length, double* cost,
+                       PyObject** cont) except -1:
+        """`deliver_path` for a driver's C receive path: 0 with the CPU time the protocol
+        spent in ``cost[0]`` (no protocol, or an `RxHandler` that did all its work at
+        once), or 1 with a new reference to the path to run in ``cont[0]``."""
+        handler = self.protocols.get(proto)
+        if handler is None:
+            self.rx_dropped_proto += 1
+            cost[0] = 0.0
+            return 0
+        self.rx_frames += 1
+        self.rx_bytes += length
+        if isinstance(handler, RxHandler):
+            return (<RxHandler> handler).rx(self, addr, length, cost, cont)
+        path = handler(self, addr, length)
+        Py_INCREF(path)
+        cont[0] = <PyObject*> path
+        return 1
 
     def stats(self) -> dict:
         return {"rx_frames": self.rx_frames, "rx_bytes": self.rx_bytes, "rx_errors": self.rx_errors,

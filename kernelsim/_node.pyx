@@ -187,10 +187,10 @@ class Process:
         return f"<Process {self.pid} {self.name!r} on node {self.node.nid}>"
 
 
-from kernelsim._pyiter cimport resume as _send
+from kernelsim._path cimport Path, step_any
 
 
-cdef class _Entry:
+cdef class _Entry(Path):
     """A kernel entry's path as a C iterator: the entry cost, then the routine's own path.
 
     What it replaces, for reading (a generator, one Python frame more on every resume
@@ -212,15 +212,13 @@ cdef class _Entry:
     cdef double cost
     cdef int state          # 0: entry cost owed, 1: routine not called yet, 2: running it
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
+    cdef int step(self, double* cost) except -1:
         cdef PyObject* res = NULL
         cdef int r
         if self.state == 0:
             self.state = 1
-            return self.cost
+            cost[0] = self.cost
+            return 1
         if self.state == 1:
             fn = self.table.get(self.name)
             if fn is None:
@@ -231,20 +229,22 @@ cdef class _Entry:
             self.proc = None
             self.args = None
         elif self.state != 2:
-            raise StopIteration
+            self.value = None
+            return 0
         try:
-            r = _send(self.cur, &res)
+            r = step_any(self.cur, cost, &res)
         except BaseException:
             self.cur = None
             self.state = 3
             raise
+        if r == 1:
+            return 1
         out = <object> res
         Py_XDECREF(res)
-        if r == 1:
-            return out
         self.cur = None
         self.state = 3
-        raise StopIteration(out)
+        self.value = out
+        return 0
 
 
 cdef _Entry _entry(dict table, str what, proc, name, args, bint entry, double cost):

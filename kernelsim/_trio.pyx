@@ -126,31 +126,28 @@ def after(cost: float, path):
     return (yield from path)
 
 
-from kernelsim._pyiter cimport resume as _send
+from kernelsim._path cimport Path, step_any
 
 
-cdef class _Lead:
-    """`after(cost, path)` as a C iterator, for the calls of this module: no Python frame
-    between the CPU and the path on each of the path's resumes."""
+cdef class _Lead(Path):
+    """`after(cost, path)` as a C state machine, for the calls of this module: no Python
+    frame between the CPU and the path on each of the path's resumes."""
     cdef object path
     cdef double cost
     cdef bint led
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
+    cdef int step(self, double* cost) except -1:
         cdef PyObject* res = NULL
-        cdef int r
         if not self.led:
             self.led = True
-            return self.cost
-        r = _send(self.path, &res)
+            cost[0] = self.cost
+            return 1
+        if step_any(self.path, cost, &res):
+            return 1
         out = <object> res
         Py_XDECREF(res)
-        if r == 1:
-            return out
-        raise StopIteration(out)
+        self.value = out
+        return 0
 
 
 cdef _Lead _lead(double cost, object path):
@@ -354,7 +351,20 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
     cdef int how
     if first_wait is not None:
         if not _is_nonblocking(nonblocking, proc, fd):
-            await wait_on(node, first_wait, spin_s)
+            if node.modeled:
+                # `wait_on` inlined (a coroutine less on the resume that ends the wait).
+                done = _Completion(None)
+                how = _start_wait(node.engine, first_wait, done)
+                if how == _INLINE:
+                    if _cancel_pending():
+                        await _checkpoint_if_cancelled()
+                elif how == _DONE:
+                    await _checkpoint()
+                else:
+                    done.task = _task()
+                    await _wait_task_rescheduled(done.abort_wait)
+            else:
+                await wait_on(node, first_wait, spin_s)
             before = wake_cost
     path = maker.make(True)
     if before:

@@ -50,8 +50,10 @@ from __future__ import annotations
 
 import errno
 
-from kernelsim import WouldBlock, run_path, wait_on, wait_on_sync
+from kernelsim import WouldBlock, run_path, wait_on_sync
+from libdp import _am_call
 from protocols.am.endpoint import HandlerRuleError, Segment, Token, Transfer
+from protocols.am.window import BLOCKED
 
 __all__ = ["AM", "SyncAM", "Segment", "Token", "Transfer", "HandlerRuleError", "am_open"]
 
@@ -112,9 +114,11 @@ class AM:
     # -- requests and replies -------------------------------------------------------------
 
     def am_request(self, dest: int, handler: int, *args):
-        self.ep.check_caller(f"am_request_{len(args)}")
-        peer, msg = self.ep.request_msg(dest, handler, args)
-        return self._run(lambda since: self.ep.request_path(peer, msg, since))
+        ep = self.ep
+        if ep.closed or ep._handler_depth:
+            ep.check_caller(f"am_request_{len(args)}")
+        peer, msg = ep.request_msg(dest, handler, args)
+        return _am_call.call(ep, self.dp, _am_call.REQUEST, peer, msg)
 
     def am_request_1(self, dest, handler, a1):
         return self.am_request(dest, handler, a1)
@@ -148,19 +152,19 @@ class AM:
     def am_store(self, dest, local_buf, remote_addr, nbytes, handler, arg=0):
         self.ep.check_caller("am_store")
         x = self.ep.store(dest, local_buf, nbytes, remote_addr, handler, arg, blocking=True)
-        return self._run(lambda since: self.ep.transfer_path(x, since, wait=True))
+        return _am_call.call(self.ep, self.dp, _am_call.TRANSFER, x, None, True)
 
     async def am_store_async(self, dest, local_buf, remote_addr, nbytes, handler, arg=0, on_done=None,
                              done_arg=None) -> Transfer:
         self.ep.check_caller("am_store_async")
         x = self.ep.store(dest, local_buf, nbytes, remote_addr, handler, arg, on_done, done_arg)
-        await self._run(lambda since: self.ep.transfer_path(x, since))
+        await _am_call.call(self.ep, self.dp, _am_call.TRANSFER, x)
         return x
 
     async def am_get(self, dest, remote_addr, local_buf, nbytes, handler, arg=0) -> Transfer:
         self.ep.check_caller("am_get")
         x = self.ep.get(dest, remote_addr, local_buf, nbytes, handler, arg)
-        await self._run(lambda since: self.ep.transfer_path(x, since))
+        await _am_call.call(self.ep, self.dp, _am_call.TRANSFER, x)
         return x
 
     # -- polling -----------------------------------------------------------------------------
@@ -170,12 +174,9 @@ class AM:
         self.ep.check_caller("am_poll")
         return await run_path(self.dp._node, self.ep.poll_path())
 
-    async def poll_until(self, pred) -> None:
-        """Poll until ``pred()`` is true (checked before the first poll)."""
-        self.ep.check_caller("am_poll")
-        if pred():
-            return
-        await self._run(lambda since: self.ep.wait_path(pred, since))
+    def poll_until(self, pred):
+        """Poll until ``pred()`` is true (checked before the first poll). A coroutine."""
+        return _am_call.poll_until(self.ep, self.dp, pred)
 
     async def wait(self, transfer: Transfer) -> Transfer:
         """Poll until an asynchronous store or get has finished; raise its error."""
@@ -199,7 +200,7 @@ class AM:
             raise OSError(errno.EBADF, "the AM endpoint is already closed")
         self.ep.check_caller("am_close")
         try:
-            await self._run(lambda since: self.ep.close_path(since))
+            await _am_call.call(self.ep, self.dp, _am_call.CLOSE)
         finally:
             await self.dp.close(self.fd)
 
@@ -210,22 +211,9 @@ class AM:
         if not self.ep.closed:
             await self.close()
 
-    # -- machinery ---------------------------------------------------------------------------
-
-    async def _run(self, make_path):
-        """Submit a path; while it says "not yet" (WouldBlock), spin -- modeled as a
-        wait on the endpoint's events (arrival, send-FIFO room, keep-alive due)."""
-        dp, ep = self.dp, self.ep
-        node = dp._node
-        since = None
-        while True:
-            try:
-                return await run_path(node, make_path(since))
-            except WouldBlock:
-                since = dp.now()
-                if not ep.ready():
-                    ep.arm_timer()
-                    await wait_on(node, ep.events, dp.spin_s)
+    # The calls' loop -- run the path; while it says "not yet" (BLOCKED; WouldBlock in real
+    # time), wait on the endpoint's events and run its continuation -- is compiled:
+    # libdp/_am_call.pyx.
 
 
 class SyncAM:
@@ -241,15 +229,22 @@ class SyncAM:
         since = None
         while True:
             try:
-                return node.run_now(make_path(since))
+                r = node.run_now(make_path(since))
             except WouldBlock:
-                since = node.engine.now
-                if not ep.ready():
-                    ep.arm_timer()
-                    wait_on_sync(node, ep.events, am.dp.spin_s)
+                r = BLOCKED
+            if r is not BLOCKED:
+                return r
+            since = node.engine.now
+            if not ep.ready():
+                ep.arm_timer()
+                wait_on_sync(node, ep.events, am.dp.spin_s)
 
-    # The same calls as AM's: they differ only in `_run`, which blocks here.
-    am_request = AM.am_request
+    def am_request(self, dest: int, handler: int, *args):
+        self.ep.check_caller(f"am_request_{len(args)}")
+        peer, msg = self.ep.request_msg(dest, handler, args)
+        return self._run(lambda since: self.ep.request_path(peer, msg, since))
+
+    # The same calls as AM's, over the request above.
     am_request_1 = AM.am_request_1
     am_request_2 = AM.am_request_2
     am_request_3 = AM.am_request_3

@@ -17,6 +17,8 @@ and physical memory through typed C calls; set-up and tear-down stay plain.
 from kernelsim._node cimport Costs
 from kernelsim._physmem cimport PhysMem
 from kernelsim._waits cimport WaitQueue
+from kernelsim._path cimport Path, step_any
+from cpython.ref cimport PyObject, Py_XDECREF
 from nic_drivers._nic cimport NicDriver
 from kernelsim import WouldBlock
 
@@ -133,26 +135,17 @@ cdef class TulipNetDevice(NicDriver):
         (<PhysMem> self.node.mem).write(addr, self._hdr)
 
     def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
-        cdef PhysMem mem = self.node.mem
-        cdef Dec21140 dev = self.dev
-        cdef Py_ssize_t ntx = self.ntx, entry, d, length, queued
-        cdef unsigned int flags
-        yield pending + self.c_desc + (<Costs> self.c).pci_write
-        entry = self.cur_tx % ntx
-        d = self.tx_ring + 16 * entry
-        length = ETH_HLEN + payload_bytes
-        flags = TDES1_FS | TDES1_LS | <unsigned int> length
-        queued = self.cur_tx - self.dirty_tx
-        if queued == ntx // 2 or queued >= ntx - 2:
-            flags |= TDES1_IC
-        if entry == ntx - 1:
-            flags |= TDES1_TER | TDES1_IC
-        mem.wr32(d + 4, flags)
-        mem.wr32(d, OWN)                         # OWN last: the descriptor is the NIC's now
-        self.cur_tx += 1
-        self.tx_frames += 1
-        self.tx_bytes += length
-        dev.csr_write(1, 0)                      # transmit poll demand
+        """Hand the frame to the NIC: `_TulipCommit` (a C state machine), for reading::
+
+            yield pending + self.c_desc + pci_write
+            fill the next descriptor (length, FS|LS, IC at the half-ring point, near full
+            and at the ring's end), OWN last; cur_tx += 1; transmit poll demand
+        """
+        cdef _TulipCommit path = _TulipCommit.__new__(_TulipCommit)
+        path.nd = self
+        path.payload_bytes = payload_bytes
+        path.pending = pending
+        return path
 
     # -- interrupt -----------------------------------------------------------------------
 
@@ -161,62 +154,19 @@ cdef class TulipNetDevice(NicDriver):
     # modeled time without an engine event for every stretch of plain code.
 
     def interrupt_path(self, double pending=0.0):
-        cdef Dec21140 dev = self.dev
-        cdef unsigned int csr5
-        cdef double pci_read = (<Costs> self.c).pci_read, pci_write = (<Costs> self.c).pci_write
-        cdef int i
-        for i in range(self.budget):
-            yield pending + pci_read
-            csr5 = dev.csr_read(5)
-            if not csr5 & (NIS | AIS):
-                return 0.0
-            yield pci_write
-            dev.csr_write(5, csr5 & 0x0001FFFF)  # acknowledge what we saw
-            pending = self.c_isr
-            if csr5 & (RI | RU):
-                pending = yield from self._rx_path(pending)
-                if csr5 & RU:
-                    yield pending + pci_write
-                    pending = 0.0
-                    dev.csr_write(2, 0)          # buffers are back: receive poll demand
-            pending += self._tx_reclaim()
-        return pending
+        """The interrupt handler's path (`_TulipIrq`: the generator it is, for reading)."""
+        cdef _TulipIrq path = _TulipIrq.__new__(_TulipIrq)
+        path.nd = self
+        path.dev = <Dec21140> self.dev
+        path.mem = <PhysMem> self.node.mem
+        path.pci_read = (<Costs> self.c).pci_read
+        path.pci_write = (<Costs> self.c).pci_write
+        path.mem_miss = (<Costs> self.c).mem_miss
+        path.pending = pending
+        path.state = IRQ_TOP
+        return path
 
-    def _rx_path(self, double pending):
-        cdef PhysMem mem = self.node.mem
-        cdef double mem_miss = (<Costs> self.c).mem_miss, c_desc = self.c_desc
-        cdef Py_ssize_t nrx = self.nrx, d, give_back = -1, flen, buf, i
-        cdef unsigned int des0
-        cdef int k
-        cdef list rx_bufs = self.rx_bufs
-        for k in range(nrx):
-            i = self.cur_rx % nrx
-            d = self.rx_ring + 16 * i
-            yield pending + mem_miss             # the NIC wrote it: not in the cache
-            pending = 0.0
-            if give_back >= 0:
-                mem.wr32(give_back, OWN)         # the last buffer goes back to the NIC
-                give_back = -1
-            des0 = mem.rd32(d)
-            if des0 & OWN:
-                return pending
-            flen = <Py_ssize_t> ((des0 >> 16) & 0x3FFF) - FCS
-            if des0 & RDES0_ES or (des0 & (RDES0_FS | RDES0_LS)) != (RDES0_FS | RDES0_LS) \
-                    or flen < ETH_HLEN:
-                self.rx_errors += 1
-            else:
-                buf = rx_bufs[i]
-                pending = yield from self.deliver_path(mem.rd16be(buf + 12), buf + ETH_HLEN, flen - ETH_HLEN)
-            give_back = d
-            self.cur_rx += 1
-            pending += c_desc
-        if give_back >= 0:
-            yield pending
-            pending = 0.0
-            mem.wr32(give_back, OWN)
-        return pending
-
-    def _tx_reclaim(self):
+    cdef double _tx_reclaim(self) except? -1.0:
         """Free the transmit descriptors the NIC is done with; return the time it took."""
         cdef PhysMem mem = self.node.mem
         cdef Py_ssize_t freed = 0, ntx = self.ntx, d
@@ -235,3 +185,224 @@ cdef class TulipNetDevice(NicDriver):
         out.update(tx_ring=self.ntx, rx_ring=self.nrx, tx_queued=self.cur_tx - self.dirty_tx,
                    irq=self.irq_line, device=self.dev.stats())
         return out
+
+
+# The interrupt path's instants (`_TulipIrq.state`): where it goes on after a yield.
+cdef enum:
+    IRQ_TOP             # a pass of the handler loop: read CSR5
+    IRQ_READ_CSR5       # the PCI read's time is spent: look at CSR5
+    IRQ_ACK             # the PCI write's time is spent: acknowledge
+    RX_TOP              # the receive walk: look at the next descriptor
+    RX_DESC             # the memory miss is spent: read the descriptor
+    RX_PROTO            # a protocol's path runs (a frame of a message type with a path)
+    RX_GIVE_LAST        # after the walk: the last buffer goes back
+    IRQ_RX_DONE         # the walk returned
+    IRQ_POLL_DEMAND     # receive poll demand written after RU
+
+
+cdef class _TulipIrq(Path):
+    """The 21140's interrupt path as a C state machine: the generators it replaces, for
+    reading (`Path`, kernelsim/_path.pyx, says why)::
+
+        def interrupt_path(self, pending=0.0):
+            for _ in range(self.budget):
+                yield pending + pci_read
+                csr5 = dev.csr_read(5)
+                if not csr5 & (NIS | AIS):
+                    return 0.0
+                yield pci_write
+                dev.csr_write(5, csr5 & 0x0001FFFF)  # acknowledge what we saw
+                pending = self.c_isr
+                if csr5 & (RI | RU):
+                    pending = yield from self._rx_path(pending)
+                    if csr5 & RU:
+                        yield pending + pci_write
+                        pending = 0.0
+                        dev.csr_write(2, 0)          # buffers are back: receive poll demand
+                pending += self._tx_reclaim()
+            return pending
+
+        def _rx_path(self, pending):
+            give_back = -1
+            for _ in range(self.nrx):
+                i = self.cur_rx % self.nrx
+                d = self.rx_ring + 16 * i
+                yield pending + mem_miss             # the NIC wrote it: not in the cache
+                pending = 0.0
+                if give_back >= 0:
+                    mem.wr32(give_back, OWN)         # the last buffer goes back to the NIC
+                    give_back = -1
+                des0 = mem.rd32(d)
+                if des0 & OWN:
+                    return pending
+                flen = ((des0 >> 16) & 0x3FFF) - FCS
+                if des0 & RDES0_ES or not (FS and LS) or flen < ETH_HLEN:
+                    self.rx_errors += 1
+                else:
+                    buf = self.rx_bufs[i]
+                    pending = yield from self.deliver_path(mem.rd16be(buf + 12), buf + ETH_HLEN,
+                                                           flen - ETH_HLEN)
+                give_back = d
+                self.cur_rx += 1
+                pending += c_desc
+            if give_back >= 0:
+                yield pending
+                pending = 0.0
+                mem.wr32(give_back, OWN)
+            return pending
+
+    A protocol registered as an `RxHandler` (DP's MDR) is handed its frame by a C call
+    (`NetDevice.hand_over`).
+    """
+    cdef TulipNetDevice nd
+    cdef Dec21140 dev
+    cdef PhysMem mem
+    cdef double pci_read, pci_write, mem_miss
+    cdef double pending
+    cdef int state
+    cdef Py_ssize_t passes              # handler loop passes made (of nd.budget)
+    cdef unsigned int csr5
+    cdef Py_ssize_t walked              # descriptors looked at in this receive walk (of nd.nrx)
+    cdef Py_ssize_t d, give_back
+    cdef object proto_path
+
+    cdef int step(self, double* cost) except -1:
+        cdef TulipNetDevice nd = self.nd
+        cdef PhysMem mem = self.mem
+        cdef unsigned int des0
+        cdef Py_ssize_t flen, buf, i
+        cdef PyObject* res = NULL
+        while True:
+            if self.state == IRQ_TOP:
+                if self.passes == nd.budget:
+                    self.value = self.pending
+                    return 0
+                self.passes += 1
+                cost[0] = self.pending + self.pci_read
+                self.state = IRQ_READ_CSR5
+                return 1
+            elif self.state == IRQ_READ_CSR5:
+                self.csr5 = self.dev.csr_read(5)
+                if not self.csr5 & (NIS | AIS):
+                    self.value = 0.0
+                    return 0
+                cost[0] = self.pci_write
+                self.state = IRQ_ACK
+                return 1
+            elif self.state == IRQ_ACK:
+                self.dev.csr_write(5, self.csr5 & 0x0001FFFF)   # acknowledge what we saw
+                self.pending = nd.c_isr
+                if self.csr5 & (RI | RU):
+                    self.walked = 0
+                    self.give_back = -1
+                    self.state = RX_TOP
+                else:
+                    self.pending += nd._tx_reclaim()
+                    self.state = IRQ_TOP
+            elif self.state == RX_TOP:
+                if self.walked == nd.nrx:
+                    if self.give_back >= 0:
+                        cost[0] = self.pending
+                        self.state = RX_GIVE_LAST
+                        return 1
+                    self.state = IRQ_RX_DONE
+                    continue
+                self.walked += 1
+                i = nd.cur_rx % nd.nrx
+                self.d = nd.rx_ring + 16 * i
+                cost[0] = self.pending + self.mem_miss  # the NIC wrote it: not in the cache
+                self.state = RX_DESC
+                return 1
+            elif self.state == RX_DESC:
+                self.pending = 0.0
+                if self.give_back >= 0:
+                    mem.wr32(self.give_back, OWN)       # the last buffer goes back to the NIC
+                    self.give_back = -1
+                des0 = mem.rd32(self.d)
+                if des0 & OWN:
+                    self.state = IRQ_RX_DONE
+                    continue
+                flen = <Py_ssize_t> ((des0 >> 16) & 0x3FFF) - FCS
+                if des0 & RDES0_ES or (des0 & (RDES0_FS | RDES0_LS)) != (RDES0_FS | RDES0_LS) \
+                        or flen < ETH_HLEN:
+                    nd.rx_errors += 1
+                else:
+                    buf = nd.rx_bufs[nd.cur_rx % nd.nrx]
+                    if nd.hand_over(mem.rd16be(buf + 12), buf + ETH_HLEN, flen - ETH_HLEN, &self.pending, &res):
+                        self.proto_path = <object> res
+                        Py_XDECREF(res)
+                        res = NULL
+                        self.state = RX_PROTO
+                        continue
+                self._next_desc(nd)
+            elif self.state == RX_PROTO:
+                if step_any(self.proto_path, cost, &res):
+                    return 1
+                self.proto_path = None
+                self.pending = <object> res
+                Py_XDECREF(res)
+                res = NULL
+                self._next_desc(nd)
+            elif self.state == RX_GIVE_LAST:
+                self.pending = 0.0
+                mem.wr32(self.give_back, OWN)
+                self.state = IRQ_RX_DONE
+            elif self.state == IRQ_RX_DONE:
+                if self.csr5 & RU:
+                    cost[0] = self.pending + self.pci_write
+                    self.state = IRQ_POLL_DEMAND
+                    return 1
+                self.pending += nd._tx_reclaim()
+                self.state = IRQ_TOP
+            elif self.state == IRQ_POLL_DEMAND:
+                self.pending = 0.0
+                self.dev.csr_write(2, 0)                # buffers are back: receive poll demand
+                self.pending += nd._tx_reclaim()
+                self.state = IRQ_TOP
+            else:
+                raise AssertionError(f"interrupt path in state {self.state}")
+
+    cdef inline void _next_desc(self, TulipNetDevice nd) noexcept:
+        self.give_back = self.d
+        nd.cur_rx += 1
+        self.pending += nd.c_desc
+        self.state = RX_TOP
+
+
+cdef class _TulipCommit(Path):
+    """`TulipNetDevice.tx_commit_path`: the descriptor write's time, then the descriptor."""
+    cdef TulipNetDevice nd
+    cdef Py_ssize_t payload_bytes
+    cdef double pending
+    cdef int state
+
+    cdef int step(self, double* cost) except -1:
+        cdef TulipNetDevice nd = self.nd
+        cdef PhysMem mem
+        cdef Py_ssize_t ntx, entry, d, length, queued
+        cdef unsigned int flags
+        if self.state == 0:
+            self.state = 1
+            cost[0] = self.pending + nd.c_desc + (<Costs> nd.c).pci_write
+            return 1
+        if self.state == 1:
+            self.state = 2
+            mem = <PhysMem> nd.node.mem
+            ntx = nd.ntx
+            entry = nd.cur_tx % ntx
+            d = nd.tx_ring + 16 * entry
+            length = ETH_HLEN + self.payload_bytes
+            flags = TDES1_FS | TDES1_LS | <unsigned int> length
+            queued = nd.cur_tx - nd.dirty_tx
+            if queued == ntx // 2 or queued >= ntx - 2:
+                flags |= TDES1_IC
+            if entry == ntx - 1:
+                flags |= TDES1_TER | TDES1_IC
+            mem.wr32(d + 4, flags)
+            mem.wr32(d, OWN)                         # OWN last: the descriptor is the NIC's now
+            nd.cur_tx += 1
+            nd.tx_frames += 1
+            nd.tx_bytes += length
+            (<Dec21140> nd.dev).csr_write(1, 0)       # transmit poll demand
+        self.value = None
+        return 0

@@ -53,6 +53,8 @@ import errno
 from collections import deque
 
 from libc.string cimport memcpy
+from cpython.ref cimport PyObject, Py_XDECREF
+from kernelsim._pyiter cimport resume
 
 from kernelsim._engine cimport Engine
 from kernelsim._pcibus cimport PciBus
@@ -77,54 +79,19 @@ CTRL_RUN = 1 << 0
 ROUTE_BIT = 0x80         # a route byte has its most significant bit set
 
 
+# What the engine calls this board back for (`LanaiNI.on_event`).
+cdef enum:
+    EV_RESUME       # the processor's handler has spent its cycles: go on
+    EV_H_DONE       # a host DMA transfer ends
+    EV_S_GO         # the send DMA's set-up is over: the packet goes onto the link
+    EV_S_DONE       # a packet's tail has left over a real transport
+
+
 cdef class LanaiNI(NicModel):
     """One LANai board on one node's PCI bus."""
     vendor_id = 0x14C1      # Myricom
     device_id = 0x8043      # Myrinet LANai board
 
-    cdef public object port              # the medium: inject(ni, data, token) or transmit(frame, t)
-    cdef public object host_write_sink   # callable(addr, n): a DMA wrote host memory
-    cdef public object route_table       # nid -> route bytes, written by the mapper
-    cdef public PciBus bus               # the node's modeled PCI bus, or None (see the essay)
-    cdef readonly object firmware
-    cdef readonly int nid
-    cdef unsigned char[::1] sram
-    cdef readonly object sram_view
-    cdef readonly Py_ssize_t sram_bytes, buffer_bytes, firmware_bytes
-    cdef readonly double hz, cycle_s
-    # PCI (the DMA timing is NicModel's: one burst per transfer)
-    cdef readonly double pci_clock_s, pio_burst_clocks
-    cdef readonly int wc_burst, bus_bytes
-    cdef readonly double send_setup_s
-    # registers
-    cdef unsigned int isr, eimr, ctrl
-    # processor
-    cdef object _q_hi, _q_lo
-    cdef object _cur
-    cdef dict _watch
-    cdef Py_ssize_t _watch_hi
-    cdef dict _timers
-    cdef long long _next_timer
-    # host DMA engine
-    cdef object _hq
-    cdef object _h_cur
-    # send DMA engine
-    cdef object _sq
-    cdef object _s_cur
-    cdef double _s_t0
-    # receive DMA engine
-    cdef Py_ssize_t rx_off, rx_cap
-    cdef readonly bint rx_armed, rx_busy
-    cdef object _rx_waiters
-    # statistics
-    cdef readonly long long ni_events, fw_faults, dma_errors
-    cdef readonly double ni_cycles, ni_busy_s
-    cdef readonly long long h_transfers, h_bytes, s_packets, s_bytes, tx_no_link, tx_too_long
-    cdef readonly double h_busy_s, s_busy_s
-    cdef readonly long long rx_packets, rx_bytes, rx_crc_errors, rx_misrouted, rx_too_long
-    cdef readonly long long rx_no_buffer, rx_halted, rx_blocked
-    cdef readonly long long pio_writes, pio_bytes, pio_reads
-    cdef readonly object last_fault
 
     def __cinit__(self, Engine engine, PhysMem host, int nid, profile):
         self._init_nic(engine, host, profile, False)
@@ -289,24 +256,42 @@ cdef class LanaiNI(NicModel):
         cdef object gen = self._cur
         cdef object c
         cdef double t
+        cdef PyObject* res = NULL
+        cdef int r
         while True:
             try:
-                c = next(gen)
-            except StopIteration:
-                self._cur = None
-                return
+                r = resume(gen, &res)
             except Exception as exc:
                 self._cur = None
                 self._fault(exc)
+                return
+            c = <object> res
+            Py_XDECREF(res)
+            res = NULL
+            if r == 0:
+                self._cur = None
                 return
             if c is not None and c > 0:
                 t = (<double> c) * self.cycle_s
                 self.ni_cycles += c
                 self.ni_busy_s += t
-                self.engine.after(t, self._resume, gen)
+                self.engine.post(self.engine.now + t, self, EV_RESUME, gen)
                 return
 
-    def _resume(self, gen):
+    cdef int on_event(self, int what, object arg) except -1:
+        # The engine's events for this board, dispatched by a C call (no bound method
+        # and no Python call per event).
+        if what == EV_RESUME:
+            self._resume(arg)
+        elif what == EV_H_DONE:
+            self._h_done(arg)
+        elif what == EV_S_GO:
+            self._s_go(arg)
+        else:
+            self._s_done(arg)
+        return 0
+
+    cdef _resume(self, gen):
         if gen is not self._cur:
             return                       # the processor was halted meanwhile
         self._step()
@@ -455,16 +440,16 @@ cdef class LanaiNI(NicModel):
         self.h_busy_s += t
         self.h_transfers += 1
         self.h_bytes += <Py_ssize_t> req[3]
-        self.engine.after(t, self._h_done, req)
+        self.engine.post(self.engine.now + t, self, EV_H_DONE, req)
 
-    def _h_done(self, req):
+    cdef _h_done(self, req):
         cdef bint to_host
         cdef Py_ssize_t host_addr, off, n
         if req is not self._h_cur:
             return
         if self.bus is not None:
             if self.bus.dma_end > self.engine.now:      # cut by other bus transactions meanwhile
-                self.engine.at(self.bus.dma_end, self._h_done, req)
+                self.engine.post(self.bus.dma_end, self, EV_H_DONE, req)
                 return
             self.bus.dma_finish()
         self._h_cur = None
@@ -499,9 +484,9 @@ cdef class LanaiNI(NicModel):
         req = self._sq.popleft()
         self._s_cur = req
         self._s_t0 = self.engine.now
-        self.engine.after(self.send_setup_s, self._s_go, req)
+        self.engine.post(self.engine.now + self.send_setup_s, self, EV_S_GO, req)
 
-    def _s_go(self, req):
+    cdef _s_go(self, req):
         cdef Py_ssize_t off, n, i
         if req is not self._s_cur:
             return
@@ -528,7 +513,7 @@ cdef class LanaiNI(NicModel):
                 self._s_done(req)
                 return
             start, end = port.transmit(data[i:], self.engine.now)
-            self.engine.at(end, self._s_done, req)
+            self.engine.post(end, self, EV_S_DONE, req)
         else:
             self.tx_no_link += 1
             self._s_done(req)
@@ -537,7 +522,7 @@ cdef class LanaiNI(NicModel):
         """Medium: the packet's tail has left this NI."""
         self._s_done(token)
 
-    def _s_done(self, req):
+    cdef _s_done(self, req):
         if req is None or req is not self._s_cur:
             return
         self._s_cur = None

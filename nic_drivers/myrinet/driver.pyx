@@ -42,6 +42,9 @@ from kernelsim._physmem cimport PhysMem
 from kernelsim._waits cimport WaitQueue as _WaitQueue
 from nic_drivers._nic cimport NicDriver
 from nic_drivers.myrinet import _model as hw
+from nic_drivers.myrinet._model cimport LanaiNI
+from kernelsim._path cimport Path, step_any
+from cpython.ref cimport PyObject, Py_XDECREF
 from nic_drivers.myrinet.fabric import RouteTable
 from nic_drivers.myrinet.firmware import (
     CB_BULK_CONS, CB_BULK_RING, CB_BULK_SLOTS, CB_RX_CONS, CB_RX_MODE, CB_RX_RING, CB_RX_SLOTS,
@@ -161,7 +164,7 @@ cdef class MyrinetNetDevice(NicDriver):
 
     # -- transmit ------------------------------------------------------------------------
 
-    def _reclaim(self) -> int:
+    cpdef long long _reclaim(self) except -1:
         """Take the NI's completion count from host memory; free those descriptors."""
         cdef long long done = (<PhysMem> self.node.mem).rd32(self.txdone), freed
         freed = (done - (self.dirty_tx & MASK32)) & MASK32
@@ -169,7 +172,7 @@ cdef class MyrinetNetDevice(NicDriver):
             self.dirty_tx += freed
             if self._tx_wait:
                 self._tx_wait = 0
-                self.dev.pio_write32(CB_TX_WAIT, 0)
+                (<LanaiNI> self.dev).pio_write32(CB_TX_WAIT, 0)
                 self._owed += self.c.pci_write
             (<_WaitQueue> self.tx_space).wake()
             self.bulk_tx_space.wake()
@@ -210,35 +213,40 @@ cdef class MyrinetNetDevice(NicDriver):
         self._rlen = len(r)
 
     def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
-        cdef Py_ssize_t entry, off, flen, host
-        cdef double owed
-        dev = self.dev
-        entry = self.cur_tx % self.ntx
-        off = ROUTE_MAX - self._rlen
-        flen = self._rlen + 4 + payload_bytes
-        host = self.tx_bufs[entry] + off
-        owed, self._owed = self._owed, 0.0
-        if flen <= self.pio_max:
-            yield pending + owed + self.c_desc + dev.pio_time(flen) + self.desc_pio_s
-            dev.pio_write(self.fw.send_buffer(entry) + off, self.node.mem.view[host:host + flen])
-            self.tx_pio += 1
-            self._post(entry, DESC_PIO | flen, 0, off)
-        else:
-            yield pending + owed + self.c_desc + self.desc_pio_s
-            self.tx_dma += 1
-            self._post(entry, flen, host, off)
-        self.tx_frames += 1
-        self.tx_bytes += flen
+        """Hand the frame to the NI: `_MyriCommit` (a C state machine); for reading::
 
-    def _post(self, entry: int, w0: int, host: int, off: int) -> None:
+            entry = self.cur_tx % self.ntx
+            off = ROUTE_MAX - self._rlen
+            flen = self._rlen + 4 + payload_bytes
+            host = self.tx_bufs[entry] + off
+            owed, self._owed = self._owed, 0.0
+            if flen <= self.pio_max:             # copied into the NI's send buffer by PIO
+                yield pending + owed + self.c_desc + dev.pio_time(flen) + self.desc_pio_s
+                dev.pio_write(self.fw.send_buffer(entry) + off, mem.view[host:host + flen])
+                self.tx_pio += 1
+                self._post(entry, DESC_PIO | flen, 0, off)
+            else:                                # fetched by the NI's host DMA
+                yield pending + owed + self.c_desc + self.desc_pio_s
+                self.tx_dma += 1
+                self._post(entry, flen, host, off)
+            self.tx_frames += 1
+            self.tx_bytes += flen
+        """
+        cdef _MyriCommit path = _MyriCommit.__new__(_MyriCommit)
+        path.nd = self
+        path.payload_bytes = payload_bytes
+        path.pending = pending
+        return path
+
+    cpdef _post(self, Py_ssize_t entry, unsigned int w0, Py_ssize_t host, Py_ssize_t off):
         """Write descriptor `entry` and bump the producer word (the NI watches it)."""
-        dev = self.dev
-        d = DESC_BASE + DESC_BYTES * entry
+        cdef LanaiNI dev = <LanaiNI> self.dev
+        cdef Py_ssize_t d = DESC_BASE + DESC_BYTES * entry
         dev.pio_write32(d, w0)
-        dev.pio_write32(d + 4, host)
-        dev.pio_write32(d + 8, off)
+        dev.pio_write32(d + 4, <unsigned int> host)
+        dev.pio_write32(d + 8, <unsigned int> off)
         self.cur_tx += 1
-        dev.pio_write32(CB_SEND_PROD, self.cur_tx & MASK32)
+        dev.pio_write32(CB_SEND_PROD, <unsigned int> (self.cur_tx & 0xFFFFFFFF))
 
     def pio_path(self, sram_off: int, data, pending: float = 0.0):
         """Write `data` into NI SRAM by PIO on this CPU's time (write-combined bursts)."""
@@ -249,27 +257,13 @@ cdef class MyrinetNetDevice(NicDriver):
     # -- receive -------------------------------------------------------------------------
 
     def interrupt_path(self, double pending=0.0):
-        cdef Costs c = self.c
-        cdef unsigned int isr
-        cdef double owed
-        cdef Py_ssize_t k
-        dev = self.dev
-        for k in range(self.budget):
-            owed, self._owed = self._owed, 0.0
-            yield pending + owed + c.pci_read
-            isr = dev.csr_read(hw.REG_ISR) & self.eimr
-            if not isr:
-                return 0.0
-            yield c.pci_write
-            dev.csr_write(hw.REG_ISR, isr)          # acknowledge what we saw
-            pending = self.c_isr
-            if isr & hw.ISR_RX:
-                pending = yield from self._rx_path(pending)
-            if isr & hw.ISR_TX:
-                pending += self.c_desc * self._reclaim()
-            if isr & hw.ISR_ERR:
-                self.rx_errors += 1
-        return pending
+        """The interrupt handler's path: `_MyriIrq` (a C state machine; the generator it
+        is, for reading, in its docstring)."""
+        cdef _MyriIrq path = _MyriIrq.__new__(_MyriIrq)
+        path.nd = self
+        path.dev = <LanaiNI> self.dev
+        path.pending = pending
+        return path
 
     def poll_path(self, pending: float = 0.0):
         """Walk the kernel ring without an interrupt (rx_mode poll, or a protocol's poll)."""
@@ -280,32 +274,8 @@ cdef class MyrinetNetDevice(NicDriver):
         return pending
 
     def _rx_path(self, double pending):
-        cdef PhysMem mem = self.node.mem
-        cdef Costs c = self.c
-        cdef Py_ssize_t consumed = 0, end, n, start, k
-        cdef unsigned int w
-        for k in range(self.nrx):
-            end = self.rx_ring + (self.cur_rx % self.nrx + 1) * self.slot_bytes
-            yield pending + c.mem_miss            # the NI wrote it: not in the cache
-            pending = 0.0
-            w = mem.rd32(end - 4)
-            if not w & TRAILER_FULL:
-                break
-            n = w & 0xFFFF
-            if n < 4 or n > self.slot_bytes - 4:
-                self.rx_errors += 1
-            else:
-                start = end - 4 - n
-                pending = yield from self.deliver_path(mem.rd16be(start + 2), start + 4, n - 4)
-            mem.wr32(end - 4, 0)
-            self.cur_rx += 1
-            consumed += 1
-            pending += self.c_desc
-        if consumed:
-            yield pending + c.pci_write
-            pending = 0.0
-            self.dev.pio_write32(CB_RX_CONS, self.cur_rx & MASK32)   # slots free; we polled
-        return pending
+        """The walk of the kernel ring: `_MyriRxWalk` (a C state machine)."""
+        return _rx_walk(self, pending)
 
     def _host_write(self, addr: int, n: int) -> None:
         """The NI's DMA wrote host memory: a modeled poll of that word notices it now (FM-C06)."""
@@ -341,3 +311,258 @@ cdef class MyrinetNetDevice(NicDriver):
                    device=self.dev.stats(), firmware=self.fw.stats() if self.fw else None,
                    bulk=self.bulk.stats() if self.bulk else None)
         return out
+
+
+cdef unsigned int _ISR_RX = hw.ISR_RX, _ISR_TX = hw.ISR_TX, _ISR_ERR = hw.ISR_ERR
+cdef int _REG_ISR = hw.REG_ISR
+cdef unsigned int _TRAILER_FULL = TRAILER_FULL
+cdef Py_ssize_t _CB_RX_CONS = CB_RX_CONS
+
+
+cdef _MyriRxWalk _rx_walk(MyrinetNetDevice nd, double pending):
+    cdef _MyriRxWalk walk = _MyriRxWalk.__new__(_MyriRxWalk)
+    walk.nd = nd
+    walk.mem = <PhysMem> nd.node.mem
+    walk.pending = pending
+    return walk
+
+
+cdef enum:
+    WALK_TOP            # look at the next slot
+    WALK_SLOT           # the memory miss is spent: read the slot's trailer
+    WALK_PROTO          # a protocol's path runs
+    WALK_CONSUMED       # the consumer word's PCI write is spent: write it
+    WALK_OVER
+
+
+cdef class _MyriRxWalk(Path):
+    """The kernel ring walk (`MyrinetNetDevice._rx_path`) as a C state machine; the
+    generator it replaces, for reading::
+
+        consumed = 0
+        for _ in range(self.nrx):
+            end = self.rx_ring + (self.cur_rx % self.nrx + 1) * self.slot_bytes
+            yield pending + c.mem_miss            # the NI wrote it: not in the cache
+            pending = 0.0
+            w = mem.rd32(end - 4)
+            if not w & TRAILER_FULL:
+                break
+            n = w & 0xFFFF
+            if n < 4 or n > self.slot_bytes - 4:
+                self.rx_errors += 1
+            else:
+                start = end - 4 - n
+                pending = yield from self.deliver_path(mem.rd16be(start + 2), start + 4, n - 4)
+            mem.wr32(end - 4, 0)
+            self.cur_rx += 1
+            consumed += 1
+            pending += self.c_desc
+        if consumed:
+            yield pending + c.pci_write
+            pending = 0.0
+            self.dev.pio_write32(CB_RX_CONS, self.cur_rx & MASK32)   # slots free; we polled
+        return pending
+    """
+    cdef MyrinetNetDevice nd
+    cdef PhysMem mem
+    cdef double pending
+    cdef int state
+    cdef Py_ssize_t walked, consumed, end
+    cdef object proto_path
+
+    cdef int step(self, double* cost) except -1:
+        cdef MyrinetNetDevice nd = self.nd
+        cdef PhysMem mem = self.mem
+        cdef unsigned int w
+        cdef Py_ssize_t n, start
+        cdef PyObject* res = NULL
+        while True:
+            if self.state == WALK_TOP:
+                if self.walked == nd.nrx:
+                    self._finish(cost)
+                    if self.state == WALK_CONSUMED:
+                        return 1
+                    return 0
+                self.walked += 1
+                self.end = nd.rx_ring + (nd.cur_rx % nd.nrx + 1) * nd.slot_bytes
+                cost[0] = self.pending + nd.c.mem_miss  # the NI wrote it: not in the cache
+                self.state = WALK_SLOT
+                return 1
+            elif self.state == WALK_SLOT:
+                self.pending = 0.0
+                w = mem.rd32(self.end - 4)
+                if not w & _TRAILER_FULL:
+                    self._finish(cost)
+                    if self.state == WALK_CONSUMED:
+                        return 1
+                    return 0
+                n = w & 0xFFFF
+                if n < 4 or n > nd.slot_bytes - 4:
+                    nd.rx_errors += 1
+                else:
+                    start = self.end - 4 - n
+                    if nd.hand_over(mem.rd16be(start + 2), start + 4, n - 4, &self.pending, &res):
+                        self.proto_path = <object> res
+                        Py_XDECREF(res)
+                        res = NULL
+                        self.state = WALK_PROTO
+                        continue
+                self._next_slot(nd)
+            elif self.state == WALK_PROTO:
+                if step_any(self.proto_path, cost, &res):
+                    return 1
+                self.proto_path = None
+                self.pending = <object> res
+                Py_XDECREF(res)
+                res = NULL
+                self._next_slot(nd)
+            elif self.state == WALK_CONSUMED:
+                self.pending = 0.0
+                (<LanaiNI> nd.dev).pio_write32(_CB_RX_CONS, nd.cur_rx & MASK32)   # slots free; we polled
+                self.state = WALK_OVER
+                self.value = self.pending
+                return 0
+            else:
+                self.value = self.pending
+                return 0
+
+    cdef void _finish(self, double* cost) noexcept:
+        # The walk is over: the consumer word goes to the NI if anything was taken.
+        if self.consumed:
+            cost[0] = self.pending + nd_pci_write(self.nd)
+            self.state = WALK_CONSUMED
+        else:
+            self.state = WALK_OVER
+            self.value = self.pending
+
+    cdef void _next_slot(self, MyrinetNetDevice nd) except *:
+        self.mem.wr32(self.end - 4, 0)
+        nd.cur_rx += 1
+        self.consumed += 1
+        self.pending += nd.c_desc
+        self.state = WALK_TOP
+
+
+cdef inline double nd_pci_write(MyrinetNetDevice nd) noexcept:
+    return nd.c.pci_write
+
+
+cdef enum:
+    IRQ_TOP             # a pass of the handler loop: read the ISR
+    IRQ_READ_ISR        # the PCI read's time is spent: look at the ISR
+    IRQ_ACK             # the PCI write's time is spent: acknowledge
+    IRQ_WALK            # the ring walk runs
+    IRQ_AFTER_WALK
+
+
+cdef class _MyriIrq(Path):
+    """The Myrinet interrupt path as a C state machine; the generator it replaces::
+
+        for _ in range(self.budget):
+            owed, self._owed = self._owed, 0.0
+            yield pending + owed + c.pci_read
+            isr = dev.csr_read(hw.REG_ISR) & self.eimr
+            if not isr:
+                return 0.0
+            yield c.pci_write
+            dev.csr_write(hw.REG_ISR, isr)          # acknowledge what we saw
+            pending = self.c_isr
+            if isr & hw.ISR_RX:
+                pending = yield from self._rx_path(pending)
+            if isr & hw.ISR_TX:
+                pending += self.c_desc * self._reclaim()
+            if isr & hw.ISR_ERR:
+                self.rx_errors += 1
+        return pending
+    """
+    cdef MyrinetNetDevice nd
+    cdef LanaiNI dev
+    cdef double pending
+    cdef int state
+    cdef Py_ssize_t passes
+    cdef unsigned int isr
+    cdef _MyriRxWalk walk
+
+    cdef int step(self, double* cost) except -1:
+        cdef MyrinetNetDevice nd = self.nd
+        cdef double owed
+        while True:
+            if self.state == IRQ_TOP:
+                if self.passes == nd.budget:
+                    self.value = self.pending
+                    return 0
+                self.passes += 1
+                owed = nd._owed
+                nd._owed = 0.0
+                cost[0] = self.pending + owed + nd.c.pci_read
+                self.state = IRQ_READ_ISR
+                return 1
+            elif self.state == IRQ_READ_ISR:
+                self.isr = self.dev.csr_read(_REG_ISR) & nd.eimr
+                if not self.isr:
+                    self.value = 0.0
+                    return 0
+                cost[0] = nd.c.pci_write
+                self.state = IRQ_ACK
+                return 1
+            elif self.state == IRQ_ACK:
+                self.dev.csr_write(_REG_ISR, self.isr)  # acknowledge what we saw
+                self.pending = nd.c_isr
+                if self.isr & _ISR_RX:
+                    self.walk = _rx_walk(nd, self.pending)
+                    self.state = IRQ_WALK
+                else:
+                    self.state = IRQ_AFTER_WALK
+            elif self.state == IRQ_WALK:
+                if self.walk.step(cost):
+                    return 1
+                self.pending = self.walk.value
+                self.walk = None
+                self.state = IRQ_AFTER_WALK
+            else:
+                if self.isr & _ISR_TX:
+                    self.pending += nd.c_desc * nd._reclaim()
+                if self.isr & _ISR_ERR:
+                    nd.rx_errors += 1
+                self.state = IRQ_TOP
+
+
+cdef class _MyriCommit(Path):
+    """`MyrinetNetDevice.tx_commit_path` (its docstring has the generator it replaces)."""
+    cdef MyrinetNetDevice nd
+    cdef Py_ssize_t payload_bytes, entry, off, flen, host
+    cdef double pending
+    cdef int state          # 0: not started, 1: PIO copy owed, 2: DMA descriptor owed, 3: over
+
+    cdef int step(self, double* cost) except -1:
+        cdef MyrinetNetDevice nd = self.nd
+        cdef LanaiNI dev = <LanaiNI> nd.dev
+        cdef double owed
+        if self.state == 0:
+            self.entry = nd.cur_tx % nd.ntx
+            self.off = ROUTE_MAX - nd._rlen
+            self.flen = nd._rlen + 4 + self.payload_bytes
+            self.host = <Py_ssize_t> nd.tx_bufs[self.entry] + self.off
+            owed = nd._owed
+            nd._owed = 0.0
+            if self.flen <= nd.pio_max:
+                cost[0] = self.pending + owed + nd.c_desc + dev.pio_time(self.flen) + nd.desc_pio_s
+                self.state = 1
+            else:
+                cost[0] = self.pending + owed + nd.c_desc + nd.desc_pio_s
+                self.state = 2
+            return 1
+        if self.state == 1:
+            dev.pio_write(nd.fw.send_buffer(self.entry) + self.off,
+                          (<PhysMem> nd.node.mem).view[self.host:self.host + self.flen])
+            nd.tx_pio += 1
+            nd._post(self.entry, DESC_PIO | self.flen, 0, self.off)
+        elif self.state == 2:
+            nd.tx_dma += 1
+            nd._post(self.entry, self.flen, self.host, self.off)
+        if self.state != 3:
+            self.state = 3
+            nd.tx_frames += 1
+            nd.tx_bytes += self.flen
+        self.value = None
+        return 0

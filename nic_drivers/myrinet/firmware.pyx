@@ -49,6 +49,7 @@ import errno
 from collections import deque
 
 from nic_drivers.myrinet._model import ISR_RX, ISR_TX
+from nic_drivers.myrinet._model cimport LanaiNI
 from nic_drivers.myrinet.fabric import MAX_ROUTE_BYTES
 
 __all__ = ["Firmware", "DPFirmware", "MYRI_TYPE_DP", "BULK_PROTO", "ROUTE_MAX",
@@ -123,6 +124,14 @@ class _Ring:
 
     def full(self) -> bool:
         return ((self.prod - self.cons) & MASK32) >= self.slots
+
+
+cdef inline LanaiNI _board(object fw):
+    """The board DP's control program runs on, typed: its handlers reach it by C calls."""
+    ni = fw.ni
+    if ni is None:
+        raise AttributeError("DP's control program is not attached to a board")
+    return <LanaiNI> ni
 
 
 class DPFirmware(Firmware):
@@ -204,7 +213,7 @@ class DPFirmware(Firmware):
 
     def on_host_send(self, _off):
         """The host bumped the producer word: take every new descriptor."""
-        ni = self.ni
+        cdef LanaiNI ni = _board(self)
         cost = self.c_poll
         while True:
             prod = ni.rd32(CB_SEND_PROD)
@@ -234,17 +243,17 @@ class DPFirmware(Firmware):
     def on_fetched(self, item):
         yield self.c_xmit
         at, length, i = item
-        self.ni.net_send(at, length, self.on_sent, i)
+        _board(self).net_send(at, length, self.on_sent, i)
 
     def on_sent(self, _i):
         yield self.c_txdone
         self.counters["sent"] += 1
         self._complete()
-        if ((self.seen - self.done) & MASK32) == self.ntx - 1 and self.ni.rd32(CB_SEND_PROD) != self.seen:
-            self.ni.post(self.on_host_send, CB_SEND_PROD)     # the host is ahead of a full ring
+        if ((self.seen - self.done) & MASK32) == self.ntx - 1 and _board(self).rd32(CB_SEND_PROD) != self.seen:
+            _board(self).post(self.on_host_send, CB_SEND_PROD)     # the host is ahead of a full ring
 
     def _complete(self):
-        ni = self.ni
+        cdef LanaiNI ni = _board(self)
         self.done = (self.done + 1) & MASK32
         ni.wr32(CB_TX_DONE, self.done)
         wait = ni.rd32(CB_TX_WAIT)
@@ -254,22 +263,22 @@ class DPFirmware(Firmware):
     def _report(self, wait):
         self.reported = self.done
         self.counters["done_reports"] += 1
-        self.ni.host_dma(True, self.txdone_addr, CB_TX_DONE, 4, self.on_reported if wait >= 2 else None, None)
+        _board(self).host_dma(True, self.txdone_addr, CB_TX_DONE, 4, self.on_reported if wait >= 2 else None, None)
 
     def on_reported(self, _):
         yield self.c_txdone
-        self.ni.raise_host(ISR_TX)
+        _board(self).raise_host(ISR_TX)
 
     def on_tx_wait(self, _off):
         yield self.c_poll
-        wait = self.ni.rd32(CB_TX_WAIT)
+        wait = _board(self).rd32(CB_TX_WAIT)
         if wait:
             self._report(wait)
 
     # -- receive side ------------------------------------------------------------------
 
     def _arm(self):
-        ni = self.ni
+        cdef LanaiNI ni = _board(self)
         if not ni.rx_armed and self.free_rx:
             ni.rx_arm(self.free_rx.pop(), self.buffer_bytes - 4)
 
@@ -279,7 +288,7 @@ class DPFirmware(Firmware):
 
     def on_packet(self, pkt):
         buf, n = pkt
-        ni = self.ni
+        cdef LanaiNI ni = _board(self)
         self._arm()
         yield self.c_recv
         self.counters["received"] += 1
@@ -305,7 +314,7 @@ class DPFirmware(Firmware):
         self._to_host(ring, buf, n)
 
     def _to_host(self, ring, buf, n):
-        ni = self.ni
+        cdef LanaiNI ni = _board(self)
         slot = ring.prod % ring.slots
         ring.prod = (ring.prod + 1) & MASK32
         end = ring.base + (slot + 1) * ring.slot_bytes
@@ -321,20 +330,20 @@ class DPFirmware(Firmware):
             return
         if self.rx_mode == "irq":
             self.counters["rx_interrupts"] += 1
-            self.ni.raise_host(ISR_RX)
+            _board(self).raise_host(ISR_RX)
         elif self.rx_mode == "watchdog" and self.wd_timer is None:
-            self.wd_timer = self.ni.timer(self.watchdog_s, self.on_watchdog)
+            self.wd_timer = _board(self).timer(self.watchdog_s, self.on_watchdog)
 
     def on_watchdog(self, _):
         self.wd_timer = None
         yield self.c_poll
-        if self.ni.rd32(CB_RX_CONS) != self.kring.prod:
+        if _board(self).rd32(CB_RX_CONS) != self.kring.prod:
             self.counters["watchdog_interrupts"] += 1
-            self.ni.raise_host(ISR_RX)
+            _board(self).raise_host(ISR_RX)
 
     def _watch_holder(self, ring):
         ring.cons_mark = ring.cons
-        ring.hold_timer = self.ni.timer(self.abandon_s, self.on_hold_timeout, ring)
+        ring.hold_timer = _board(self).timer(self.abandon_s, self.on_hold_timeout, ring)
 
     def on_hold_timeout(self, ring):
         """A ring has held packets for `abandon_s`: if its host consumed nothing meanwhile,
@@ -355,7 +364,7 @@ class DPFirmware(Firmware):
     def on_consumed(self, off):
         ring = self.kring if off == CB_RX_CONS else self.bring
         yield self.c_poll
-        ring.cons = self.ni.rd32(off)
+        ring.cons = _board(self).rd32(off)
         while ring.pending and not ring.full():
             buf, n = ring.pending.popleft()
             yield self.c_rxdone

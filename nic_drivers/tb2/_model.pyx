@@ -98,6 +98,18 @@ LEN_ARRAY_MAX = 256      # bytes of adapter memory given to the length array
 LEN_UNIT = 4             # a length byte counts 32-bit words of header + data
 MAX_FIFO_SLOTS = 64      # bound of the MSMU FIFO model (packets)
 
+# What each engine event of the card is (EventTarget.on_event's `what`).
+cdef enum:
+    EV_TX_TAKE = 0
+    EV_TX_DMA_START = 1
+    EV_TX_NEXT = 2
+    EV_TX_SKIP = 3
+    EV_TX_LINK = 4
+    EV_TX_DMA_DONE = 5
+    EV_RX_TAKE = 6
+    EV_RX_COMMIT = 7
+
+
 cdef inline unsigned int _be16(const unsigned char[::1] b, Py_ssize_t i):
     return (b[i] << 8) | b[i + 1]
 
@@ -105,37 +117,7 @@ cdef inline unsigned int _be16(const unsigned char[::1] b, Py_ssize_t i):
 cdef class Tb2Adapter(NicModel):
     """One TB2 adapter on one node's MicroChannel."""
 
-    cdef public object owner            # who has the FIFOs: None, the netdev, or user FIFOs
-    cdef readonly int nid
-    cdef readonly bytes hwaddr
-    cdef public object port             # switch port: transmit(packet, t) -> (start, end)
-    cdef public object on_rx            # callable(): an entry was written (polling owners)
-    cdef public object on_tx_space      # callable(): a send entry became free
-    # registers
-    cdef unsigned char lengths[256]
-    cdef Py_ssize_t send_base, recv_base
-    cdef int send_count, recv_count
-    cdef unsigned int control, int_enable, int_status
-    # send side
-    cdef int tx_head                    # the i860's send pointer
-    cdef readonly unsigned int tx_done  # entries taken out of the send FIFO
-    cdef bint tx_active                 # the i860 is working through the send FIFO
-    cdef double dma_tx_free
-    cdef double fifo_out[64]            # when each MSMU FIFO slot's packet has left
-    cdef int fifo_slots, fifo_i
-    # receive side
-    cdef int rx_tail, rx_used
-    cdef double dma_rx_free
-    # shared
-    cdef double i860_free
-    cdef unsigned int epoch             # bumps on every reset: stale events are ignored
-    # timing (profile)
-    cdef double notice_s, i860_tx_s, i860_rx_s
-    # statistics
-    cdef readonly long long tx_packets, tx_bytes, tx_errors, fifo_stalls
-    cdef readonly long long rx_packets, rx_bytes, rx_overflow, rx_crc_errors, rx_malformed
-    cdef readonly long long rx_misrouted, rx_disabled, pops, pop_errors
-    cdef readonly long long reg_writes, reg_reads
+    # fields and C methods: _model.pxd
 
     def __cinit__(self, Engine engine, PhysMem mem, int nid, bytes hwaddr, profile):
         self._init_nic(engine, mem, profile, True)
@@ -282,9 +264,29 @@ cdef class Tb2Adapter(NicModel):
         cdef double t = self.engine.now + self.notice_s
         if t < self.i860_free:
             t = self.i860_free
-        self.engine.at(t, self._tx_take, self.epoch)
+        self.engine.post(t, self, EV_TX_TAKE, self.epoch)
 
-    def _tx_take(self, unsigned int epoch):
+    cdef int on_event(self, int what, object arg) except -1:
+        """The card's own engine events (bound once: no bound method per event)."""
+        if what == EV_TX_TAKE:
+            self._tx_take(arg)
+        elif what == EV_TX_DMA_START:
+            self._tx_dma_start(arg)
+        elif what == EV_TX_NEXT:
+            self._tx_next(arg)
+        elif what == EV_TX_LINK:
+            self._tx_link(arg)
+        elif what == EV_TX_DMA_DONE:
+            self._tx_dma_done(arg)
+        elif what == EV_RX_TAKE:
+            self._rx_take(arg)
+        elif what == EV_RX_COMMIT:
+            self._rx_commit(arg)
+        else:
+            self._tx_skip(arg)
+        return 0
+
+    cdef _tx_take(self, unsigned int epoch):
         """The i860 takes the entry at its send pointer: firmware work, then the DMA."""
         cdef int entry, slot
         cdef Py_ssize_t nbytes
@@ -303,14 +305,14 @@ cdef class Tb2Adapter(NicModel):
         self.tx_head = (entry + 1) % self.send_count
         if nbytes < HDR_BYTES or nbytes > ENTRY_BYTES:
             # A length no packet can have: the firmware skips the entry and counts it.
-            self.engine.at(self.i860_free, self._tx_skip, (epoch, entry))
+            self.engine.post(self.i860_free, self, EV_TX_SKIP, (epoch, entry))
             return
         slot = self.fifo_i
         self.fifo_i = (slot + 1) % self.fifo_slots
-        self.engine.at(self.i860_free, self._tx_dma_start, (epoch, entry, nbytes, slot))
-        self.engine.at(self.i860_free, self._tx_next, epoch)
+        self.engine.post(self.i860_free, self, EV_TX_DMA_START, (epoch, entry, nbytes, slot))
+        self.engine.post(self.i860_free, self, EV_TX_NEXT, epoch)
 
-    def _tx_dma_start(self, arg):
+    cdef _tx_dma_start(self, arg):
         """The i860 has programmed the DMA: it runs once the engine is free and the
         MSMU FIFO slot it fills has been emptied onto the switch link. The MSMU starts
         the packet onto the link as soon as the first burst is in the FIFO (cut-through:
@@ -324,7 +326,7 @@ cdef class Tb2Adapter(NicModel):
         if epoch != self.epoch:
             return
         if self.engine.now < self.dma_tx_free:
-            self.engine.at(self.dma_tx_free, self._tx_dma_start, arg)
+            self.engine.post(self.dma_tx_free, self, EV_TX_DMA_START, arg)
             return
         start = self.engine.now
         if start < self.fifo_out[slot]:
@@ -335,12 +337,12 @@ cdef class Tb2Adapter(NicModel):
         first = start + self.dma_span(nbytes if nbytes < self.burst_bytes or self.burst_bytes <= 0
                                        else self.burst_bytes)
         if first < end:
-            self.engine.at(first, self._tx_link, (epoch, entry, nbytes, slot, end))
-            self.engine.at(end, self._tx_dma_done, (epoch, entry, 0, slot, end))
+            self.engine.post(first, self, EV_TX_LINK, (epoch, entry, nbytes, slot, end))
+            self.engine.post(end, self, EV_TX_DMA_DONE, (epoch, entry, 0, slot, end))
         else:                                 # one burst: the whole packet is in before it starts
-            self.engine.at(end, self._tx_dma_done, (epoch, entry, nbytes, slot, end))
+            self.engine.post(end, self, EV_TX_DMA_DONE, (epoch, entry, nbytes, slot, end))
 
-    def _tx_next(self, unsigned int epoch):
+    cdef _tx_next(self, unsigned int epoch):
         """The i860 is done with one entry: on to the next if its length is there."""
         if epoch != self.epoch:
             return
@@ -349,7 +351,7 @@ cdef class Tb2Adapter(NicModel):
         else:
             self.tx_active = False
 
-    def _tx_skip(self, arg):
+    cdef _tx_skip(self, arg):
         epoch, entry = arg
         if epoch != self.epoch:
             return
@@ -357,13 +359,13 @@ cdef class Tb2Adapter(NicModel):
         self._tx_free_entry(entry)
         self._tx_next(epoch)
 
-    def _tx_link(self, arg):
+    cdef _tx_link(self, arg):
         """The packet's head is in the MSMU FIFO: onto the link (cut-through)."""
         epoch, entry, nbytes, slot, ready = arg
         if epoch == self.epoch:
             self._send_entry(entry, nbytes, slot, ready, False)
 
-    def _tx_dma_done(self, arg):
+    cdef _tx_dma_done(self, arg):
         """The DMA has read the whole entry: it is free for the host again (and a packet
         of one burst starts onto the link now)."""
         epoch, entry, nbytes, slot, ready = arg
@@ -433,9 +435,9 @@ cdef class Tb2Adapter(NicModel):
         else:
             t = self.i860_free
         self.i860_free = t + self.i860_rx_s
-        self.engine.at(t, self._rx_take, (self.epoch, bytes(frame[:HDR_BYTES + dlen]), dlen))
+        self.engine.post(t, self, EV_RX_TAKE, (self.epoch, bytes(frame[:HDR_BYTES + dlen]), dlen))
 
-    def _rx_take(self, arg):
+    cdef _rx_take(self, arg):
         """The i860 takes the packet: a free receive entry, or the packet is lost."""
         cdef unsigned int epoch
         cdef Py_ssize_t dlen, entry, nbytes
@@ -457,9 +459,9 @@ cdef class Tb2Adapter(NicModel):
         t = start + self.dma_time(nbytes)      # the packet
         t += self.dma_time(4)                 # then the status word, its own transaction
         self.dma_rx_free = t
-        self.engine.at(t, self._rx_commit, (epoch, entry, pkt, dlen))
+        self.engine.post(t, self, EV_RX_COMMIT, (epoch, entry, pkt, dlen))
 
-    def _rx_commit(self, arg):
+    cdef _rx_commit(self, arg):
         cdef unsigned int epoch
         cdef Py_ssize_t entry, dlen, addr
         epoch, entry, pkt, dlen = arg

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import errno
 
-from kernelsim import OpenFile, WouldBlock, WaitQueue
+from kernelsim import WouldBlock
 
 from nic_drivers.tb2 import _model as hw
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
@@ -43,8 +43,16 @@ DEF H_PROTO = 8
 DEF H_USER = 12
 DEF USER_BYTES = 16
 DEF LEN_UNIT = 4
-assert (hw.HDR_BYTES, hw.H_DST, hw.H_ROUTE, hw.H_LEN, hw.H_PROTO, hw.H_USER, hw.USER_BYTES, hw.LEN_UNIT) == \
-    (HDR_BYTES, H_DST, H_ROUTE, H_LEN, H_PROTO, H_USER, USER_BYTES, LEN_UNIT)
+DEF ENTRY_BYTES = 256
+DEF H_STATUS = 28
+DEF H_SRC = 4
+DEF DATA_MAX = 224
+DEF RX_VALID = 0x80000000
+DEF REG_LEN = 0x000
+assert (hw.HDR_BYTES, hw.H_DST, hw.H_ROUTE, hw.H_LEN, hw.H_PROTO, hw.H_USER, hw.USER_BYTES, hw.LEN_UNIT,
+        hw.ENTRY_BYTES, hw.H_STATUS, hw.H_SRC, hw.DATA_MAX, hw.RX_VALID, hw.REG_LEN) == \
+    (HDR_BYTES, H_DST, H_ROUTE, H_LEN, H_PROTO, H_USER, USER_BYTES, LEN_UNIT,
+     ENTRY_BYTES, H_STATUS, H_SRC, DATA_MAX, RX_VALID, REG_LEN)
 
 __all__ = ["HostFifos", "UserFifos", "Packet", "open_fifos", "DEFAULT_POP_EVERY"]
 
@@ -52,8 +60,8 @@ DEFAULT_POP_EVERY = 8
 U32 = 0xFFFFFFFF
 
 
-class HostFifos:
-    """Host memory, pointers and per-operation costs of one owner of the FIFOs."""
+cdef class HostFifos:
+    """Host memory, pointers and per-operation costs of one owner of the FIFOs (fields: fifos.pxd)."""
 
     def __init__(self, node, adapter, owner, pop_every: int):
         p = node.profile
@@ -135,34 +143,35 @@ class HostFifos:
     def _finish_detach(self) -> None:
         self.draining = False
         self.adapter.release(self.owner)
-        for attr in ("send_base", "recv_base"):
-            addr = getattr(self, attr)
-            if addr:
-                self.mem.release(addr)
-                setattr(self, attr, 0)
+        if self.send_base:
+            self.mem.release(self.send_base)
+            self.send_base = 0
+        if self.recv_base:
+            self.mem.release(self.recv_base)
+            self.recv_base = 0
 
     # -- costs ---------------------------------------------------------------------------
 
-    def flush_cost(self, nbytes: int) -> float:
+    cpdef double flush_cost(self, Py_ssize_t nbytes):
         """dcbf of every cache line `nbytes` from an entry's start touch."""
         return ((nbytes + self.line - 1) // self.line) * self.c_flush
 
     # -- send side -----------------------------------------------------------------------
 
-    def outstanding(self) -> int:
-        return (self.tx_next - self.tx_done) & U32
+    cpdef unsigned int outstanding(self):
+        return self.tx_next - self.tx_done          # unsigned: modulo 2^32
 
-    def free_entries(self) -> int:
-        return self.send_count - self.outstanding()
+    cpdef int free_entries(self):
+        return self.send_count - <int> self.outstanding()
 
-    def refresh_tx_done(self) -> None:
+    cpdef refresh_tx_done(self):
         """Load the adapter's transmit-done counter (the caller pays a MicroChannel read)."""
         self.tx_done = self.adapter.reg_read(hw.REG_TX_DONE)
         self.tx_refreshes += 1
 
-    def send_entry(self, k: int = 0) -> int:
+    cpdef Py_ssize_t send_entry(self, int k=0):
         """Address of the k-th send entry after the next one to fill."""
-        return self.send_base + ((self.tx_next + k) % self.send_count) * hw.ENTRY_BYTES
+        return self.send_base + ((<long long> self.tx_next + k) % self.send_count) * ENTRY_BYTES
 
     def length_stores(self, first: int, values: list[int]) -> list[tuple[int, int, int]]:
         """Split a run of length bytes into aligned MicroChannel stores of 4, 2 or 1 bytes.
@@ -188,19 +197,19 @@ class HostFifos:
 
     # -- receive side --------------------------------------------------------------------
 
-    def recv_entry(self, i: int) -> int:
-        return self.recv_base + i * hw.ENTRY_BYTES
+    cpdef Py_ssize_t recv_entry(self, int i):
+        return self.recv_base + i * ENTRY_BYTES
 
-    def consume(self, addr: int) -> None:
+    cpdef consume(self, Py_ssize_t addr):
         """The host is done with the head entry: clear its status word, advance."""
-        self.mem.wr32(addr + hw.H_STATUS, 0)
+        self.mem.wr32(addr + H_STATUS, 0)
         self.rx_head = (self.rx_head + 1) % self.recv_count
         self.rx_consumed += 1
 
-    def pop_due(self) -> bool:
+    cpdef bint pop_due(self):
         return self.rx_consumed - self.rx_popped >= self.pop_every
 
-    def pop(self) -> None:
+    cpdef pop(self):
         """Give the consumed entries back (the caller pays a MicroChannel store)."""
         n = self.rx_consumed - self.rx_popped
         if n:
@@ -212,6 +221,10 @@ class HostFifos:
                 "tx_written": self.tx_next, "tx_outstanding": self.outstanding(),
                 "tx_done_reads": self.tx_refreshes, "rx_consumed": self.rx_consumed,
                 "rx_unpopped": self.rx_consumed - self.rx_popped}
+
+
+cdef inline bytes _as_bytes(data):
+    return data if type(data) is bytes else bytes(data)
 
 
 class Packet:
@@ -230,7 +243,7 @@ class Packet:
         return f"<Packet from node {self.src}, {len(self.data)} bytes, proto {self.proto:#x}, route {self.route}>"
 
 
-class UserFifos(OpenFile):
+cdef class UserFifos(OpenFile):
     """The send and receive FIFOs mapped into one user process (SP-A18, SP-C02).
 
     Paths (generators yielding CPU seconds) do the work; the async methods submit
@@ -270,8 +283,9 @@ class UserFifos(OpenFile):
 
     def _open(self) -> None:
         self.fifos.attach()
-        self.adapter.on_rx = self.arrivals.wake
-        self.adapter.on_tx_space = self.tx_space.wake
+        # the queues' bound methods (a Python call from the adapter), not their C entries
+        self.adapter.on_rx = (<object> self.arrivals).wake
+        self.adapter.on_tx_space = (<object> self.tx_space).wake
 
     def release(self, proc) -> None:
         """Last close (or process exit): the card goes back to nobody."""
@@ -323,13 +337,15 @@ class UserFifos(OpenFile):
             raise OSError(errno.EINVAL, f"the user header holds {hw.USER_BYTES} bytes, not {len(user)}")
         return route
 
-    def _write_entry(self, Py_ssize_t addr, unsigned int dest, unsigned int route, unsigned int proto, user,
-                     data) -> int:
-        # The header is written in place (every field checked by _check_packet): big-endian
-        # destination, route, length and protocol, the user bytes, zeros elsewhere.
-        cdef PhysMem mem = self.node.mem
+    cpdef int write_entry(self, Py_ssize_t addr, unsigned int dest, unsigned int route, unsigned int proto,
+                          bytes user, bytes data) except -1:
+        """Write one send entry; the length-array units it takes (its length byte).
+
+        The header is written in place (every field checked by _check_packet): big-endian
+        destination, route, length and protocol, the user bytes, zeros elsewhere."""
+        cdef PhysMem mem = self.fifos.mem
         cdef Py_ssize_t n = len(data)
-        cdef const unsigned char[::1] u = user if isinstance(user, bytes) else bytes(user)
+        cdef Py_ssize_t nu = len(user)
         cdef unsigned char* h
         if not span_ok(addr, HDR_BYTES + n, mem.size):
             span_check(addr, HDR_BYTES + n, mem.size, "TB2 send entry")
@@ -342,10 +358,10 @@ class UserFifos(OpenFile):
         h[H_LEN + 1] = n & 0xFF
         h[H_PROTO] = (proto >> 8) & 0xFF
         h[H_PROTO + 1] = proto & 0xFF
-        if u.shape[0]:
-            memcpy(h + H_USER, &u[0], min(u.shape[0], USER_BYTES))
+        if nu:
+            memcpy(h + H_USER, <const char*> user, min(nu, USER_BYTES))
         if n:
-            mem.write(addr + HDR_BYTES, data if isinstance(data, bytes) else bytes(data))
+            memcpy(h + HDR_BYTES, <const char*> data, n)
         return (HDR_BYTES + n + LEN_UNIT - 1) // LEN_UNIT
 
     def _room_path(self, k: int):
@@ -367,7 +383,7 @@ class UserFifos(OpenFile):
         yield from self._room_path(1)
         idx = f.tx_next % f.send_count
         n = len(data)
-        units = self._write_entry(f.send_entry(), dest, route, proto, user, data)
+        units = self.write_entry(f.send_entry(), dest, route, proto, _as_bytes(user), _as_bytes(data))
         cost = self.c_send + f.flush_cost(hw.HDR_BYTES + n) + f.c_sync + self.costs.pci_write
         if n:
             cost += self.costs.copy(n)
@@ -391,7 +407,7 @@ class UserFifos(OpenFile):
         first = f.tx_next % f.send_count
         units, cost = [], f.c_sync
         for k, ch in enumerate(chunks):
-            units.append(self._write_entry(f.send_entry(k), dest, route, proto, user, ch))
+            units.append(self.write_entry(f.send_entry(k), dest, route, proto, _as_bytes(user), _as_bytes(ch)))
             cost += self.c_send + f.flush_cost(hw.HDR_BYTES + len(ch)) + (self.costs.copy(len(ch)) if ch else 0.0)
         for off, value, width in f.length_stores(first, units):
             yield cost + self.costs.pci_write
@@ -413,36 +429,56 @@ class UserFifos(OpenFile):
         half a poll after the arrival -- charged as such, like the i860's notice
         latency, rather than from an exact phase no real run would reproduce.
         """
-        self._check_open()
-        if spun_since is None:
-            yield self.c_poll
-        else:
-            spun = int((self.node.engine.now - spun_since) / self.c_poll) if self.c_poll > 0 else 0
-            self.polls += spun
-            self.empty_polls += spun
-            yield 0.5 * self.c_poll
-        self.polls += 1
-        f = self.fifos
-        mem = self.node.mem
-        addr = f.recv_entry(f.rx_head)
-        status = mem.rd32(addr + hw.H_STATUS)
-        if not status & hw.RX_VALID:
-            self.empty_polls += 1
+        cdef HostFifos f = self.fifos
+        cdef double cost
+        yield self.look(spun_since)
+        pkt = self.take()
+        if pkt is None:
             return None
-        n = status & 0xFFFF
-        if n > hw.DATA_MAX:                      # cannot come from the adapter; never trust it
-            n = hw.DATA_MAX
-        pkt = Packet(mem.rd16be(addr + hw.H_SRC), mem.read(addr + hw.HDR_BYTES, n),
-                     mem.rd16be(addr + hw.H_PROTO), mem.buf[addr + hw.H_ROUTE],
-                     mem.read(addr + hw.H_USER, hw.USER_BYTES))
-        f.consume(addr)
-        cost = self.c_recv + f.flush_cost(hw.HDR_BYTES + n) + (self.costs.copy(n) if n else 0.0)
+        cost = self.rx_cost
         if f.pop_due():
             yield cost + self.costs.pci_write
             cost = 0.0
             f.pop()
         self.received += 1
         yield cost
+        return pkt
+
+    # The two halves of a poll, for a caller that inlines `poll_path` in its own path (SP AM's
+    # am_poll): `look`, the CPU time of one look at the head; then, that time spent, `take`.
+
+    cpdef double look(self, object spun_since) except? -1.0:
+        """A poll's look at the head: its cost (counting, after a spin, the empty polls made)."""
+        cdef long long spun
+        self._check_open()
+        if spun_since is None:
+            return self.c_poll
+        spun = <long long> ((self.node.engine.now - spun_since) / self.c_poll) if self.c_poll > 0 else 0
+        self.polls += spun
+        self.empty_polls += spun
+        return 0.5 * self.c_poll
+
+    cpdef object take(self):
+        """The head entry once the look is spent: the packet (the host's cost of taking it in
+        `rx_cost`: the caller spends it, and pops the entries when `fifos.pop_due()`), or None."""
+        cdef HostFifos f = self.fifos
+        cdef PhysMem mem = f.mem
+        cdef Py_ssize_t addr
+        cdef unsigned int status, n
+        self.polls += 1
+        addr = f.recv_entry(f.rx_head)
+        status = mem.rd32(addr + H_STATUS)
+        if not status & RX_VALID:
+            self.empty_polls += 1
+            return None
+        n = status & 0xFFFF
+        if n > DATA_MAX:                         # cannot come from the adapter; never trust it
+            n = DATA_MAX
+        pkt = Packet(mem.rd16be(addr + H_SRC), mem.read(addr + HDR_BYTES, n),
+                     mem.rd16be(addr + H_PROTO), mem.buf[addr + H_ROUTE],
+                     mem.read(addr + H_USER, USER_BYTES))
+        f.consume(addr)
+        self.rx_cost = self.c_recv + f.flush_cost(HDR_BYTES + n) + (self.costs.copy(n) if n else 0.0)
         return pkt
 
     # -- async conveniences (a process's view) ---------------------------------------------

@@ -23,12 +23,16 @@ from __future__ import annotations
 import errno
 
 from kernelsim.media.faults import FaultInjector
+from kernelsim._engine cimport Engine, EventTarget
+from nic_drivers.tb2._model cimport Tb2Adapter
 
 __all__ = ["Tb2Switch", "SwitchPort"]
 
 
-class _Link:
-    __slots__ = ("name", "free_at", "packets", "bytes", "busy_s", "waits")
+cdef class _Link:
+    cdef readonly str name
+    cdef readonly double free_at, busy_s
+    cdef readonly long long packets, bytes, waits
 
     def __init__(self, name: str):
         self.name = name
@@ -38,7 +42,7 @@ class _Link:
         self.busy_s = 0.0
         self.waits = 0
 
-    def take(self, head: float, wire: float, nbytes: int) -> float:
+    cpdef double take(self, double head, double wire, Py_ssize_t nbytes):
         """The packet's head reaches this link at `head`: when does it start across it?"""
         start = head if head >= self.free_at else self.free_at
         if start > head:
@@ -53,12 +57,15 @@ class _Link:
         return {"packets": self.packets, "bytes": self.bytes, "busy_us": self.busy_s * 1e6, "waits": self.waits}
 
 
-class SwitchPort:
+cdef class SwitchPort(EventTarget):
     """A node's attachment to the board: what its adapter's MSMU drives."""
 
-    __slots__ = ("switch", "nid", "device", "inject", "eject")
+    cdef readonly Tb2Switch switch
+    cdef readonly int nid
+    cdef public object device
+    cdef readonly _Link inject, eject
 
-    def __init__(self, switch: "Tb2Switch", nid: int):
+    def __init__(self, Tb2Switch switch, int nid):
         self.switch = switch
         self.nid = nid
         self.device = None
@@ -71,13 +78,28 @@ class SwitchPort:
         (start, end) on the node's own link."""
         return self.switch._send(self, packet, t, ready)
 
-    def _arrive(self, item) -> None:
+    cdef int on_event(self, int what, object item) except -1:
+        """A packet's last byte reaches the adapter (one engine event, bound once)."""
         if self.device is not None:
-            self.device.rx_frame(item[0], item[1])
+            if type(self.device) is Tb2Adapter:
+                (<Tb2Adapter> self.device).rx_frame(item[0], item[1])
+            else:
+                self.device.rx_frame(item[0], item[1])
+        return 0
+
+    def _arrive(self, item) -> None:
+        self.on_event(0, item)
 
 
-class Tb2Switch:
-    def __init__(self, engine, profile, rng=None):
+cdef class Tb2Switch:
+    cdef readonly Engine engine
+    cdef public object faults
+    cdef readonly double byte_s, chip_s
+    cdef readonly int routes, per_chip
+    cdef readonly dict ports, up, down
+    cdef readonly long long misrouted, delivered
+
+    def __init__(self, Engine engine, profile, rng=None):
         self.engine = engine
         self.faults = FaultInjector(profile, rng)
         rate = profile["switch.link_Bps"]
@@ -89,13 +111,13 @@ class Tb2Switch:
         # Three chips on every route (node chip, middle chip, node chip) share the
         # board's hardware latency.
         self.chip_s = profile["switch.latency_s"] / 3.0
-        self.ports: dict[int, SwitchPort] = {}
-        self.up: dict[tuple, _Link] = {}
-        self.down: dict[tuple, _Link] = {}
+        self.ports = {}             # node id -> SwitchPort
+        self.up = {}                # (node chip, route) -> _Link
+        self.down = {}              # (route, node chip) -> _Link
         self.misrouted = 0
         self.delivered = 0
 
-    def attach(self, nid: int, device) -> SwitchPort:
+    def attach(self, int nid, device) -> SwitchPort:
         if nid in self.ports:
             raise OSError(errno.EEXIST, f"switch port {nid} is already attached")
         port = SwitchPort(self, nid)
@@ -110,19 +132,24 @@ class Tb2Switch:
             link = table[key] = _Link(name)
         return link
 
-    def _up(self, int a, int route) -> _Link:
+    cdef _Link _up(self, int a, int route):
         link = self.up.get((a, route))
         if link is None:                         # named once, when first used
             link = self._link(self.up, (a, route), f"chip{a}->mid{route}")
         return link
 
-    def _down(self, int route, int b) -> _Link:
+    cdef _Link _down(self, int route, int b):
         link = self.down.get((route, b))
         if link is None:
             link = self._link(self.down, (route, b), f"mid{route}->chip{b}")
         return link
 
-    def _send(self, src: SwitchPort, packet: bytes, t: float, ready: float = 0.0) -> tuple[float, float]:
+    cpdef tuple _send(self, SwitchPort src, bytes packet, double t, double ready=0.0):
+        cdef Py_ssize_t n = len(packet)
+        cdef double wire, start, end, head, arrive, delay
+        cdef int dst, route, a, b
+        cdef SwitchPort port
+        cdef _Link up, down
         n = len(packet)
         wire = n * self.byte_s
         if ready - wire > t:
@@ -145,9 +172,9 @@ class Tb2Switch:
         self.delivered += 1
         if self.faults.active:
             for data, delay, ok in self.faults.apply(packet):
-                self.engine.at(arrive + delay, port._arrive, (data, ok))
+                self.engine.post(arrive + delay, port, 0, (data, ok))
         else:
-            self.engine.at(arrive, port._arrive, (packet, True))
+            self.engine.post(arrive, port, 0, (packet, True))
         return start, end
 
     def stats(self) -> dict:

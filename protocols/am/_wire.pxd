@@ -3,6 +3,7 @@
 cpdef bytes pack(int kindflags, int handler, int seq, int ack_req, int ack_rep, int idx, int npkts, int tail,
                  unsigned int addr, unsigned int arg)
 cpdef tuple words(const unsigned char[::1] data)
+cpdef tuple words_of(bytes data)
 cpdef unsigned int checksum(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data,
                             Py_ssize_t n)
 cpdef bytes trailer(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data)
@@ -16,6 +17,8 @@ cdef class Header:
     cdef public long long chunk_base, chunk_len, end   # bulk: the chunk's range and the transfer's end
 
     cpdef int parse(self, const unsigned char[::1] user, Py_ssize_t dlen, int max_chunk=*)
+    cpdef int parse_bytes(self, bytes user, Py_ssize_t dlen, int max_chunk=*)
+    cdef int _parse(self, const unsigned char* user, Py_ssize_t dlen, int max_chunk)
     cdef int _bulk(self, Py_ssize_t dlen, int max_chunk)
 
 

@@ -38,6 +38,8 @@ costs one go-back, not 36).
 from collections import deque
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 
 # -- packet kinds and flags --------------------------------------------------------------
 K_REQ = 1          # request, 0..4 argument words                      request channel
@@ -79,6 +81,10 @@ COMPLETE = 1
 DUP = 2
 BAD = 3
 
+cdef inline unsigned int _rd32p(const unsigned char* b) noexcept:
+    return (<unsigned int> b[0] << 24) | (<unsigned int> b[1] << 16) | (<unsigned int> b[2] << 8) | b[3]
+
+
 cdef inline unsigned int _rd32(const unsigned char[::1] b, Py_ssize_t i):
     return (<unsigned int> b[i] << 24) | (<unsigned int> b[i + 1] << 16) | (<unsigned int> b[i + 2] << 8) | b[i + 3]
 
@@ -113,6 +119,19 @@ cpdef tuple words(const unsigned char[::1] data):
     for i in range(n):
         out.append(_rd32(data, 4 * i))
     return tuple(out)
+
+
+cpdef tuple words_of(bytes data):
+    """`words` of a packet's data as taken from the FIFO (no buffer view per packet)."""
+    cdef Py_ssize_t n = len(data) // 4, i
+    cdef const unsigned char* p = <const unsigned char*> PyBytes_AS_STRING(data)
+    cdef tuple out = PyTuple_New(n)
+    cdef object w
+    for i in range(n):
+        w = _rd32p(p + 4 * i)
+        Py_INCREF(w)
+        PyTuple_SET_ITEM(out, i, w)
+    return out
 
 
 # -- the end-to-end checksum (module parameter ``checksum``, off by default) ---------------
@@ -196,9 +215,18 @@ cdef class Header:
         Only structure is checked here (what no correct sender can produce); whether the
         addresses are the receiver's to write is the endpoint's business.
         """
-        cdef int k
         if user.shape[0] < AM_HDR:
             return MAL_SHORT
+        return self._parse(&user[0], dlen, max_chunk)
+
+    cpdef int parse_bytes(self, bytes user, Py_ssize_t dlen, int max_chunk=36):
+        """`parse` of the user bytes as taken from the FIFO (no buffer view per packet)."""
+        if len(user) < AM_HDR:
+            return MAL_SHORT
+        return self._parse(<const unsigned char*> PyBytes_AS_STRING(user), dlen, max_chunk)
+
+    cdef int _parse(self, const unsigned char* user, Py_ssize_t dlen, int max_chunk):
+        cdef int k
         k = user[0] & KIND_MASK
         self.kind = k
         self.flags = user[0] & 0xF0
@@ -209,8 +237,8 @@ cdef class Header:
         self.idx = user[5]
         self.npkts = user[6]
         self.tail = user[7]
-        self.addr = _rd32(user, 8)
-        self.arg = _rd32(user, 12)
+        self.addr = _rd32p(user + 8)
+        self.arg = _rd32p(user + 12)
         self.dlen = <int> dlen
         if k < 1 or k > KIND_MAX or self.flags & 0x80:
             return MAL_KIND

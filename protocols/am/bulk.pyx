@@ -34,8 +34,22 @@ import errno
 
 from protocols.am import _wire as W
 from protocols.am._checks import check_count, check_remote, handler_index, pack_words, word
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
+from protocols.am.keepalive cimport KeepAlive
+from kernelsim._physmem cimport PhysMem, span_check, span_ok
+from cpython.bytes cimport PyBytes_AS_STRING
+from libc.string cimport memcpy
 
 __all__ = ["Bulk", "Transfer"]
+
+
+cdef inline int _write(PhysMem mem, Py_ssize_t addr, bytes data) except -1:
+    """``mem.write(addr, data)`` of a packet's bytes: the same check, no buffer view per packet."""
+    cdef Py_ssize_t n = len(data)
+    if not span_ok(addr, n, mem.size):
+        span_check(addr, n, mem.size, "physical memory")
+    memcpy(&mem.buf[addr], PyBytes_AS_STRING(data), n)
+    return 0
 
 
 class Transfer:
@@ -63,8 +77,8 @@ class Transfer:
         return f"<Transfer {self.kind} {self.nbytes} B with node {self.dest}: {state}>"
 
 
-class Bulk:
-    """The bulk-transfer half of an AM endpoint (a mixin of `AmEndpoint`)."""
+cdef class Bulk(KeepAlive):
+    """The bulk-transfer half of an AM endpoint (Window < KeepAlive < Bulk < AmEndpoint)."""
 
     def _init_bulk(self, params: dict) -> None:
         self.chunk_packets = params["chunk_packets"]
@@ -165,7 +179,7 @@ class Bulk:
     # -- the target and the receiver of data ------------------------------------------------
 
     def _rx_getreq(self, peer, rx, h, data):
-        raddr, nbytes, laddr = W.words(data)
+        raddr, nbytes, laddr = W.words_of(data)
         if not self.in_segments(raddr, raddr + nbytes):
             self._refuse(peer, rx, 0, h.seq)
             return
@@ -232,7 +246,7 @@ class Bulk:
             self.malformed["bad_offset"] += 1
             return False
         if data:
-            self.mem.write(h.addr, data)
+            _write(self.mem, h.addr, data)
         if r != W.COMPLETE:
             return False
         rx.advance(h.npkts)

@@ -15,9 +15,9 @@ What every packet touches -- the header, the channels, the peer -- is Cython,
 
 Work is written as *paths* (generators yielding CPU seconds, see ``kernelsim._cpu``).
 The user API (``libdp.am``) submits them for the process; a path that cannot finish
-yet -- a full window, a transfer still in flight, nothing arrived -- raises
-`WouldBlock` with this endpoint's event queue, and the caller waits there, as a
-program spinning in ``am_poll`` would. Its spin is not simulated poll by poll: when
+yet -- a full window, a transfer still in flight, nothing arrived -- returns
+`BLOCKED` (``Window.blocked``; in real time it raises `WouldBlock`), and the caller waits
+on this endpoint's event queue, as a program spinning in ``am_poll`` would. Its spin is not simulated poll by poll: when
 it resumes, the polls it would have made are counted (they are the keep-alive's
 clock, SP-C08) and the poll that notices the event is charged half a poll on average.
 """
@@ -28,14 +28,17 @@ import errno
 import inspect
 from collections import deque
 
-from kernelsim import OpenFile, WaitQueue, WouldBlock
+from kernelsim import WouldBlock
+from kernelsim._waits cimport WaitQueue
+from nic_drivers.tb2.fifos cimport HostFifos, UserFifos
 
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import MAX_HANDLERS, U32, handler_index, pack_words
-from protocols.am.bulk import Bulk, Transfer
-from protocols.am.keepalive import KeepAlive
-from protocols.am.window import AM_PROTO, Window
+from protocols.am.bulk import Transfer
+from protocols.am.window import AM_PROTO, BLOCKED
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
+from protocols.am.bulk cimport Bulk
 
 __all__ = ["AmEndpoint", "Segment", "Token", "Transfer", "HandlerRuleError", "AM_PROTO", "MAX_HANDLERS",
            "STAT_KEYS"]
@@ -95,8 +98,9 @@ class Token:
         return f"<Token from node {self.src}, {'request' if self.request else 'reply'}{'' if self.live else ', spent'}>"
 
 
-class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
-    """The AM state of one process (one per node: it owns the TB2's FIFOs)."""
+cdef class AmEndpoint(Bulk):
+    """The AM state of one process (one per node: it owns the TB2's FIFOs). The chain
+    Window < KeepAlive < Bulk < AmEndpoint is one object; its fields are in window.pxd."""
 
     kind = "AM endpoint"
 
@@ -135,12 +139,12 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         self.handlers = [None] * MAX_HANDLERS
         self.hdr = W.Header()
         self.hdr.pkt_data = self.pkt_data
-        self.segments: list[Segment] = []        # sorted by address
-        self._starts: list[int] = []
+        self.segments = []                       # Segment, sorted by address
+        self._starts = []
         self.events = WaitQueue(node.engine)
         self.polls = 0
         self._handler_depth = 0
-        self.pending_errors: deque = deque()
+        self.pending_errors = deque()
         self.closing = False
         self.stats_c = {k: 0 for k in STAT_KEYS}
         self.malformed = {k: 0 for k in W.MALFORMED_NAMES[1:] + ("bad_handler", "bad_proto", "bad_source")}
@@ -276,7 +280,7 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
             yield from self._pump_peer(peer)
         n = yield from self.poll_path(since)
         if msg.sends == 0:
-            raise WouldBlock(self.events, "AM request window full")
+            return self.blocked("AM request window full")
         return n
 
     def transfer_path(self, x: Transfer, since=None, wait: bool = False):
@@ -291,7 +295,7 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         n = yield from self.poll_path(since, raise_errors=not wait)
         if wait:
             if not x.done:
-                raise WouldBlock(self.events, "AM store in flight")
+                return self.blocked("AM store in flight")
             if x.error is not None:
                 raise x.error
             self._raise_pending()
@@ -301,7 +305,7 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         """Poll until `pred()` holds (a program's ``while (!flag) am_poll();``)."""
         n = yield from self.poll_path(since)
         if not pred():
-            raise WouldBlock(self.events, "waiting for AM progress")
+            return self.blocked("waiting for AM progress")
         return n
 
     def close_path(self, since=None):
@@ -318,9 +322,9 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         yield from self.poll_path(since, raise_errors=False)
         for p in self.peers.values():
             if (p.unacked() or p.tx_req.pending or p.tx_rep.pending or p.ctl) and not self.reported_gone(p):
-                raise WouldBlock(self.events, "AM endpoint draining")
+                return self.blocked("AM endpoint draining")
         if self.lingering():
-            raise WouldBlock(self.events, "AM endpoint lingering for the peers' last keep-alives")
+            return self.blocked("AM endpoint lingering for the peers' last keep-alives")
         f = self.uf.fifos
         if f.outstanding():
             # Let the adapter take what we handed it, so the card is free when we go.
@@ -328,14 +332,17 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
             f.refresh_tx_done()
             if f.outstanding():
                 self.tx_need = f.send_count
-                raise WouldBlock(self.events, "AM endpoint draining the send FIFO")
+                return self.blocked("AM endpoint draining the send FIFO")
         return 0
 
     def poll_path(self, since=None, raise_errors: bool = True):
         """am_poll: take every packet waiting (SP-C04), run their handlers, then send
         what is owed: replies, retransmissions, acks, NACKs, keep-alives."""
+        cdef UserFifos uf = self.uf
+        cdef HostFifos f = uf.fifos
+        cdef double cost
+        cdef int n, limit
         self._check_open()
-        uf = self.uf
         if since is not None:
             spun = int((self.engine.now - since) / self.full_poll + 1e-9) if self.full_poll > 0 else 0
             self.polls += spun
@@ -347,13 +354,22 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
         if self.wall_clock:
             self._tick_wall_clock()
         self.stats_c["polls"] += 1
-        limit = uf.fifos.recv_count
+        limit = f.recv_count
         n = 0
         while n < limit:
-            pkt = yield from uf.poll_path(since)
+            # uf.poll_path(since), inlined: a look at the head, then the packet
+            yield uf.look(since)
             since = None
+            pkt = uf.take()
             if pkt is None:
                 break
+            cost = uf.rx_cost
+            if f.pop_due():
+                yield cost + self.costs.pci_write
+                cost = 0.0
+                f.pop()
+            uf.received += 1
+            yield cost
             n += 1
             yield self.c_dispatch
             yield from self._rx(pkt)
@@ -396,7 +412,7 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
                 self.malformed["bad_source"] += 1
                 return
         h = self.hdr
-        bad = h.parse(pkt.user, len(data), self.chunk_packets)
+        bad = h.parse_bytes(pkt.user, len(data), self.chunk_packets)
         if bad:
             self.malformed[W.MALFORMED_NAMES[bad]] += 1
             return
@@ -450,7 +466,7 @@ class AmEndpoint(Window, Bulk, KeepAlive, OpenFile):
             if fn is None:
                 self.malformed["bad_handler"] += 1
                 return
-            yield from self._run_handler(peer, fn, kind == W.K_REQ, W.words(data))
+            yield from self._run_handler(peer, fn, kind == W.K_REQ, W.words_of(data))
         elif kind == W.K_STORE:
             yield from self._rx_store(peer, rx, h, data)
         elif kind == W.K_GETDATA:

@@ -39,14 +39,16 @@ import math
 from time import perf_counter as _wall
 
 from protocols.am import _wire as W
+from protocols.am._wire cimport Peer
+from protocols.am.window cimport Window
 
 __all__ = ["KeepAlive"]
 
 _NEVER = float("inf")
 
 
-class KeepAlive:
-    """The keep-alive half of an AM endpoint (a mixin of `AmEndpoint`)."""
+cdef class KeepAlive(Window):
+    """The keep-alive half of an AM endpoint (Window < KeepAlive < Bulk < AmEndpoint)."""
 
     def _init_keepalive(self, params: dict) -> None:
         polls = params["keepalive_polls"]
@@ -57,10 +59,10 @@ class KeepAlive:
                 polls = max(polls, math.ceil(params["realtime_keepalive_ms"] * 1e-3 / self.full_poll))
         self.keepalive_polls = polls
         self.max_keepalives = params["max_keepalives"]
-        self.settling: dict = {}              # peers with unacked messages (an ordered set)
+        self.settling = {}                    # peers with unacked messages (an ordered set)
         self._ka_due = _NEVER                 # no peer falls due before this poll count
         self._timer = -1
-        self.gone: set = set()                # nodes a call has reported ETIMEDOUT for
+        self.gone = set()                     # nodes a call has reported ETIMEDOUT for
         self.linger_polls = params["close_linger"] * self.keepalive_polls
         self.heard = -1                       # the poll count at the last packet from a peer
 

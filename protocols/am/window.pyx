@@ -35,23 +35,51 @@ from kernelsim import WouldBlock
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import U32
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
 
-__all__ = ["Window", "AM_PROTO"]
+__all__ = ["Window", "AM_PROTO", "BLOCKED"]
 
 AM_PROTO = 0x414D            # "AM": the link-level protocol id in the TB2 header
 
 
+class _Blocked:
+    """What a call's path returns when it cannot finish yet (see `Window.blocked`)."""
+    __slots__ = ()
 
-class Window:
-    """The sending half of an AM endpoint (a mixin of `AmEndpoint`)."""
+    def __repr__(self):
+        return "BLOCKED"
+
+
+BLOCKED = _Blocked()
+
+DEF HDR_BYTES = 32           # nic_drivers.tb2._model.HDR_BYTES
+DEF REG_LEN = 0              # nic_drivers.tb2._model.REG_LEN: the packet-length array
+assert hw.HDR_BYTES == HDR_BYTES and hw.REG_LEN == REG_LEN
+
+
+
+cdef class Window(OpenFile):
+    """The sending half of an AM endpoint, and its state (window.pxd): the first of the
+    chain Window < KeepAlive < Bulk < AmEndpoint."""
 
     def _init_window(self, params: dict) -> None:
         self.req_window = params["request_window"]
         self.rep_window = params["reply_window"]
         self.ack_div = params["ack_div"]
-        self.peers: dict[int, W.Peer] = {}       # made on first contact (see `peer`)
-        self.work: deque = deque()              # peers with something to send, in the order they got it
+        self.peers = {}                         # made on first contact (see `peer`)
+        self.work = deque()                     # peers with something to send, in the order they got it
         self.tx_need = 0
+
+    cdef object blocked(self, str why):
+        """A call's path cannot finish yet (a full window, a transfer in flight, nothing
+        arrived): the caller waits on `events` and runs the path's continuation. In
+        modeled time the path says so by returning `BLOCKED` -- a wait is the common case
+        of every call, and a return code costs nothing where an exception is built and
+        unwound through every frame; in real time it raises `WouldBlock`, whose wait runs
+        the devices' pending work only once the caller is on the queue."""
+        if self.wall_clock:
+            raise WouldBlock(self.events, why)
+        return BLOCKED
 
     # -- peers -----------------------------------------------------------------------------
 
@@ -76,11 +104,12 @@ class Window:
         self.peers[nid] = p
         return p
 
-    def _kick(self, peer: W.Peer) -> None:
+    cdef int _kick(self, Peer peer) except -1:
         """`peer` has something to send: the next pump visits it."""
         if not peer.queued:
             peer.queued = True
             self.work.append(peer)
+        return 0
 
     # -- acknowledgements, NACKs, refusals on the sending side ---------------------------------
 
@@ -178,15 +207,15 @@ class Window:
             st["acks_sent"] += 1
         return (yield from self._keepalive_path(peer))
 
-    def _send_ctl(self, peer, kind, flags, seq, arg, addr=0):
+    def _send_ctl(self, Peer peer, kind, flags, seq, arg, addr=0):
         hdr = W.pack(kind | flags, 0, seq, peer.rx_req.expected, peer.rx_rep.expected, 0, 1, 0, addr, arg)
-        ok = yield from self._send_packets(peer, 1, lambda i: (hdr, b""), self.c_hdr, 0.0)
+        ok = yield from self._send_one(peer, hdr, b"", self.c_hdr)
         if ok:
             peer.rx_req.acked()
             peer.rx_rep.acked()
         return ok
 
-    def _send_msg(self, peer, ch, m):
+    def _send_msg(self, Peer peer, TxChannel ch, Msg m):
         first = m.sends == 0
         ack_req, ack_rep = peer.rx_req.expected, peer.rx_rep.expected
         kind = m.kind
@@ -218,7 +247,7 @@ class Window:
                     post = self.costs.copy(W.AM_HDR + len(data)) + self.c_post
                     if kind != W.K_REP:
                         post += self.c_request
-            ok = yield from self._send_packets(peer, 1, lambda i: (hdr, data), pre, 0.0)
+            ok = yield from self._send_one(peer, hdr, data, pre)
         if not ok:
             return False
         peer.rx_req.acked()
@@ -233,6 +262,42 @@ class Window:
             self._finish(m.xfer)                    # its data is copied: the source is free
         return True
 
+    def _send_one(self, Peer peer, bytes hdr, bytes data, double pre):
+        """`_send_packets` of one packet (a short message, a control packet, a kept store):
+        the same work and costs, in the same order, without a closure and lists per packet."""
+        cdef UserFifos uf = self.uf
+        cdef HostFifos f = uf.fifos
+        cdef Costs costs = self.costs
+        cdef double cost, each = 0.0, sum_byte = 0.0
+        cdef Py_ssize_t n
+        cdef int units, idx
+        if uf.closed:
+            raise OSError(errno.EBADF, "the TB2 FIFOs are closed")
+        if f.free_entries() < 1:
+            try:
+                yield from uf._room_path(1)
+            except WouldBlock:
+                self.tx_need = 1
+                self.stats_c["fifo_full"] += 1
+                return False
+        if self.checksum:                          # the end-to-end trailer (_wire.pyx), summed as it is built
+            data = W.trailer(self.node.nid, peer.nid, hdr, data)
+            sum_byte = self.c_sum_byte
+            each += self.c_sum_packet + sum_byte * W.AM_HDR
+        idx = f.tx_next % f.send_count
+        units = uf.write_entry(f.send_entry(), peer.nid, peer.route, AM_PROTO, hdr, data)
+        n = len(data)
+        cost = pre
+        cost += each + uf.c_send + f.flush_cost(HDR_BYTES + n) + (costs.copy(n) if n else 0.0)
+        if sum_byte:
+            cost += sum_byte * (n - W.CHECKSUM_BYTES)
+        f.tx_next += 1
+        yield cost + f.c_sync + costs.pci_write
+        self.adapter.reg_write(REG_LEN + idx, units, 1)       # one length byte: one MicroChannel store
+        uf.sent += 1
+        self.stats_c["packets_sent"] += 1
+        return True
+
     def _send_packets(self, peer, k: int, packet, pre: float, each: float):
         """Hand `k` packets to the adapter (SP-C03): ``packet(i)`` gives the i-th one's AM
         header and data. The host prepares them a few at a time -- AM's work (`pre` once,
@@ -241,20 +306,23 @@ class Window:
         as its alignment allows), so the adapter sends the first packets while the host
         prepares the rest. False, with the caller's state untouched, when the send FIFO
         has no room for all `k`."""
-        uf = self.uf
-        f = uf.fifos
+        cdef UserFifos uf = self.uf
+        cdef HostFifos f = uf.fifos
+        cdef Costs costs = self.costs
+        cdef double cost, sum_byte = 0.0
+        cdef Py_ssize_t i, j, n
+        cdef bytes hdr, data
         if uf.closed:
             raise OSError(errno.EBADF, "the TB2 FIFOs are closed")
-        try:
-            yield from uf._room_path(k)
-        except WouldBlock:
-            self.tx_need = k
-            self.stats_c["fifo_full"] += 1
-            return False
-        costs = self.costs
+        if f.free_entries() < k:
+            try:
+                yield from uf._room_path(k)
+            except WouldBlock:
+                self.tx_need = k
+                self.stats_c["fifo_full"] += 1
+                return False
         dest, route = peer.nid, peer.route
         pkts = [packet(i) for i in range(k)]
-        sum_byte = 0.0
         if self.checksum:                          # the end-to-end trailer (_wire.pyx), summed as it is built
             me = self.node.nid
             pkts = [(h, W.trailer(me, dest, h, d)) for h, d in pkts]
@@ -264,13 +332,14 @@ class Window:
         cost = pre
         i = 0
         for off, value, width in f.length_stores(f.tx_next % f.send_count, units):
-            for hdr, data in pkts[i:i + width]:
-                uf._write_entry(f.send_entry(), dest, route, AM_PROTO, hdr, data)
+            for j in range(i, i + width):
+                hdr, data = pkts[j]
+                uf.write_entry(f.send_entry(), dest, route, AM_PROTO, hdr, data)
                 n = len(data)
-                cost += each + uf.c_send + f.flush_cost(hw.HDR_BYTES + n) + (costs.copy(n) if n else 0.0)
+                cost += each + uf.c_send + f.flush_cost(HDR_BYTES + n) + (costs.copy(n) if n else 0.0)
                 if sum_byte:
                     cost += sum_byte * (n - W.CHECKSUM_BYTES)
-                f.tx_next = (f.tx_next + 1) & U32
+                f.tx_next += 1
             yield cost + f.c_sync + costs.pci_write
             cost = 0.0
             self.adapter.reg_write(off, value, width)

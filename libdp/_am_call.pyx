@@ -1,0 +1,69 @@
+# cython: language_level=3
+"""The loop every SP AM call of `libdp.am.AM` is, compiled: run the call's path on the
+node's CPU; while it says "not yet" (`BLOCKED`; `WouldBlock` in real time), spin -- modeled
+as a wait on the endpoint's events (an arrival, send-FIFO room, a keep-alive due) -- and
+run its continuation, which counts the polls the spin made (``since``).
+
+A ping-pong makes two of these per round trip on each side; written in Python, each
+resume of the calling task passed through two more interpreted frames (the call and
+this loop), and each call built a closure for its path.
+"""
+from kernelsim import WouldBlock, run_path, wait_on
+from protocols.am.window import BLOCKED
+
+__all__ = ["call", "poll_until", "REQUEST", "TRANSFER", "WAIT", "CLOSE"]
+
+cdef enum:
+    _REQUEST = 0     # ep.request_path(peer, msg, since)
+    _TRANSFER = 1    # ep.transfer_path(transfer, since, wait)
+    _WAIT = 2        # ep.wait_path(pred, since)
+    _CLOSE = 3       # ep.close_path(since)
+
+REQUEST, TRANSFER, WAIT, CLOSE = _REQUEST, _TRANSFER, _WAIT, _CLOSE
+
+
+cdef object _path(ep, int what, a, b, bint wait, since):
+    if what == _REQUEST:
+        return ep.request_path(a, b, since)
+    if what == _TRANSFER:
+        return ep.transfer_path(a, since, wait)
+    if what == _WAIT:
+        return ep.wait_path(a, since)
+    return ep.close_path(since)
+
+
+async def call(ep, dp, int what, a=None, b=None, bint wait=False):
+    """Run the call `what` of endpoint `ep` for process `dp` to its end; its value."""
+    node = dp._node
+    since = None
+    while True:
+        try:
+            r = await run_path(node, _path(ep, what, a, b, wait, since))
+        except WouldBlock:
+            r = BLOCKED
+        if r is not BLOCKED:
+            return r
+        since = dp.now()
+        if not ep.ready():
+            ep.arm_timer()
+            await wait_on(node, ep.events, dp.spin_s)
+
+
+async def poll_until(ep, dp, pred):
+    """``while not pred(): am_poll()`` (checked before the first poll)."""
+    ep.check_caller("am_poll")
+    if pred():
+        return
+    node = dp._node
+    since = None
+    while True:
+        try:
+            r = await run_path(node, ep.wait_path(pred, since))
+        except WouldBlock:
+            r = BLOCKED
+        if r is not BLOCKED:
+            return
+        since = dp.now()
+        if not ep.ready():
+            ep.arm_timer()
+            await wait_on(node, ep.events, dp.spin_s)

@@ -1,0 +1,93 @@
+# The LANai board's state and its C methods, declared for the driver's per-frame paths
+# (nic_drivers/myrinet/driver.pyx reaches the card by C calls); _model.pyx implements them.
+from kernelsim._engine cimport Engine
+from kernelsim._pcibus cimport PciBus
+from kernelsim._physmem cimport PhysMem
+from nic_drivers._nic cimport NicModel
+
+
+cdef class LanaiNI(NicModel):
+    cdef public object port              # the medium: inject(ni, data, token) or transmit(frame, t)
+    cdef public object host_write_sink   # callable(addr, n): a DMA wrote host memory
+    cdef public object route_table       # nid -> route bytes, written by the mapper
+    cdef public PciBus bus               # the node's modeled PCI bus, or None (see the essay)
+    cdef readonly object firmware
+    cdef readonly int nid
+    cdef unsigned char[::1] sram
+    cdef readonly object sram_view
+    cdef readonly Py_ssize_t sram_bytes, buffer_bytes, firmware_bytes
+    cdef readonly double hz, cycle_s
+    # PCI (the DMA timing is NicModel's: one burst per transfer)
+    cdef readonly double pci_clock_s, pio_burst_clocks
+    cdef readonly int wc_burst, bus_bytes
+    cdef readonly double send_setup_s
+    # registers
+    cdef unsigned int isr, eimr, ctrl
+    # processor
+    cdef object _q_hi, _q_lo
+    cdef object _cur
+    cdef dict _watch
+    cdef Py_ssize_t _watch_hi
+    cdef dict _timers
+    cdef long long _next_timer
+    # host DMA engine
+    cdef object _hq
+    cdef object _h_cur
+    # send DMA engine
+    cdef object _sq
+    cdef object _s_cur
+    cdef double _s_t0
+    # receive DMA engine
+    cdef Py_ssize_t rx_off, rx_cap
+    cdef readonly bint rx_armed, rx_busy
+    cdef object _rx_waiters
+    # statistics
+    cdef readonly long long ni_events, fw_faults, dma_errors
+    cdef readonly double ni_cycles, ni_busy_s
+    cdef readonly long long h_transfers, h_bytes, s_packets, s_bytes, tx_no_link, tx_too_long
+    cdef readonly double h_busy_s, s_busy_s
+    cdef readonly long long rx_packets, rx_bytes, rx_crc_errors, rx_misrouted, rx_too_long
+    cdef readonly long long rx_no_buffer, rx_halted, rx_blocked
+    cdef readonly long long pio_writes, pio_bytes, pio_reads
+    cdef readonly object last_fault
+
+    cdef _reset(self)
+    cpdef unsigned int csr_read(self, int off)
+    cpdef csr_write(self, int off, unsigned int value)
+    cdef _update_irq(self)
+    cpdef raise_host(self, unsigned int bits)
+    cdef _start(self)
+    cpdef post(self, object fn, object arg=*, bint urgent=*)
+    cdef _run(self)
+    cdef _step(self)
+    cdef _fault(self, exc)
+    cdef int on_event(self, int what, object arg) except -1
+    cdef _resume(self, gen)
+    cdef _h_done(self, req)
+    cdef _s_go(self, req)
+    cdef _s_done(self, req)
+    cdef _poke(self, Py_ssize_t off, Py_ssize_t n)
+    cpdef double rtc(self)
+    cpdef double pio_time(self, Py_ssize_t n)
+    cdef int _check(self, Py_ssize_t off, Py_ssize_t n) except -1
+    cpdef pio_write(self, Py_ssize_t off, const unsigned char[::1] data)
+    cpdef pio_write32(self, Py_ssize_t off, unsigned int value)
+    cpdef unsigned int pio_read32(self, Py_ssize_t off)
+    cpdef unsigned int rd32(self, Py_ssize_t off)
+    cpdef wr32(self, Py_ssize_t off, unsigned int value)
+    cpdef unsigned int rd16be(self, Py_ssize_t off)
+    cpdef bytes read(self, Py_ssize_t off, Py_ssize_t n)
+    cpdef write(self, Py_ssize_t off, const unsigned char[::1] data)
+    cpdef host_dma(self, bint to_host, Py_ssize_t host_addr, Py_ssize_t sram_off, Py_ssize_t n, object then=*, object arg=*)
+    cdef _h_start(self)
+    cpdef net_send(self, Py_ssize_t sram_off, Py_ssize_t n, object then=*, object arg=*)
+    cdef _s_start(self)
+    cpdef net_sent(self, object token)
+    cpdef rx_arm(self, Py_ssize_t sram_off, Py_ssize_t cap)
+    cpdef bint net_head(self)
+    cpdef rx_wait(self, object fn, object arg)
+    cdef _rx_grant(self)
+    cpdef net_tail(self, const unsigned char[::1] data, bint crc_ok)
+    cpdef net_abort(self)
+    cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok)
+    cdef _rx_store(self, const unsigned char[::1] data, bint crc_ok)

@@ -1,0 +1,60 @@
+# The TB2 adapter model: declarations (the implementation is in _model.pyx). Declared here
+# so the per-packet code of its owners (nic_drivers.tb2.fifos, protocols.am) reads the
+# counters and stores the lengths by C calls.
+from kernelsim._engine cimport Engine
+from kernelsim._physmem cimport PhysMem
+from nic_drivers._nic cimport NicModel
+
+
+cdef class Tb2Adapter(NicModel):
+    cdef public object owner            # who has the FIFOs: None, the netdev, or user FIFOs
+    cdef readonly int nid
+    cdef readonly bytes hwaddr
+    cdef public object port             # switch port: transmit(packet, t) -> (start, end)
+    cdef public object on_rx            # callable(): an entry was written (polling owners)
+    cdef public object on_tx_space      # callable(): a send entry became free
+    # registers
+    cdef unsigned char lengths[256]
+    cdef Py_ssize_t send_base, recv_base
+    cdef int send_count, recv_count
+    cdef unsigned int control, int_enable, int_status
+    # send side
+    cdef int tx_head                    # the i860's send pointer
+    cdef readonly unsigned int tx_done  # entries taken out of the send FIFO
+    cdef bint tx_active                 # the i860 is working through the send FIFO
+    cdef double dma_tx_free
+    cdef double fifo_out[64]            # when each MSMU FIFO slot's packet has left
+    cdef int fifo_slots, fifo_i
+    # receive side
+    cdef int rx_tail, rx_used
+    cdef double dma_rx_free
+    # shared
+    cdef double i860_free
+    cdef unsigned int epoch             # bumps on every reset: stale events are ignored
+    # timing (profile)
+    cdef double notice_s, i860_tx_s, i860_rx_s
+    # statistics
+    cdef readonly long long tx_packets, tx_bytes, tx_errors, fifo_stalls
+    cdef readonly long long rx_packets, rx_bytes, rx_overflow, rx_crc_errors, rx_malformed
+    cdef readonly long long rx_misrouted, rx_disabled, pops, pop_errors
+    cdef readonly long long reg_writes, reg_reads
+
+    cdef _reset(self)
+    cdef int on_event(self, int what, object arg) except -1
+    cdef _tx_take(self, unsigned int epoch)
+    cdef _tx_dma_start(self, arg)
+    cdef _tx_next(self, unsigned int epoch)
+    cdef _tx_skip(self, arg)
+    cdef _tx_link(self, arg)
+    cdef _tx_dma_done(self, arg)
+    cdef _rx_take(self, arg)
+    cdef _rx_commit(self, arg)
+    cpdef unsigned int reg_read(self, unsigned int off)
+    cpdef reg_write(self, unsigned int off, unsigned int value, int width=*)
+    cdef bint _fifos_valid(self)
+    cdef _pop(self, unsigned int n)
+    cdef _update_irq(self)
+    cdef _tx_check(self)
+    cdef _send_entry(self, int entry, Py_ssize_t nbytes, int slot, double ready, bint free)
+    cdef _tx_free_entry(self, int entry)
+    cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok)

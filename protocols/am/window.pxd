@@ -1,0 +1,46 @@
+# The SP AM endpoint's state: declarations. The endpoint is one chain of cdef classes,
+# one per mechanism -- Window (window.pyx) < KeepAlive (keepalive.pyx) < Bulk (bulk.pyx)
+# < AmEndpoint (endpoint.pyx) -- and every field any of them touches per packet is
+# declared here, on the first, so each mechanism's code reads it as a C field.
+from kernelsim._engine cimport Engine
+from kernelsim._node cimport Costs, OpenFile
+from kernelsim._physmem cimport PhysMem
+from kernelsim._waits cimport WaitQueue
+from nic_drivers.tb2._model cimport Tb2Adapter
+from nic_drivers.tb2.fifos cimport HostFifos, UserFifos
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
+
+
+cdef class Window(OpenFile):
+    # endpoint.pyx: the process, its card, its costs
+    cdef public object service, proc
+    cdef public UserFifos uf
+    cdef public Tb2Adapter adapter
+    cdef public PhysMem mem
+    cdef public Engine engine
+    cdef public Costs costs
+    cdef public bint closed, closing, checksum
+    cdef public int fd, pkt_data, _handler_depth
+    cdef public double c_poll_own, c_dispatch, c_hdr, c_word, c_post, c_request, c_bulk, full_poll
+    cdef public double c_sum_byte, c_sum_packet
+    cdef public list handlers, segments, _starts
+    cdef public Header hdr
+    cdef public WaitQueue events
+    cdef public long long polls
+    cdef public object pending_errors          # collections.deque of OSError
+    cdef public dict stats_c, malformed
+    # window.pyx
+    cdef public int req_window, rep_window, ack_div, tx_need
+    cdef public dict peers                     # node id -> Peer, made on first contact
+    cdef public object work                    # collections.deque of Peer with something to send
+    # keepalive.pyx
+    cdef public bint wall_clock
+    cdef public double _opened_at, _ka_due
+    cdef public long long keepalive_polls, max_keepalives, linger_polls, heard, _timer
+    cdef public dict settling                  # peers with unacked messages (an ordered set)
+    cdef public set gone
+    # bulk.pyx
+    cdef public int chunk_packets, chunk_bytes
+
+    cdef int _kick(self, Peer peer) except -1
+    cdef object blocked(self, str why)
