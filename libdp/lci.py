@@ -168,7 +168,16 @@ class LCI:
         self._check_open()
         if pred():
             return
-        await self._run(lambda since: self._poll_until_path(pred, since))
+        # `_run`'s loop, but a poll after which pred() is still false -- one per packet
+        # of a stream -- says so by its value, not by WouldBlock: an exception raised
+        # through the CPU and run_path builds a traceback of frames every time.
+        node, lib = self.dp._node, self.lib
+        since = None
+        while not await run_path(node, self._poll_check_path(pred, since)):
+            since = self.dp.now()
+            if not lib.ready():
+                lib.arm_timer()
+                await wait_on(node, lib.events, self.dp.spin_s)
 
     def release(self, pkt: Packet):
         self._check_open()
@@ -255,6 +264,11 @@ class LCI:
         if n > lib.mtu:
             raise OSError(errno.EMSGSIZE, f"{n} bytes do not fit one {lib.mtu}-byte LCI packet")
         return data
+
+    def _poll_check_path(self, pred, since):
+        """Poll; then is ``pred()`` true? (asked as the poll ends, as `_poll_until_path` does)"""
+        yield from self.lib.poll_path(since)
+        return pred()
 
     def _poll_until_path(self, pred, since):
         yield from self.lib.poll_path(since)

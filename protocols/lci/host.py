@@ -39,6 +39,7 @@ from kernelsim import WaitQueue, WouldBlock
 
 from nic_drivers.myrinet import _model as hw
 from protocols.lci import _wire as W
+from protocols.lci._hostrx import HostRx, Packet
 from protocols.lci._window import BEHIND, EXPECTED, RxWindow, TxWindow
 from protocols.lci.firmware import layout as L
 from protocols.lci.hostmcast import HostMulticast
@@ -62,51 +63,6 @@ STAT_KEYS = ("sent", "sent_bytes", "received", "received_bytes", "upcalls", "kep
 def _lines(n: int, line: int = 64) -> int:
     """Bytes of cache lines `n` bytes occupy."""
     return max(line, -(-n // line) * line)
-
-
-class Packet:
-    """A received packet, as the upcall sees it. Return True from the upcall to keep it
-    (release it later with ``lci.release(pkt)``); otherwise it goes back at once."""
-
-    __slots__ = ("lib", "addr", "off", "src", "length", "_data", "kept", "live")
-
-    def __init__(self, lib, addr, off, src, length):
-        self.lib = lib
-        self.addr = addr                # the host receive buffer it sits in
-        self.off = off                  # its payload's address
-        self.src = src
-        self.length = length
-        self._data = None
-        self.kept = False
-        self.live = True
-
-    @property
-    def data(self) -> bytes:
-        if not self.live:
-            raise OSError(errno.EBADF, "the packet has been released")
-        if self._data is None:
-            self._data = self.lib.mem.read(self.off, self.length)
-        return self._data
-
-    def copy_to(self, buf: UserBuffer, off: int = 0) -> None:
-        """Copy the payload into a user buffer (a memcpy, charged to the receiving call,
-        at the L2 rate while the buffer and the receive queue fit in L2: LCI-C26)."""
-        if not self.live:
-            raise OSError(errno.EBADF, "the packet has been released")
-        lib = self.lib
-        if not isinstance(buf, UserBuffer) or buf.vm is not lib.vm:
-            raise OSError(errno.EFAULT, "copy_to needs a buffer of this process (lci.alloc)")
-        dst = buf._span(off, self.length)
-        i = 0
-        for p, k in lib.vm.pieces(dst, self.length):
-            lib.mem.move(p, self.off + i, k)
-            i += k
-        lib.owed += lib.c.copy(self.length, buf.size + len(lib.rx_bufs) * _lines(self.length))
-        lib.st["copies"] += 1
-        lib.st["copied_bytes"] += self.length
-
-    def __repr__(self):
-        return f"<LCI packet from node {self.lib and self.src}, {self.length} B{'' if self.live else ', released'}>"
 
 
 class RcpyHandle:
@@ -143,8 +99,11 @@ class HostPeer:
         self.retx_due = None
 
 
-class HostLib:
-    """The LCI library state of the node's LCI process (kept by the service across opens)."""
+class HostLib(HostRx):
+    """The LCI library state of the node's LCI process (kept by the service across opens).
+
+    Its receive path (poll, the small steps a poll runs, `Packet`) is `HostRx`, in
+    Cython (_hostrx.pyx); the rest is here."""
 
     def __init__(self, svc):
         node = svc.node
@@ -190,6 +149,7 @@ class HostLib:
         """The memory the service allocated; give the NI every receive buffer and anonymous page."""
         self.rx_bufs = rx_bufs
         self.slot = slot
+        self._rx_setup()                # the C values a poll reads (_hostrx.pyx)
         self.rx_queue_bytes = len(rx_bufs) * slot
         self.cpl_ring = cpl_ring
         self.nsd = nsd
@@ -213,12 +173,6 @@ class HostLib:
 
     # -- small steps (no modeled time of their own: the callers charge it) ---------------------
 
-    def _give(self, addr: int) -> None:
-        fw = self.fw
-        self.dev.pio_write32(fw.lay["free_base"] + 4 * (self.free_prod % fw.nfree), addr | L.FREE_VALID)
-        self.free_prod += 1
-        self.given.append(addr)
-
     def _give_anon(self, addr: int) -> None:
         fw = self.fw
         self.dev.pio_write32(fw.lay["anon_base"] + 4 * (self.anon_prod % fw.nanon), addr | L.FREE_VALID)
@@ -238,12 +192,6 @@ class HostLib:
             raise OSError(errno.EINVAL, "LCI sends to other nodes only (no loopback)")
         if dest not in self.fw.routes:
             raise OSError(errno.EHOSTUNREACH, f"node {dest} is not on this node's Myrinet")
-
-    def check_abort(self) -> None:
-        if self.aborted is None and self.mem.rd32(self.status):
-            self.aborted = self.fw.aborted or "the NI aborted"
-        if self.aborted is not None:
-            raise OSError(errno.EIO, f"LCI {self.variant.name}: {self.aborted}")
 
     # -- send descriptors and completions ------------------------------------------------------
 
@@ -487,97 +435,6 @@ class HostLib:
 
     # -- receive ---------------------------------------------------------------------------------
 
-    def _take_owed(self) -> float:
-        owed, self.owed = self.owed, 0.0
-        return owed
-
-    def head_full(self) -> bool:
-        if not self.given:
-            return False
-        end = self.given[0] + self.slot
-        return bool(self.mem.rd32(end - 4) & L.RX_FULL)
-
-    def poll_path(self, since=None):
-        """One poll: take every packet in the receive queue, run the upcalls, release."""
-        c = self.c
-        yield (0.5 * c.h_poll if since is not None else c.h_poll) + self._take_owed()
-        self.st["polls"] += 1
-        self.check_abort()
-        mem = self.mem
-        hdr = self.hdr
-        n = 0
-        while self.given:
-            addr = self.given[0]
-            end = addr + self.slot
-            w = mem.rd32(end - 4)
-            if not w & L.RX_FULL:
-                break
-            yield c.mem_miss + c.h_recv          # the NI wrote the line: a cache miss
-            self.given.popleft()
-            mem.wr32(end - 4, 0)
-            self.polled += 1
-            body = w & 0xFFFF
-            off = end - 4 - body
-            err = hdr.parse_body(mem.buf, off, body, self.mtu)
-            if err:
-                self.malformed[W.REASONS[err]] += 1
-                yield from self._release_path(addr)
-                continue
-            n += 1
-            kind = hdr.kind
-            if self.reliability == "host":
-                keep = yield from self._hrx_receive(hdr)
-                if not keep:
-                    yield from self._release_path(addr)
-                    continue
-            if kind == W.K_RCPY and hdr.flags & W.F_MISS:
-                yield from self._rcpy_miss(hdr)
-                yield from self._release_path(addr)
-                continue
-            src = hdr.src
-            if kind != W.K_DATA:
-                src = -1
-                if kind in MC_KINDS:
-                    src = yield from self.mc.on_packet(hdr, off + W.HDR_BYTES)    # multicast, F&A
-                else:
-                    self.malformed["unknown_kind"] += 1
-                if src < 0:
-                    yield from self._release_path(addr)
-                    continue
-            self.st["received"] += 1
-            self.st["received_bytes"] += hdr.length
-            pkt = Packet(self, addr, off + W.HDR_BYTES, src, hdr.length)
-            keep = False
-            if self.upcall is not None:
-                self.st["upcalls"] += 1
-                keep = bool(self.upcall(pkt))
-            owed = self._take_owed()
-            if owed:
-                yield owed
-            if keep:
-                pkt.kept = True
-                self.st["kept"] += 1
-            else:
-                pkt.live = False
-                yield from self._release_path(addr)
-        if n == 0:
-            self.st["empty_polls"] += 1
-        if self.interrupts and n:
-            yield self.pio_word
-            self.dev.pio_write32(L.CB_POLLED, self.polled & MASK32)
-        if self.reliability == "host":
-            yield from self._hrx_service()
-        if self.realtime:
-            self.dev.pio_write32(L.CB_TICK, 1)          # the NI looks at its clock (timer.py)
-        if self.mc.queue:
-            yield from self.mc.service_path()           # host-forwarded multicast (C12, C20)
-        return n
-
-    def _release_path(self, addr: int):
-        yield self.c.h_release + self.pio_word
-        self._give(addr)
-        self.st["released"] += 1
-
     def release_path(self, pkt: Packet):
         if not isinstance(pkt, Packet) or pkt.lib is not self:
             raise OSError(errno.EINVAL, f"not a packet of this LCI endpoint: {pkt!r}")
@@ -717,27 +574,6 @@ class HostLib:
         return due
 
     # -- waiting ------------------------------------------------------------------------------------
-
-    def ready(self) -> bool:
-        """Would the very next look find work (an arrival, an abort; a send completion if
-        a call waits for one)?"""
-        if self.head_full() or self.mem.rd32(self.status):
-            return True
-        due = self.next_deadline() if self.timed else None
-        if due is not None and due <= self.engine.now:
-            return True                 # a host timer is already due: look now, do not sleep
-        if not self.want_completion:
-            return False
-        a = self.cpl_ring + 4 * (self.cpl_cons % self.nsd)
-        return bool(self.mem.rd32(a) & L.CPL_VALID)
-
-    def arm_timer(self) -> None:
-        if self._timer >= 0:
-            self.engine.cancel(self._timer)
-            self._timer = -1
-        due = self.next_deadline()
-        if due is not None:
-            self._timer = self.engine.after(max(due - self.engine.now, 0.0), self._timer_fired, None)
 
     def _timer_fired(self, _):
         self._timer = -1

@@ -159,26 +159,33 @@ class HostMulticast:
 
     # -- receiving (a hook of the library's poll) ---------------------------------------------
 
+    def on_mcast(self, hdr, off: int) -> int:
+        """A multicast packet (no modeled time of its own: a plain call, not a path, as
+        every packet of a broadcast comes through here): the root, which the upcall sees
+        as the source; queued for the children if this host forwards (C12, C20)."""
+        lib = self.lib
+        self.st["mcast_received"] += 1
+        root = hdr.aux
+        if self.host_forwards and self.group is not None:
+            me = lib.node.nid
+            kids = self.group.children(me, root)
+            if kids:
+                data = lib.mem.read(off, hdr.length)
+                if lib.reliability == "host":
+                    for k in kids:
+                        self.queue.append((k, data, W.K_MCAST, root))
+                else:
+                    self.queue.append((root, data))
+                if len(self.queue) > self.st["forward_queue_max"]:
+                    self.st["forward_queue_max"] = len(self.queue)
+        return root
+
     def on_packet(self, hdr, off: int):
         """A packet of a kind beyond DATA: the source the upcall sees, or -1 if consumed."""
         lib = self.lib
         kind = hdr.kind
         if kind == W.K_MCAST:
-            self.st["mcast_received"] += 1
-            root = hdr.aux
-            if self.host_forwards and self.group is not None:
-                me = lib.node.nid
-                kids = self.group.children(me, root)
-                if kids:
-                    data = lib.mem.read(off, hdr.length)
-                    if lib.reliability == "host":
-                        for k in kids:
-                            self.queue.append((k, data, W.K_MCAST, root))
-                    else:
-                        self.queue.append((root, data))
-                    if len(self.queue) > self.st["forward_queue_max"]:
-                        self.st["forward_queue_max"] = len(self.queue)
-            return root
+            return self.on_mcast(hdr, off)
         if kind == W.K_FA_REPLY:
             op = self.fa_op
             if op is not None and op.sent and op.value is None and hdr.src == op.dest:

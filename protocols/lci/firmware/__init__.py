@@ -127,6 +127,9 @@ class LciFirmware(Firmware):
         for part in (self.hostq, self.sendq, self.flow, self.unicast, self.recvq, self.tohost, self.timers,
                      self.ntlb, self.multicast, self.fetchadd):
             part.start()
+        # The board posts `on_packet` for every packet it receives: the receive queue's own
+        # handler, without this class's frame in between.
+        self.on_packet = self.recvq.on_packet
 
     def on_packet(self, pkt):
         return self.recvq.on_packet(pkt)

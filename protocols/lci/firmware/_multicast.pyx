@@ -141,7 +141,9 @@ cdef class Multicast:
                 peer = fw.peers[f.dest]
             else:
                 child = kids[i]
-                peer = fw.peer(child)
+                peer = fw.peers.get(child)                 # a known peer without LciFirmware.peer's frame
+                if peer is None:
+                    peer = fw.peer(child)
                 if peer is None:
                     fw.malformed["bad_source"] += 1         # the table names a node without a route
                     yield from self.unref(slot)
@@ -205,7 +207,9 @@ cdef class Multicast:
         # sender across unicast and multicast, LCI-C02).
         slot.staged = 0
         for child in kids:
-            peer = fw.peer(child)
+            peer = fw.peers.get(child)                 # a known peer without LciFirmware.peer's frame
+            if peer is None:
+                peer = fw.peer(child)
             if peer is None:
                 fw.malformed["bad_source"] += 1             # the table names a node without a route
                 yield from self.unref(slot)

@@ -84,7 +84,9 @@ cdef class RecvQueue:
             yield from self.release(off)
             return
         handler = self.dispatch.get(hdr.kind)
-        peer = fw.peer(hdr.src)
+        peer = fw.peers.get(hdr.src)                 # a known peer without LciFirmware.peer's frame
+        if peer is None:
+            peer = fw.peer(hdr.src)
         if peer is None or handler is None:
             fw.malformed["bad_source" if peer is None else "unknown_kind"] += 1
             yield from self.release(off)
