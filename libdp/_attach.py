@@ -121,6 +121,7 @@ class NodeLink:
         self.nid = hello["nid"]
         self._next = 1
         self._answers: dict = {}
+        self._socket_waiter = None          # trio.Event of the task sleeping on the socket, if one is
         self.gone: OSError | None = None
 
     @classmethod
@@ -206,12 +207,26 @@ class NodeLink:
                 self.pump()
                 if call_id in self._answers:
                     break
-                await trio.lowlevel.wait_readable(self.sock)
+                await self._await_answers()
         except trio.Cancelled:
             self._cancel(call_id)
             raise
         await trio.lowlevel.checkpoint()
         return self._answer(call_id)
+
+    async def _await_answers(self) -> None:
+        """Until the control socket has something: one task of the process sleeps on it
+        (trio allows one waiter per descriptor), the others on an event it sets when it
+        wakes -- several tasks may each have a call out (bibw's sender and receiver)."""
+        if self._socket_waiter is not None:
+            await self._socket_waiter.wait()
+            return
+        self._socket_waiter = woke = trio.Event()
+        try:
+            await trio.lowlevel.wait_readable(self.sock)
+        finally:
+            self._socket_waiter = None
+            woke.set()
 
     def _cancel(self, call_id) -> None:
         """A cancelled caller: the node forgets the parked call; its answer, if any, is dropped."""
@@ -591,6 +606,33 @@ class AttachedDP:
         # dp_write must not starve the others. It costs ~4 µs, more than the gate.
         await trio.lowlevel.checkpoint()
         return len(data)
+
+    # -- batching loops: no wait, no checkpoint ---------------------------------------------
+
+    def dp_write_nowait(self, fd: int, data) -> bool:
+        """``dp_write`` that neither waits nor yields: True if the call gate took the
+        message, False (nothing written) if the endpoint's submission ring is full. For a
+        loop that posts a batch and then checkpoints (or awaits ``dp_write``) once: the
+        per-call trio checkpoint costs more than the gate itself."""
+        e, data = self._gate_write(fd, data)
+        return e.ring.send2(e._write_head, data)
+
+    def dp_read_nowait(self, fd: int, nbytes: int = 65536):
+        """The next delivered message (as ``dp_read``), or None at once if none is waiting;
+        never yields. A loop that drains what has arrived and then awaits once per batch
+        pays no cancel scope or checkpoint per message."""
+        _check_count(nbytes)
+        e = self._files.get(fd) if type(fd) is int else None
+        if type(e) is not _Endpoint or e.closed:
+            e = self._endpoint(fd)
+        got = e.take()
+        if got is None:
+            return None
+        slot, n, _src = got
+        off = slot * e.slot_bytes
+        data = bytes(e.tbp[off:off + min(n, nbytes)])
+        e.release(slot)
+        return data
 
     # -- reading from the mapped pool -----------------------------------------------------
 

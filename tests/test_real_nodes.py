@@ -582,3 +582,53 @@ def test_dp_on_real_nodes_of_every_nic(run_base, nic):
     results, stats = run_real_spmd(pingpong, [1, 200], 20, nic=nic, timeout=TIMEOUT)
     assert [r["size"] for r in results[0]] == [1, 200]
     assert all(r["rtt_us"] > 0 for r in results[0])
+
+
+def test_nowait_calls_take_what_is_there_and_never_wait(two):
+    """dp_read_nowait / dp_write_nowait (for loops that checkpoint once per batch): None at
+    once on an empty endpoint, every message in order once they are there, the same errnos."""
+    a, b = attach(node=1), attach(node=0)     # node 0 receives: an earlier test may leave node 1's pools at 8 slots
+    try:
+        fa, fb = a.sync.dp_open(7), b.sync.dp_open(7)
+        a.sync.dp_target(fa, 0, 7)
+        assert b.dp_read_nowait(fb) is None
+        # Batches of 4, each read before the next: DP drops what a full pool cannot take.
+        sent, got = [f"m{k}".encode() for k in range(20)], []
+        for k in range(0, len(sent), 4):
+            assert all(a.dp_write_nowait(fa, m) for m in sent[k:k + 4])
+            deadline = time.monotonic() + TIMEOUT
+            while len(got) < k + 4 and time.monotonic() < deadline:
+                if not select.select([fb], [], [], 1.0)[0]:
+                    continue
+                while (m := b.dp_read_nowait(fb, 2)) is not None:
+                    got.append(m)
+        assert got == [m[:2] for m in sent], b.link.admin("stats")["dp"]
+        assert b.dp_read_nowait(fb) is None
+        assert select.select([fb], [], [], 0)[0] == []          # the fd follows what is left: nothing
+        with pytest.raises(OSError) as e:
+            b.dp_read_nowait(12345)
+        assert e.value.errno == errno.EBADF
+        with pytest.raises(OSError) as e:
+            a.dp_write_nowait(fa, b"x" * 100000)
+        assert e.value.errno == errno.EMSGSIZE
+        a.sync.close(fa)
+        b.sync.close(fb)
+    finally:
+        a.detach()
+        b.detach()
+
+
+@pytest.mark.parametrize("program", ["bandwidth", "bibw"])
+def test_window_bandwidth_on_real_nodes_counts_every_message(two, program):
+    """libdp.bandwidth / bibw on real nodes (the batched no-wait loops): every message of
+    every window is delivered and acknowledged on one host's shared memory."""
+    from libdp import _bench
+    # Windows of 4: an earlier test may leave node 1's pools at 8 slots, and DP drops what a
+    # full pool cannot take (the benchmark counts it; here nothing may be lost).
+    results, _ = run_real_spmd(getattr(_bench, program), [64, 1500], 5, 4, cluster=two.path, timeout=TIMEOUT)
+    rows = _bench.merge_window_results(results, True)
+    assert [r["size"] for r in rows] == [64, 1500]
+    for r in rows:
+        assert r["messages"] == (2 if program == "bibw" else 1) * 5 * 4
+        assert r["delivered"] == r["messages"] and r["unacked_windows"] == 0
+        assert r["mbytes_per_s"] > 0

@@ -156,10 +156,20 @@ cdef extern from "<errno.h>":
 
 
 cdef extern from "<sys/socket.h>" nogil:
+    ctypedef unsigned int socklen_t
+    struct sockaddr:
+        pass
     ssize_t recv(int fd, void *buf, size_t n, int flags)
+    ssize_t recvfrom(int fd, void *buf, size_t n, int flags, sockaddr *addr, socklen_t *addrlen)
     int MSG_PEEK
     int MSG_DONTWAIT
     int MSG_TRUNC
+
+
+cdef extern from "<linux/if_packet.h>" nogil:
+    struct sockaddr_ll:
+        unsigned char sll_pkttype
+    int PACKET_OUTGOING
 
 
 HEADER_BYTES = sizeof(dp_ring_hdr)
@@ -801,4 +811,37 @@ def dgram_recv_into(int fd, buf):
         raise OSError(err, os.strerror(err))
     if r > cap:
         raise ValueError(f"datagram of {r} bytes truncated to a {cap}-byte buffer")
+    return r
+
+
+def packet_recv_into(int fd, buf):
+    """Receive one frame from AF_PACKET socket fd into buf without blocking, in one
+    system call (no peek first): its length; -1 if none is queued; -2 if it was this
+    host's own transmission seen by the tap (PACKET_OUTGOING: the caller skips it). A
+    frame longer than buf is lost (datagram semantics) and ValueError is raised."""
+    cdef Py_buffer view
+    cdef ssize_t r
+    cdef int err = 0
+    cdef Py_ssize_t cap
+    cdef sockaddr_ll addr
+    cdef socklen_t alen = sizeof(addr)
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE | PyBUF_WRITABLE)
+    cap = view.len
+    with nogil:
+        while True:
+            r = recvfrom(fd, view.buf, <size_t>cap, MSG_DONTWAIT | MSG_TRUNC, <sockaddr*>&addr, &alen)
+            if r >= 0:
+                break
+            err = errno
+            if err != EINTR:
+                break
+    PyBuffer_Release(&view)
+    if r < 0:
+        if err == EAGAIN or err == EWOULDBLOCK:
+            return -1
+        raise OSError(err, os.strerror(err))
+    if addr.sll_pkttype == PACKET_OUTGOING:
+        return -2
+    if r > cap:
+        raise ValueError(f"frame of {r} bytes truncated to a {cap}-byte buffer")
     return r

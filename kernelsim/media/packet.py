@@ -26,6 +26,7 @@ import fcntl
 import socket
 import struct
 
+from kernelsim.media._shmring import packet_recv_into
 from kernelsim.media.real import SocketPort
 
 __all__ = ["PacketPort", "DP_ETHERTYPE", "ETH_HLEN"]
@@ -35,11 +36,9 @@ ETH_HLEN = 14
 
 _SOL_PACKET = getattr(socket, "SOL_PACKET", 263)
 _PACKET_IGNORE_OUTGOING = 23   # linux/if_packet.h (Linux >= 4.20); not in the socket module
-_PACKET_OUTGOING = getattr(socket, "PACKET_OUTGOING", 4)
 _PACKET_STATISTICS = 6         # struct tpacket_stats {tp_packets, tp_drops}; reading resets it
 _SIOCGIFMTU = 0x8921
 _SIOCGIFHWADDR = 0x8927
-_MSG_TRUNC = socket.MSG_TRUNC
 
 
 def _ifreq(sock: socket.socket, request: int, ifname: str) -> bytes:
@@ -136,21 +135,18 @@ class PacketPort(SocketPort):
         A frame longer than buf is lost (datagram semantics) and ValueError is raised
         (counted in ``stats()['truncated']``).
         """
-        sock = self._sock
+        fd = self._fd
         while True:
-            if not self.pending():                  # the empty case without raising in Python
-                return -1
             try:
-                n, addr = sock.recvfrom_into(buf, 0, _MSG_TRUNC)
-            except (BlockingIOError, InterruptedError):
-                return -1
-            if addr[2] == _PACKET_OUTGOING:         # our own transmission, seen by a tap
+                n = packet_recv_into(fd, buf)       # one system call a frame, none raised when empty
+            except ValueError:
+                self._truncated += 1
+                raise ValueError(f"a frame did not fit a {len(buf)}-byte buffer") from None
+            if n == -2:                             # our own transmission, seen by a tap
                 self._outgoing += 1
                 continue
-            if n > len(buf):
-                self._truncated += 1
-                raise ValueError(f"frame of {n} bytes did not fit a {len(buf)}-byte buffer")
-            self._received += 1
+            if n >= 0:
+                self._received += 1
             return n
 
     def stats(self) -> dict:
