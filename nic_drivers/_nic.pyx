@@ -86,7 +86,9 @@ cdef class NicDriver(NetDevice):
     def attach_irq(self) -> None:
         """Take a free IRQ line and let the card drive it (open, after the rings exist)."""
         self.take_irq()
-        self.dev.irq_sink = self.set_irq
+        # The Python-level bound method: `self.set_irq` in a cdef class would convert the
+        # C method of the base type to a callable through a cast gcc flags as incompatible.
+        self.dev.irq_sink = getattr(self, "set_irq")
 
     def detach_irq(self) -> None:
         """The card's line goes nowhere (stop, before the resources go back)."""
