@@ -40,6 +40,8 @@ PINGPONG_EP = 0x5050
 BANDWIDTH_EP = 0x4200
 BIBW_EP = 0x4400
 HANDSHAKE_TIMEOUT_S = 0.05      # one hello's wait for an answer
+HANDSHAKE_TIMEOUT_REAL_S = 0.2  # the same in real time: the peer is a process that may still be
+                                # starting (importing, attaching) -- seconds on a loaded host
 HANDSHAKE_ATTEMPTS = 100        # then the peer is unreachable: ETIMEDOUT
 PING_TIMEOUT_S = 0.1            # lossy media: a ping whose echo has not come by then is a lost sample...
 PING_TIMEOUT_MAX_S = 1.0        # ... or 4 times the slowest round trip seen at this size, up to this
@@ -92,7 +94,7 @@ async def _handshake(dp, fd, rank, peer):
     HANDSHAKE_ATTEMPTS; the other side lets stray hellos land, drains them, answers
     once (a benchmark's receive loop answers any later hello again).
     """
-    wait = HANDSHAKE_TIMEOUT_S
+    wait = HANDSHAKE_TIMEOUT_S if dp.node.modeled else HANDSHAKE_TIMEOUT_REAL_S
     if rank < peer:
         for _ in range(HANDSHAKE_ATTEMPTS):
             await dp.dp_write(fd, b"")
