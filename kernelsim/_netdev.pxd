@@ -1,5 +1,6 @@
 from cpython.ref cimport PyObject
 from kernelsim._irq cimport IrqController
+from kernelsim._path cimport Path
 from kernelsim._waits cimport WaitQueue
 
 
@@ -19,3 +20,12 @@ cdef class NetDevice:
     cpdef set_irq(self, bint level)
     cdef int hand_over(self, unsigned int proto, Py_ssize_t addr, Py_ssize_t length, double* cost,
                        PyObject** cont) except -1
+
+
+cdef class RxWalk(Path):
+    # A driver's receive walk as a C state machine. What every walk does with a good frame
+    # -- hand it to its protocol, then step the protocol's path if it has one -- is here once.
+    cdef double pending             # CPU time spent and not yet yielded
+    cdef object proto_path          # the protocol's receive path, while it runs
+    cdef int give_frame(self, NetDevice nd, unsigned int proto, Py_ssize_t addr, Py_ssize_t length) except -1
+    cdef int step_proto(self, double* cost) except -1

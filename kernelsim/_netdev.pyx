@@ -16,8 +16,8 @@ import errno
 from kernelsim._node import WouldBlock
 from kernelsim._irq cimport IrqController
 from kernelsim._waits cimport WaitQueue
-from kernelsim._path cimport RxHandler
-from cpython.ref cimport PyObject, Py_INCREF
+from kernelsim._path cimport RxHandler, step_any
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 
 __all__ = ["NetDevice", "PciDevice"]
 
@@ -164,3 +164,29 @@ cdef class NetDevice:
         return {"rx_frames": self.rx_frames, "rx_bytes": self.rx_bytes, "rx_errors": self.rx_errors,
                 "rx_dropped_unknown_protocol": self.rx_dropped_proto, "tx_frames": self.tx_frames,
                 "tx_bytes": self.tx_bytes, "tx_ring_full": self.tx_busy}
+
+
+cdef class RxWalk(Path):
+    """A driver's receive walk (the 21140's descriptor walk, Myrinet's ring walk): the
+    frame hand-off the walks share; each driver's subclass holds its own ring states."""
+
+    cdef int give_frame(self, NetDevice nd, unsigned int proto, Py_ssize_t addr, Py_ssize_t length) except -1:
+        """Hand a good frame to its protocol (`NetDevice.hand_over`). 0: it is done with
+        it, the CPU time it spent in `pending`; 1: its path runs now -- `step_proto`."""
+        cdef PyObject* path = NULL
+        if nd.hand_over(proto, addr, length, &self.pending, &path):
+            self.proto_path = <object> path
+            Py_XDECREF(path)
+            return 1
+        return 0
+
+    cdef int step_proto(self, double* cost) except -1:
+        """Step the protocol's path. 1: it yielded `cost[0]`; 0: it returned, and what it
+        returned (the CPU time still owed) is in `pending`."""
+        cdef PyObject* res = NULL
+        if step_any(self.proto_path, cost, &res):
+            return 1
+        self.proto_path = None
+        self.pending = <object> res
+        Py_XDECREF(res)
+        return 0

@@ -17,8 +17,8 @@ and physical memory through typed C calls; set-up and tear-down stay plain.
 from kernelsim._node cimport Costs
 from kernelsim._physmem cimport PhysMem
 from kernelsim._waits cimport WaitQueue
-from kernelsim._path cimport Path, step_any
-from cpython.ref cimport PyObject, Py_XDECREF
+from kernelsim._path cimport Path
+from kernelsim._netdev cimport RxWalk
 from nic_drivers._nic cimport NicDriver
 from kernelsim import WouldBlock
 
@@ -200,7 +200,7 @@ cdef enum:
     IRQ_POLL_DEMAND     # receive poll demand written after RU
 
 
-cdef class _TulipIrq(Path):
+cdef class _TulipIrq(RxWalk):
     """The 21140's interrupt path as a C state machine: the generators it replaces, for
     reading (`Path`, kernelsim/_path.pyx, says why)::
 
@@ -258,20 +258,17 @@ cdef class _TulipIrq(Path):
     cdef Dec21140 dev
     cdef PhysMem mem
     cdef double pci_read, pci_write, mem_miss
-    cdef double pending
     cdef int state
     cdef Py_ssize_t passes              # handler loop passes made (of nd.budget)
     cdef unsigned int csr5
     cdef Py_ssize_t walked              # descriptors looked at in this receive walk (of nd.nrx)
     cdef Py_ssize_t d, give_back
-    cdef object proto_path
 
     cdef int step(self, double* cost) except -1:
         cdef TulipNetDevice nd = self.nd
         cdef PhysMem mem = self.mem
         cdef unsigned int des0
         cdef Py_ssize_t flen, buf, i
-        cdef PyObject* res = NULL
         while True:
             if self.state == IRQ_TOP:
                 if self.passes == nd.budget:
@@ -328,20 +325,13 @@ cdef class _TulipIrq(Path):
                     nd.rx_errors += 1
                 else:
                     buf = nd.rx_bufs[nd.cur_rx % nd.nrx]
-                    if nd.hand_over(mem.rd16be(buf + 12), buf + ETH_HLEN, flen - ETH_HLEN, &self.pending, &res):
-                        self.proto_path = <object> res
-                        Py_XDECREF(res)
-                        res = NULL
+                    if self.give_frame(nd, mem.rd16be(buf + 12), buf + ETH_HLEN, flen - ETH_HLEN):
                         self.state = RX_PROTO
                         continue
                 self._next_desc(nd)
             elif self.state == RX_PROTO:
-                if step_any(self.proto_path, cost, &res):
+                if self.step_proto(cost):
                     return 1
-                self.proto_path = None
-                self.pending = <object> res
-                Py_XDECREF(res)
-                res = NULL
                 self._next_desc(nd)
             elif self.state == RX_GIVE_LAST:
                 self.pending = 0.0

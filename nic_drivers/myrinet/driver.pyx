@@ -43,8 +43,8 @@ from kernelsim._waits cimport WaitQueue as _WaitQueue
 from nic_drivers._nic cimport NicDriver
 from nic_drivers.myrinet import _model as hw
 from nic_drivers.myrinet._model cimport LanaiNI
-from kernelsim._path cimport Path, step_any
-from cpython.ref cimport PyObject, Py_XDECREF
+from kernelsim._path cimport Path
+from kernelsim._netdev cimport RxWalk
 from nic_drivers.myrinet.fabric import RouteTable
 from nic_drivers.myrinet.firmware import (
     CB_BULK_CONS, CB_BULK_RING, CB_BULK_SLOTS, CB_RX_CONS, CB_RX_MODE, CB_RX_RING, CB_RX_SLOTS,
@@ -335,7 +335,7 @@ cdef enum:
     WALK_OVER
 
 
-cdef class _MyriRxWalk(Path):
+cdef class _MyriRxWalk(RxWalk):
     """The kernel ring walk (`MyrinetNetDevice._rx_path`) as a C state machine; the
     generator it replaces, for reading::
 
@@ -365,17 +365,14 @@ cdef class _MyriRxWalk(Path):
     """
     cdef MyrinetNetDevice nd
     cdef PhysMem mem
-    cdef double pending
     cdef int state
     cdef Py_ssize_t walked, consumed, end
-    cdef object proto_path
 
     cdef int step(self, double* cost) except -1:
         cdef MyrinetNetDevice nd = self.nd
         cdef PhysMem mem = self.mem
         cdef unsigned int w
         cdef Py_ssize_t n, start
-        cdef PyObject* res = NULL
         while True:
             if self.state == WALK_TOP:
                 if self.walked == nd.nrx:
@@ -401,20 +398,13 @@ cdef class _MyriRxWalk(Path):
                     nd.rx_errors += 1
                 else:
                     start = self.end - 4 - n
-                    if nd.hand_over(mem.rd16be(start + 2), start + 4, n - 4, &self.pending, &res):
-                        self.proto_path = <object> res
-                        Py_XDECREF(res)
-                        res = NULL
+                    if self.give_frame(nd, mem.rd16be(start + 2), start + 4, n - 4):
                         self.state = WALK_PROTO
                         continue
                 self._next_slot(nd)
             elif self.state == WALK_PROTO:
-                if step_any(self.proto_path, cost, &res):
+                if self.step_proto(cost):
                     return 1
-                self.proto_path = None
-                self.pending = <object> res
-                Py_XDECREF(res)
-                res = NULL
                 self._next_slot(nd)
             elif self.state == WALK_CONSUMED:
                 self.pending = 0.0
