@@ -34,7 +34,7 @@ on every multicast packet, once per child, at every node of a busy tree (docs/lc
 """
 from protocols.lci import _wire as W
 from protocols.lci.firmware import layout as L
-from protocols.lci.firmware._records cimport Forward, Slot
+from protocols.lci.firmware._records cimport Forward, Slot, known_peer
 from protocols.lci.firmware._records import Forward, Slot
 
 __all__ = ["Multicast", "Slot", "Forward"]
@@ -141,9 +141,7 @@ cdef class Multicast:
                 peer = fw.peers[f.dest]
             else:
                 child = kids[i]
-                peer = fw.peers.get(child)                 # a known peer without LciFirmware.peer's frame
-                if peer is None:
-                    peer = fw.peer(child)
+                peer = known_peer(fw, child)
                 if peer is None:
                     fw.malformed["bad_source"] += 1         # the table names a node without a route
                     yield from self.unref(slot)
@@ -207,9 +205,7 @@ cdef class Multicast:
         # sender across unicast and multicast, LCI-C02).
         slot.staged = 0
         for child in kids:
-            peer = fw.peers.get(child)                 # a known peer without LciFirmware.peer's frame
-            if peer is None:
-                peer = fw.peer(child)
+            peer = known_peer(fw, child)
             if peer is None:
                 fw.malformed["bad_source"] += 1             # the table names a node without a route
                 yield from self.unref(slot)

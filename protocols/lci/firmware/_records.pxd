@@ -29,3 +29,11 @@ cdef class Slot:
     cdef public list forwards
     cpdef wait(self, peer, pkt=*)
     cpdef Forward forward(self, long i)
+
+
+cdef inline object known_peer(object fw, object nid):
+    """`fw.peer(nid)` (the NI's record of node `nid`, made on first contact; None if it has
+    no route), without that method's Python frame once the peer is known: every packet but
+    the first of a pair."""
+    p = fw.peers.get(nid)
+    return p if p is not None else fw.peer(nid)

@@ -18,6 +18,7 @@ instance-dict lookups (docs/lci.md "Scale").
 """
 from protocols.lci import _wire as W
 from protocols.lci.firmware import layout as L
+from protocols.lci.firmware._records cimport known_peer
 
 __all__ = ["RecvQueue"]
 
@@ -84,9 +85,7 @@ cdef class RecvQueue:
             yield from self.release(off)
             return
         handler = self.dispatch.get(hdr.kind)
-        peer = fw.peers.get(hdr.src)                 # a known peer without LciFirmware.peer's frame
-        if peer is None:
-            peer = fw.peer(hdr.src)
+        peer = known_peer(fw, hdr.src)
         if peer is None or handler is None:
             fw.malformed["bad_source" if peer is None else "unknown_kind"] += 1
             yield from self.release(off)
