@@ -19,15 +19,20 @@ directly, and the engine driven in a C loop.
 """
 
 from libc.math cimport INFINITY
+from cpython.dict cimport PyDict_Next
 from cpython.ref cimport PyObject, Py_XDECREF
 import errno
+import hashlib
+import inspect
 import math
 import os
 import select
 import time
 
+import outcome
 import trio
 from trio._core import _run as _trio_run
+from trio._core import _traps as _trio_traps
 
 from kernelsim._clock import EngineClock
 from kernelsim._clock cimport RunnableCounter
@@ -52,11 +57,102 @@ cdef object _task():
         return _GRC.task
     except AttributeError:
         return _current_task()
-_wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
 _checkpoint = trio.lowlevel.checkpoint
 _checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
 _ABORT_FAILED = trio.lowlevel.Abort.FAILED
 _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
+
+
+# -- parking and waking a task, trio's two primitives without their Python frames ---------
+#
+# Each modeled round trip parks and wakes two tasks. trio's `reschedule` is a Python
+# method that makes the wake-up's outcome and then dispatches the `task_scheduled` hook
+# through its instrument table to our own counter; `wait_task_rescheduled` is a coroutine
+# around a generator. Together they were ~10k instructions per wake, more than the kernel
+# path that caused it. `_wake` and `_park` do the same steps in C -- but only for a trio
+# whose two functions are, to the character, the ones replicated here (their source's
+# digest is checked at import); any other trio gets its public calls.
+
+def _source_digest(fn):
+    try:
+        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
+    except (OSError, TypeError):
+        return None
+
+_REPLICATED_RESCHEDULE = {"d25a5648b6a42879"}     # trio 0.35's Runner.reschedule
+_REPLICATED_PARK = {"c6691068007dfa47"}           # trio 0.35's wait_task_rescheduled
+cdef bint _fast_wake = _source_digest(_trio_run.Runner.reschedule) in _REPLICATED_RESCHEDULE
+cdef bint _fast_park = _source_digest(trio.lowlevel.wait_task_rescheduled) in _REPLICATED_PARK
+_Value = outcome.Value
+_wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
+_async_yield = getattr(_trio_traps, "_async_yield", None)
+_WaitTaskRescheduled = getattr(_trio_traps, "WaitTaskRescheduled", None)
+
+
+def replicates_trio(on=None) -> bool:
+    """Whether parks and wakes take the C replicas (True) or trio's public calls.
+
+    ``replicates_trio(False)`` switches to the public calls and ``replicates_trio(True)``
+    back to the replicas where they match this trio (the tests run both ways). Returns
+    the setting in force afterwards.
+    """
+    global _fast_wake, _fast_park
+    if on is not None:
+        _fast_wake = bool(on) and _source_digest(_trio_run.Runner.reschedule) in _REPLICATED_RESCHEDULE
+        _fast_park = bool(on) and _source_digest(trio.lowlevel.wait_task_rescheduled) in _REPLICATED_PARK
+    return _fast_wake and _fast_park
+
+
+cdef int _wake(object task) except -1:
+    """``trio.lowlevel.reschedule(task)``: runnable again, its wait returning None."""
+    try:
+        runner = task._runner
+    except AttributeError:
+        _reschedule(task)
+        return 0
+    if not _fast_wake:
+        runner.reschedule(task)
+        return 0
+    if task._runner is not runner or task._next_send_fn is not None:
+        raise RuntimeError(f"{task!r} is not parked in this trio run")    # trio's asserts
+    task._next_send_fn = task.coro.send
+    task._next_send = _Value(None)
+    task._abort_func = None
+    task.custom_sleep_data = None
+    runq = runner.runq
+    if not runq and runner.is_guest:
+        runner.force_guest_tick_asap()
+    runq.append(task)
+    hooks = runner.instruments.data.get("task_scheduled")
+    if hooks:
+        _task_scheduled(runner, hooks, task)
+    return 0
+
+
+cdef int _task_scheduled(runner, dict hooks, task) except -1:
+    # The usual table holds one hook, the clock's counter: bump it without the dispatch.
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* key
+    cdef PyObject* value
+    if len(hooks) == 1:
+        PyDict_Next(hooks, &pos, &key, &value)
+        if type(<object> key) is RunnableCounter:
+            (<RunnableCounter> key).runnable += 1
+            return 0
+    runner.instruments.call("task_scheduled", task)
+    return 0
+
+
+cdef object _park(abort_func):
+    """``(await _park(abort)).unwrap()`` is ``await trio.lowlevel.wait_task_rescheduled(abort)``
+    -- with trio's own bottom generator awaited directly, a coroutine less per park."""
+    if _fast_park:
+        return _async_yield(_WaitTaskRescheduled(abort_func))
+    return _park_outcome(abort_func)
+
+
+async def _park_outcome(abort_func):
+    return outcome.Value(await _wait_task_rescheduled(abort_func))
 
 
 cdef class _Completion(Waiter):
@@ -88,12 +184,7 @@ cdef class _Completion(Waiter):
             self.engine.request_stop()
         if self.task is not None:
             task, self.task = self.task, None
-            try:
-                runner = _GRC.runner            # trio.lowlevel.reschedule, less its frame
-            except AttributeError:
-                _reschedule(task)
-            else:
-                runner.reschedule(task)
+            _wake(task)
         return 0
 
     def abort_wait(self, _):
@@ -108,7 +199,7 @@ def _refuse_abort(_):
     # next checkpoint, once the path has returned.
     return _ABORT_FAILED
 
-__all__ = ["run_path", "wait_on", "run_blocking", "run_entry", "run_user", "run_path_sync", "wait_on_sync", "run_blocking_sync",
+__all__ = ["replicates_trio", "run_path", "wait_on", "run_blocking", "run_entry", "run_user", "run_path_sync", "wait_on_sync", "run_blocking_sync",
            "after", "DEFAULT_SPIN_S"]
 
 DEFAULT_SPIN_S = 1e-3    # real time: poll this long before sleeping on a descriptor
@@ -161,10 +252,10 @@ def _never():
     return False
 
 
-cdef bint _cancel_pending() except -1:
-    """Would `checkpoint_if_cancelled` do anything? Asked first, since it almost never
-    would: a call that drove the engine inline then creates no coroutine at all."""
-    task = _task()
+cdef bint _cancel_pending(task) except -1:
+    """Would `checkpoint_if_cancelled` do anything for `task`, the calling one? Asked
+    first, since it almost never would: a call that drove the engine inline then creates
+    no coroutine at all."""
     try:
         runner = task._runner
         return task._cancel_status.effectively_cancelled or (runner.ki_pending and task is runner.main_task)
@@ -172,21 +263,21 @@ cdef bint _cancel_pending() except -1:
         return True
 
 
-cdef int _start_path(Engine engine, Cpu on, object path, _Completion done) except -1:
+cdef int _start_path(Engine engine, Cpu on, object path, _Completion done, task) except -1:
     on.submit(LEVEL_PROC, path, done)
     if done.done:
         return _DONE
-    if _drive_inline(engine, done):
+    if _drive_inline(engine, done, task):
         # Only this call's own completion stopped the engine: no other task can
         # have become runnable, so the schedule point has nothing to do.
         return _INLINE
     return _DONE if done.done else _PARK
 
 
-cdef int _start_wait(Engine engine, WaitQueue queue, _Completion woken) except -1:
+cdef int _start_wait(Engine engine, WaitQueue queue, _Completion woken, task) except -1:
     woken.queue = queue
     queue.add(woken)
-    if _drive_inline(engine, woken):
+    if _drive_inline(engine, woken, task):
         return _INLINE
     return _DONE if woken.done else _PARK
 
@@ -207,16 +298,17 @@ async def run_path(node, path, cpu=None):
             engine.run()
         await _checkpoint()
     else:
+        task = _task()
         done = _Completion(engine)
-        how = _start_path(engine, on, path, done)
+        how = _start_path(engine, on, path, done, task)
         if how == _INLINE:
-            if _cancel_pending():
+            if _cancel_pending(task):
                 await _checkpoint_if_cancelled()
         elif how == _DONE:
             await _checkpoint()
         else:
-            done.task = _task()
-            await _wait_task_rescheduled(_refuse_abort)
+            done.task = task
+            (await _park(_refuse_abort)).unwrap()
     if done.exc is not None:
         raise done.exc
     return done.value
@@ -227,16 +319,17 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     cdef _Completion woken
     cdef int how
     if node.modeled:
+        task = _task()
         woken = _Completion(None)          # the queue's wake stops the engine itself
-        how = _start_wait(node.engine, queue, woken)
+        how = _start_wait(node.engine, queue, woken, task)
         if how == _INLINE:
-            if _cancel_pending():
+            if _cancel_pending(task):
                 await _checkpoint_if_cancelled()
         elif how == _DONE:
             await _checkpoint()
         else:
-            woken.task = _task()
-            await _wait_task_rescheduled(woken.abort_wait)
+            woken.task = task
+            (await _park(woken.abort_wait)).unwrap()
         return
     woken_list = []
     waiter = lambda: woken_list.append(True)  # noqa: E731
@@ -302,7 +395,7 @@ def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=0.0,
     """
     cdef _CallableMaker maker = _CallableMaker.__new__(_CallableMaker)
     maker.fn = make_path
-    return _blocking(node, maker, nonblocking, None, None, wake_cost, spin_s, before, None)
+    return _blocking(node, maker, nonblocking, None, None, wake_cost, spin_s, before, None, None)
 
 
 def run_entry(node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_s: float = DEFAULT_SPIN_S):
@@ -315,21 +408,22 @@ def run_entry(node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_
     maker.proc = proc
     maker.name = name
     maker.args = args
-    return _blocking(node, maker, None, proc, fd, wake_cost, spin_s, 0.0, None)
+    return _blocking(node, maker, None, proc, fd, wake_cost, spin_s, 0.0, None, None)
 
 
-def run_user(node, proc, fn, tuple args, fd, double cost=0.0, WaitQueue empty=None,
+def run_user(node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
              spin_s: float = DEFAULT_SPIN_S):
     """A user-level call on a pool mapped into `proc` (file `fd`): path ``fn(*args)``.
 
-    `empty`: the queue to wait on first, when the caller looked at the pool and found it
-    empty (unless `fd` is non-blocking); the call then starts `cost` later (the poll that
+    `pool`, `readers`: a pool the process can look at (its ``count``) and the queue its
+    arrivals wake. When the call starts and finds the pool empty it waits on `readers`
+    first (unless `fd` is non-blocking); the call then starts `cost` later (the poll that
     noticed the arrival). After a WouldBlock the retry also starts `cost` later. Returns
-    the coroutine."""
+    the coroutine; the pool is looked at when it runs, not when it is made."""
     cdef _UserMaker maker = _UserMaker.__new__(_UserMaker)
     maker.fn = fn
     maker.args = args
-    return _blocking(node, maker, None, proc, fd, cost, spin_s, 0.0, empty)
+    return _blocking(node, maker, None, proc, fd, cost, spin_s, 0.0, pool, readers)
 
 
 cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
@@ -339,7 +433,7 @@ cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
 
 
 async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, spin_s,
-                    double before, WaitQueue first_wait):
+                    double before, object pool, WaitQueue first_wait):
     """The loop every blocking call is (`run_blocking`, `run_entry`, `run_user`).
 
     In modeled time this is `run_path` and `wait_on` inlined: every blocking call of a
@@ -349,27 +443,29 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
     cdef Cpu on
     cdef _Completion done
     cdef int how
-    if first_wait is not None:
+    cdef bint modeled = node.modeled
+    task = _task() if modeled else None
+    if first_wait is not None and pool.count == 0:
         if not _is_nonblocking(nonblocking, proc, fd):
-            if node.modeled:
+            if modeled:
                 # `wait_on` inlined (a coroutine less on the resume that ends the wait).
                 done = _Completion(None)
-                how = _start_wait(node.engine, first_wait, done)
+                how = _start_wait(node.engine, first_wait, done, task)
                 if how == _INLINE:
-                    if _cancel_pending():
+                    if _cancel_pending(task):
                         await _checkpoint_if_cancelled()
                 elif how == _DONE:
                     await _checkpoint()
                 else:
-                    done.task = _task()
-                    await _wait_task_rescheduled(done.abort_wait)
+                    done.task = task
+                    (await _park(done.abort_wait)).unwrap()
             else:
                 await wait_on(node, first_wait, spin_s)
             before = wake_cost
     path = maker.make(True)
     if before:
         path = _lead(before, path)
-    if not node.modeled:
+    if not modeled:
         while True:
             try:
                 return await run_path(node, path)
@@ -382,34 +478,34 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
     on = <Cpu> node.cpu
     while True:
         done = _Completion(engine)
-        how = _start_path(engine, on, path, done)
+        how = _start_path(engine, on, path, done, task)
         if how == _PARK:
-            done.task = _task()
-            await _wait_task_rescheduled(_refuse_abort)
+            done.task = task
+            (await _park(_refuse_abort)).unwrap()
         elif how == _DONE:
             await _checkpoint()
         if done.exc is None or not isinstance(done.exc, WouldBlock):
-            if how == _INLINE and _cancel_pending():
+            if how == _INLINE and _cancel_pending(task):
                 await _checkpoint_if_cancelled()
             if done.exc is not None:
                 raise done.exc
             return done.value
         wb = done.exc
         if _is_nonblocking(nonblocking, proc, fd):
-            if how == _INLINE and _cancel_pending():
+            if how == _INLINE and _cancel_pending(task):
                 await _checkpoint_if_cancelled()
             raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
         # The wait is this call's checkpoint (it parks, or checks for cancellation).
         done = _Completion(None)
-        how = _start_wait(engine, (<WaitQueue?> wb.queue), done)
+        how = _start_wait(engine, (<WaitQueue?> wb.queue), done, task)
         if how == _INLINE:
-            if _cancel_pending():
+            if _cancel_pending(task):
                 await _checkpoint_if_cancelled()
         elif how == _DONE:
             await _checkpoint()
         else:
-            done.task = _task()
-            await _wait_task_rescheduled(done.abort_wait)
+            done.task = task
+            (await _park(done.abort_wait)).unwrap()
         path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
 
 
@@ -449,7 +545,7 @@ def run_blocking_sync(node, make_path, *, nonblocking=lambda: False, wake_cost: 
             path = _lead(wake_cost, make_path(False)) if wake_cost else make_path(False)
 
 
-cdef bint _drive_inline(Engine engine, _Completion done) except -1:
+cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
     """Move modeled time from inside the calling task while it is the only one that can run.
 
     This is what `EngineClock.drive` would do once trio found every task blocked, less
@@ -459,7 +555,7 @@ cdef bint _drive_inline(Engine engine, _Completion done) except -1:
     filled and nothing else was woken on the way.
     """
     try:
-        runner = _GRC.runner
+        runner = task._runner           # the calling task's (the thread-local context costs more)
         clock = runner.clock
     except AttributeError:
         runner = None
