@@ -18,6 +18,7 @@ The kernel's side is Cython (`DirectedPoint`, `Nart`: typed fields, the header c
 and the pool reached by C calls); its paths stay generators that yield CPU time, as
 every kernel path does. Endpoints and tokens are what a process holds: plain classes.
 """
+cimport cython
 import errno
 import weakref
 
@@ -444,6 +445,7 @@ cdef class Mdr(RxHandler):
         return 0
 
 
+@cython.freelist(8)
 cdef class _ReadPath(Path):
     """`DirectedPoint.read_path`: its first step takes a slot (at the instant the path
     starts, as the generator's body would), its second copies nothing more: the
@@ -480,6 +482,7 @@ cdef class _ReadPath(Path):
         return 0
 
 
+@cython.freelist(8)
 cdef class _WritePath(Path):
     """`DirectedPoint.write_path` (its docstring has the generator it replaces)."""
     cdef DirectedPoint dp

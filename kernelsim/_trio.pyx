@@ -18,8 +18,10 @@ completion object per call instead of closures, the clock's runnable count read
 directly, and the engine driven in a C loop.
 """
 
+cimport cython
 from libc.math cimport INFINITY
 from cpython.dict cimport PyDict_Next
+from cpython.object cimport PyObject_GenericSetAttr
 from cpython.ref cimport PyObject, Py_XDECREF
 import errno
 import hashlib
@@ -66,12 +68,13 @@ _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 # -- parking and waking a task, trio's two primitives without their Python frames ---------
 #
 # Each modeled round trip parks and wakes two tasks. trio's `reschedule` is a Python
-# method that makes the wake-up's outcome and then dispatches the `task_scheduled` hook
-# through its instrument table to our own counter; `wait_task_rescheduled` is a coroutine
-# around a generator. Together they were ~10k instructions per wake, more than the kernel
-# path that caused it. `_wake` and `_park` do the same steps in C -- but only for a trio
-# whose two functions are, to the character, the ones replicated here (their source's
-# digest is checked at import); any other trio gets its public calls.
+# method that makes the wake-up's outcome (an attrs class whose generated __init__ is
+# Python too) and then dispatches the `task_scheduled` hook through its instrument table
+# to our own counter; `wait_task_rescheduled` is a coroutine around a generator, awaited
+# with another attrs message. Together they were ~10k instructions per wake, more than
+# the kernel path that caused it. `_wake` and `_park` do the same steps in C -- but only
+# for a trio (and outcome) whose functions are, to the character, the ones replicated
+# here (their sources' digests are checked at import); any other gets the public calls.
 
 def _source_digest(fn):
     try:
@@ -79,14 +82,23 @@ def _source_digest(fn):
     except (OSError, TypeError):
         return None
 
-_REPLICATED_RESCHEDULE = {"d25a5648b6a42879"}     # trio 0.35's Runner.reschedule
-_REPLICATED_PARK = {"c6691068007dfa47"}           # trio 0.35's wait_task_rescheduled
-cdef bint _fast_wake = _source_digest(_trio_run.Runner.reschedule) in _REPLICATED_RESCHEDULE
-cdef bint _fast_park = _source_digest(trio.lowlevel.wait_task_rescheduled) in _REPLICATED_PARK
 _Value = outcome.Value
 _wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
 _async_yield = getattr(_trio_traps, "_async_yield", None)
 _WaitTaskRescheduled = getattr(_trio_traps, "WaitTaskRescheduled", None)
+# What is replicated, and the digest of the source it replicates (trio 0.35, outcome 1.3).
+try:
+    _REPLICATED_WAKE = {_trio_run.Runner.reschedule: "d25a5648b6a42879", _Value.__init__: "9616215324e31dd9"}
+    _REPLICATED_PARK = {_wait_task_rescheduled: "c6691068007dfa47", _WaitTaskRescheduled.__init__: "5281303e20dd6bd4"}
+except AttributeError:                  # a trio without these internals
+    _REPLICATED_WAKE = _REPLICATED_PARK = None
+
+
+def _matches(replicated) -> bool:
+    return replicated is not None and all(_source_digest(fn) == digest for fn, digest in replicated.items())
+
+cdef bint _fast_wake = _matches(_REPLICATED_WAKE)
+cdef bint _fast_park = _matches(_REPLICATED_PARK)
 
 
 def replicates_trio(on=None) -> bool:
@@ -98,9 +110,24 @@ def replicates_trio(on=None) -> bool:
     """
     global _fast_wake, _fast_park
     if on is not None:
-        _fast_wake = bool(on) and _source_digest(_trio_run.Runner.reschedule) in _REPLICATED_RESCHEDULE
-        _fast_park = bool(on) and _source_digest(trio.lowlevel.wait_task_rescheduled) in _REPLICATED_PARK
+        _fast_wake = bool(on) and _matches(_REPLICATED_WAKE)
+        _fast_park = bool(on) and _matches(_REPLICATED_PARK)
     return _fast_wake and _fast_park
+
+
+cdef object _value_none():
+    """``outcome.Value(None)``: its generated __init__, two attribute stores, done in C."""
+    v = _Value.__new__(_Value)
+    PyObject_GenericSetAttr(v, "_unwrapped", False)
+    PyObject_GenericSetAttr(v, "value", None)
+    return v
+
+
+cdef object _wait_message(abort_func):
+    """``WaitTaskRescheduled(abort_func)``, the same way."""
+    m = _WaitTaskRescheduled.__new__(_WaitTaskRescheduled)
+    PyObject_GenericSetAttr(m, "abort_func", abort_func)
+    return m
 
 
 cdef int _wake(object task) except -1:
@@ -116,7 +143,7 @@ cdef int _wake(object task) except -1:
     if task._runner is not runner or task._next_send_fn is not None:
         raise RuntimeError(f"{task!r} is not parked in this trio run")    # trio's asserts
     task._next_send_fn = task.coro.send
-    task._next_send = _Value(None)
+    task._next_send = _value_none()
     task._abort_func = None
     task.custom_sleep_data = None
     runq = runner.runq
@@ -147,7 +174,7 @@ cdef object _park(abort_func):
     """``(await _park(abort)).unwrap()`` is ``await trio.lowlevel.wait_task_rescheduled(abort)``
     -- with trio's own bottom generator awaited directly, a coroutine less per park."""
     if _fast_park:
-        return _async_yield(_WaitTaskRescheduled(abort_func))
+        return _async_yield(_wait_message(abort_func))
     return _park_outcome(abort_func)
 
 
@@ -155,6 +182,7 @@ async def _park_outcome(abort_func):
     return outcome.Value(await _wait_task_rescheduled(abort_func))
 
 
+@cython.freelist(8)
 cdef class _Completion(Waiter):
     """A path's `on_done` (and a wait queue's waiter): records, stops the engine, wakes.
 
@@ -220,6 +248,7 @@ def after(cost: float, path):
 from kernelsim._path cimport Path, step_any
 
 
+@cython.freelist(8)
 cdef class _Lead(Path):
     """`after(cost, path)` as a C state machine, for the calls of this module: no Python
     frame between the CPU and the path on each of the path's resumes."""
@@ -358,6 +387,7 @@ cdef class _PathMaker:
         raise NotImplementedError
 
 
+@cython.freelist(8)
 cdef class _CallableMaker(_PathMaker):
     cdef object fn
 
@@ -365,6 +395,7 @@ cdef class _CallableMaker(_PathMaker):
         return self.fn(first)
 
 
+@cython.freelist(8)
 cdef class _EntryMaker(_PathMaker):
     """A kernel entry (system call or call gate) into the routine `name`: the node's own
     ``syscall_path``/``callgate_path``, without a closure per call."""
@@ -374,6 +405,7 @@ cdef class _EntryMaker(_PathMaker):
         return self.entry_path(self.proc, self.name, self.args, first)
 
 
+@cython.freelist(8)
 cdef class _UserMaker(_PathMaker):
     """User-level work on mapped kernel memory: ``fn(*args)``, the same path every try."""
     cdef object fn
