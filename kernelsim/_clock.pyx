@@ -2,9 +2,9 @@
 """trio, running in modeled time.
 
 `EngineClock` is a trio clock whose time *is* the engine's, and `EngineClock.drive`
-is the task that moves it: it sleeps in ``trio.testing.wait_all_tasks_blocked()``
--- trio's public hook for "every other task is blocked and no I/O is ready", the
-moment at which, on real hardware, the CPUs would be waiting for devices -- and then
+is the task that moves it: it sleeps until every other task is blocked and no I/O is
+ready -- the moment at which, on real hardware, the CPUs would be waiting for devices
+(trio asks the clock how long it may sleep; see `_until_idle`) -- and then
 runs engine events (devices, wires, interrupt and kernel paths) until one of them
 makes a task runnable or until the next trio deadline, whichever comes first. trio
 carries on at that modeled instant. This is how MockClock's autojump works, with the
@@ -62,6 +62,7 @@ class EngineClock(trio.abc.Clock):
         self.engine = engine
         self.counter = RunnableCounter()
         self.deadlocked = False
+        self._idle_waiter = None        # `drive`'s task while it waits for trio to go idle
 
     def start_clock(self) -> None:
         pass
@@ -70,12 +71,38 @@ class EngineClock(trio.abc.Clock):
         return self.engine.now
 
     def deadline_to_sleep_time(self, deadline: float) -> float:
-        # Never sleep in wall time for a modeled deadline: `drive` moves time instead.
+        # trio asks this only when it has no task left to run: the moment `drive` waits
+        # for. Wake it (and sleep not at all); otherwise never sleep in wall time for a
+        # modeled deadline: `drive` moves time instead.
+        task = self._idle_waiter
+        if task is not None:
+            self._idle_waiter = None
+            trio.lowlevel.reschedule(task)
+            return 0.0
         return 0.0 if deadline <= self.engine.now else 86400.0
 
     def only_runnable_task(self) -> bool:
         """True when the calling task is the only one trio would run now."""
         return self.counter.live and self.counter.runnable == 0
+
+    async def _until_idle(self) -> None:
+        """Return once every other task is blocked (the counter must be live).
+
+        trio's ``wait_all_tasks_blocked`` would do, but while a task waits in it trio
+        looks its waiters up in a sorted dict on every pass of its run loop -- every
+        task switch of a modeled program. Here trio's own question to the clock,
+        `deadline_to_sleep_time`, wakes this task; it goes back to sleep if the same
+        pass also woke another task (an fd became readable, a deadline expired).
+        """
+        while True:
+            self._idle_waiter = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort_idle_wait)
+            if self.counter.runnable == 0:
+                return
+
+    def _abort_idle_wait(self, _raise_cancel):
+        self._idle_waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     async def drive(self, scope: trio.CancelScope | None = None) -> None:
         """Run the engine whenever every other task is blocked.
@@ -84,10 +111,14 @@ class EngineClock(trio.abc.Clock):
         it cancels `scope` if given, else raises OSError(EDEADLK) into its nursery.
         """
         engine = self.engine
+        counter = self.counter
         stats = trio.lowlevel.current_statistics
         wait_idle = trio.testing.wait_all_tasks_blocked
         while True:
-            await wait_idle()
+            if counter.live:
+                await self._until_idle()
+            else:
+                await wait_idle()
             gap = stats().seconds_to_next_deadline
             until = engine.now + gap if gap < math.inf else math.inf
             engine.run_until_stop(until)
