@@ -283,13 +283,10 @@ cdef class DirectedPoint:
     def gate_write(self, proc, fd, data):
         """dp_write through the call gate: no VFS, straight to the transmit path (whose
         path this returns: the gate entry runs it, one generator less per message)."""
-        return self.write_path(self._endpoint(proc, fd), data)
+        return _write_path(self, _endpoint_of(proc, fd), data)
 
     def _endpoint(self, proc, fd) -> Endpoint:
-        f = (<FdTable> proc.fds).get(fd)
-        if not isinstance(f, Endpoint):
-            raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
-        return <Endpoint> f
+        return _endpoint_of(proc, fd)
 
     # -- transmit ----------------------------------------------------------------------
 
@@ -320,11 +317,7 @@ cdef class DirectedPoint:
             e.sent += 1
             return n
         """
-        cdef _WritePath path = _WritePath.__new__(_WritePath)
-        path.dp = self
-        path.e = e
-        path.data = data
-        return path
+        return _write_path(self, e, data)
 
     def _deliver_locally(self, Endpoint e, int dst_ep, data):
         cdef Endpoint dst
@@ -396,6 +389,13 @@ cdef class DirectedPoint:
                 "local_deliveries": self.local_deliveries,
                 "nart": self.nart.entries(), "rx_malformed": self.rx_malformed,
                 "rx_no_endpoint": self.rx_no_endpoint, "rx_unknown_type": self.rx_unknown_type}
+
+
+cdef Endpoint _endpoint_of(proc, fd):
+    f = (<FdTable> proc.fds).get(fd)
+    if not isinstance(f, Endpoint):
+        raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
+    return <Endpoint> f
 
 
 cdef class Mdr(RxHandler):
@@ -553,3 +553,11 @@ cdef class _WritePath(Path):
             raise wb
         self.value = None
         return 0
+
+
+cdef _WritePath _write_path(DirectedPoint dp, Endpoint e, data):
+    cdef _WritePath path = _WritePath.__new__(_WritePath)
+    path.dp = dp
+    path.e = e
+    path.data = data
+    return path
