@@ -32,8 +32,19 @@ import math
 
 import trio
 import trio.testing
+from trio._core import _run as _trio_run
+
+_GRC = _trio_run.GLOBAL_RUN_CONTEXT
 
 __all__ = ["EngineClock", "RunnableCounter"]
+
+
+cdef RunnableCounter _live = None
+
+
+cdef RunnableCounter live_counter():
+    """The counter of the trio run in progress (None outside one, or for another trio)."""
+    return _live
 
 
 cdef class RunnableCounter:
@@ -44,11 +55,28 @@ cdef class RunnableCounter:
     """
 
     def before_run(self) -> None:
+        global _live
         self.runnable = 0
         self.live = True
+        try:
+            runner = _GRC.runner
+            self.runq = runner.runq
+            self.hooks = runner.instruments.data
+            self.deadlines = runner.deadlines
+        except AttributeError:          # another trio's internals: the calls look them up
+            return
+        self.runner = runner
+        clock = runner.clock
+        self.own_clock = isinstance(clock, EngineClock) and clock.counter is self
+        _live = self
 
     def after_run(self) -> None:
+        global _live
         self.live = False
+        self.runner = self.runq = self.hooks = self.deadlines = None
+        self.own_clock = False
+        if _live is self:
+            _live = None
 
     def task_scheduled(self, task) -> None:
         self.runnable += 1

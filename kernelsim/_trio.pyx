@@ -37,7 +37,7 @@ from trio._core import _run as _trio_run
 from trio._core import _traps as _trio_traps
 
 from kernelsim._clock import EngineClock
-from kernelsim._clock cimport RunnableCounter
+from kernelsim._clock cimport RunnableCounter, live_counter
 from kernelsim._cpu cimport Cpu
 from kernelsim._engine cimport Engine
 from kernelsim._waits cimport Waiter, WaitQueue
@@ -97,6 +97,11 @@ except AttributeError:                  # a trio without these internals
 def _matches(replicated) -> bool:
     return replicated is not None and all(_source_digest(fn) == digest for fn, digest in replicated.items())
 
+try:
+    _REPLICATED_DEADLINE = {_trio_run.Deadlines.next_deadline: "bd55a5fed21bb616"}
+except AttributeError:
+    _REPLICATED_DEADLINE = None
+cdef bint _fast_deadline = _matches(_REPLICATED_DEADLINE)
 cdef bint _fast_wake = _matches(_REPLICATED_WAKE)
 cdef bint _fast_park = _matches(_REPLICATED_PARK)
 
@@ -108,11 +113,12 @@ def replicates_trio(on=None) -> bool:
     back to the replicas where they match this trio (the tests run both ways). Returns
     the setting in force afterwards.
     """
-    global _fast_wake, _fast_park
+    global _fast_wake, _fast_park, _fast_deadline
     if on is not None:
         _fast_wake = bool(on) and _matches(_REPLICATED_WAKE)
         _fast_park = bool(on) and _matches(_REPLICATED_PARK)
-    return _fast_wake and _fast_park
+        _fast_deadline = bool(on) and _matches(_REPLICATED_DEADLINE)
+    return _fast_wake and _fast_park and _fast_deadline
 
 
 cdef object _value_none():
@@ -140,17 +146,22 @@ cdef int _wake(object task) except -1:
     if not _fast_wake:
         runner.reschedule(task)
         return 0
-    if task._runner is not runner or task._next_send_fn is not None:
-        raise RuntimeError(f"{task!r} is not parked in this trio run")    # trio's asserts
+    if task._next_send_fn is not None:
+        raise RuntimeError(f"{task!r} is not parked")       # trio's assert
     task._next_send_fn = task.coro.send
     task._next_send = _value_none()
     task._abort_func = None
     task.custom_sleep_data = None
-    runq = runner.runq
+    cdef RunnableCounter c = live_counter()
+    if c is not None and c.runner is runner:
+        runq = c.runq                   # the run's own, read once (`RunnableCounter.before_run`)
+        hooks = c.hooks.get("task_scheduled")
+    else:
+        runq = runner.runq
+        hooks = runner.instruments.data.get("task_scheduled")
     if not runq and runner.is_guest:
         runner.force_guest_tick_asap()
     runq.append(task)
-    hooks = runner.instruments.data.get("task_scheduled")
     if hooks:
         _task_scheduled(runner, hooks, task)
     return 0
@@ -586,18 +597,22 @@ cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
     trio deadline comes: from there trio schedules as usual. True when `done` was
     filled and nothing else was woken on the way.
     """
+    cdef RunnableCounter counter = live_counter()
     try:
         runner = task._runner           # the calling task's (the thread-local context costs more)
-        clock = runner.clock
     except AttributeError:
         runner = None
-        clock = _current_clock()
-    if type(clock) is not EngineClock and not isinstance(clock, EngineClock):
+    if counter is None or counter.runner is not runner:
+        # Not a run whose parts the counter holds: ask the clock.
+        clock = runner.clock if runner is not None else _current_clock()
+        if not isinstance(clock, EngineClock):
+            return False
+        counter = clock.counter
+    elif not counter.own_clock:
         return False
-    cdef RunnableCounter counter = clock.counter
     if not counter.live or counter.runnable != 0:
         return False
-    cdef double until = _next_trio_deadline(runner)
+    cdef double until = _next_trio_deadline(runner, counter)
     cdef long long stops = engine.stops
     engine.run_until_stop(until)
     return done.done and engine.stops == stops + 1 and counter.live and counter.runnable == 0
@@ -633,15 +648,20 @@ def _may_sleep(node, ports) -> bool:
     return all(p.prepare_to_sleep() for p in ports)
 
 
-cdef double _next_trio_deadline(runner) except? -1.0:
+cdef double _next_trio_deadline(runner, RunnableCounter counter) except? -1.0:
     """When trio's next deadline falls (the clock is the engine's, so it is modeled time).
 
     ``current_statistics()`` answers this but also gathers I/O statistics, which made it
     the costliest call of a modeled round trip; ask the runner's deadline queue when
-    this trio has one, else fall back to the public call.
+    this trio has one, else fall back to the public call. No deadline at all (a program
+    without timeouts) is an empty heap: answered without the queue's Python method.
     """
     try:
-        return (_GRC.runner if runner is None else runner).deadlines.next_deadline()
+        deadlines = counter.deadlines if counter.runner is runner and runner is not None else \
+            (_GRC.runner if runner is None else runner).deadlines
+        if _fast_deadline and not deadlines._heap:
+            return INFINITY
+        return deadlines.next_deadline()
     except AttributeError:
         gap = trio.lowlevel.current_statistics().seconds_to_next_deadline
         return trio.current_time() + gap if gap < math.inf else math.inf
