@@ -38,7 +38,7 @@ from trio._core import _traps as _trio_traps
 
 from kernelsim._clock import EngineClock
 from kernelsim._clock cimport RunnableCounter, live_counter
-from kernelsim._cpu cimport Cpu
+from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine
 from kernelsim._waits cimport Waiter, WaitQueue
 from kernelsim._node cimport FdTable
@@ -205,28 +205,22 @@ async def _park_outcome(abort_func):
 
 
 @cython.freelist(8)
-cdef class _Completion(Waiter):
+cdef class _Completion(Completion):
     """A path's `on_done` (and a wait queue's waiter): records, stops the engine, wakes.
 
     `task` is set only once the calling task has parked; until then the call is still
     running on its own stack and looks at `done` itself. As a waiter it knows its
-    `queue`, so that an aborted wait takes itself off it.
+    `queue`, so that an aborted wait takes itself off it. Made by `_completion`.
     """
     cdef Engine engine
     cdef readonly bint done
     cdef object value, exc, task
     cdef WaitQueue queue
 
-    def __cinit__(self, Engine engine):
-        self.engine = engine
-
-    def __call__(self, value=None, exc=None):
-        self._complete(value, exc)
-
     cdef int wake_up(self) except -1:
-        return self._complete(None, None)
+        return self.complete(None, None)
 
-    cdef int _complete(self, object value, object exc) except -1:
+    cdef int complete(self, object value, object exc) except -1:
         self.done = True
         self.value = value
         self.exc = exc
@@ -242,6 +236,14 @@ cdef class _Completion(Waiter):
         self.task = None
         self.queue.discard(self)
         return _ABORT_SUCCEEDED
+
+
+cdef _Completion _completion(Engine engine):
+    """A completion that stops `engine` when it completes (None: a wait's, whose queue's
+    wake stops the engine itself)."""
+    cdef _Completion c = _Completion.__new__(_Completion)
+    c.engine = engine
+    return c
 
 
 def _refuse_abort(_):
@@ -341,7 +343,7 @@ async def run_path(node, path, cpu=None):
     cdef Cpu on = <Cpu> (node.cpu if cpu is None else cpu)
     cdef int how
     if not node.modeled:
-        done = _Completion(None)
+        done = _completion(None)
         on.submit(LEVEL_PROC, path, done)
         if not isinstance(done.exc, WouldBlock):
             # A path that must wait leaves its device work to the wait (`wait_on` runs it once
@@ -350,7 +352,7 @@ async def run_path(node, path, cpu=None):
         await _checkpoint()
     else:
         task = _task()
-        done = _Completion(engine)
+        done = _completion(engine)
         how = _start_path(engine, on, path, done, task)
         if how == _INLINE:
             if _cancel_pending(task):
@@ -371,7 +373,7 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     cdef int how
     if node.modeled:
         task = _task()
-        woken = _Completion(None)          # the queue's wake stops the engine itself
+        woken = _completion(None)          # the queue's wake stops the engine itself
         how = _start_wait(node.engine, queue, woken, task)
         if how == _INLINE:
             if _cancel_pending(task):
@@ -503,7 +505,7 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
         if not _is_nonblocking(nonblocking, proc, fd):
             if modeled:
                 # `wait_on` inlined (a coroutine less on the resume that ends the wait).
-                done = _Completion(None)
+                done = _completion(None)
                 how = _start_wait(node.engine, first_wait, done, task)
                 if how == _INLINE:
                     if _cancel_pending(task):
@@ -531,7 +533,7 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
     engine = <Engine> node.engine
     on = <Cpu> node.cpu
     while True:
-        done = _Completion(engine)
+        done = _completion(engine)
         how = _start_path(engine, on, path, done, task)
         if how == _PARK:
             done.task = task
@@ -550,7 +552,7 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
                 await _checkpoint_if_cancelled()
             raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
         # The wait is this call's checkpoint (it parks, or checks for cancellation).
-        done = _Completion(None)
+        done = _completion(None)
         how = _start_wait(engine, (<WaitQueue?> wb.queue), done, task)
         if how == _INLINE:
             if _cancel_pending(task):
