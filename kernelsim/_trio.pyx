@@ -41,7 +41,7 @@ from kernelsim._clock cimport RunnableCounter, live_counter
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine
 from kernelsim._waits cimport Waiter, WaitQueue
-from kernelsim._node cimport FdTable
+from kernelsim._node cimport Costs, FdTable, kernel_entry
 from kernelsim._node import WouldBlock
 
 cdef int LEVEL_PROC = 1
@@ -421,12 +421,15 @@ cdef class _CallableMaker(_PathMaker):
 
 @cython.freelist(8)
 cdef class _EntryMaker(_PathMaker):
-    """A kernel entry (system call or call gate) into the routine `name`: the node's own
-    ``syscall_path``/``callgate_path``, without a closure per call."""
-    cdef object entry_path, proc, name, args
+    """A kernel entry (system call or call gate) into the routine `name`: what the node's
+    ``syscall_path``/``callgate_path`` make, without a closure or a Python call per call."""
+    cdef dict table
+    cdef str what
+    cdef double cost
+    cdef object proc, name, args
 
     cdef object make(self, bint first):
-        return self.entry_path(self.proc, self.name, self.args, first)
+        return kernel_entry(self.table, self.what, self.proc, self.name, self.args, first, self.cost)
 
 
 @cython.freelist(8)
@@ -460,7 +463,11 @@ def run_entry(node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_
     flag is read after each WouldBlock): ``node.callgate_path(proc, name, args, first)``
     or ``node.syscall_path(...)``, without a closure per call. Returns the coroutine."""
     cdef _EntryMaker maker = _EntryMaker.__new__(_EntryMaker)
-    maker.entry_path = node.callgate_path if gate else node.syscall_path
+    cdef Costs costs = node.costs
+    if gate:
+        maker.table, maker.what, maker.cost = node.callgates, "call gate", costs.callgate
+    else:
+        maker.table, maker.what, maker.cost = node.syscalls, "system call", costs.syscall
     maker.proc = proc
     maker.name = name
     maker.args = args
