@@ -1,9 +1,15 @@
 # The LANai board's state and its C methods, declared for the driver's per-frame paths
 # (nic_drivers/myrinet/driver.pyx reaches the card by C calls); _model.pyx implements them.
 from kernelsim._engine cimport Engine
+from kernelsim._path cimport Path
 from kernelsim._pcibus cimport PciBus
 from kernelsim._physmem cimport PhysMem
 from nic_drivers._nic cimport NicModel
+
+
+cdef class NiHandler:
+    # A control program's handler that the NI processor starts by a C call (see _model.pyx).
+    cdef object start(self, object arg)
 
 
 cdef class LanaiNI(NicModel):
@@ -58,6 +64,9 @@ cdef class LanaiNI(NicModel):
     cpdef raise_host(self, unsigned int bits)
     cdef _start(self)
     cpdef post(self, object fn, object arg=*, bint urgent=*)
+    cpdef post_path(self, Path path, bint urgent=*)
+    cdef _queue(self, object item, bint urgent)
+    cdef _then(self, object then, object arg)
     cdef _run(self)
     cdef _step(self)
     cdef _fault(self, exc)

@@ -33,6 +33,10 @@ What is modeled, and why each piece is there:
   its effects -- programming a DMA, raising a host interrupt -- take place when those
   cycles have passed. Packet arrivals go ahead of other work, as in a real control
   program's event loop. Host doorbells are SRAM words the control program watches.
+  A typed control program (DP's) gives the processor `NiHandler`s, started by a C
+  call, whose paths are `kernelsim._path.Path` state machines stepped by a C call; and
+  it may hand ``host_dma``/``net_send`` a ready Path to run when the transfer is done.
+  A Python control program's generators are resumed as before: same cycles either way.
 * **The firmware slot.** The control program is not part of the board: protocol
   modules load one (``load_firmware``), then the host starts the processor through the
   control register. DP's firmware is in ``firmware.py``; its hooks are the contract.
@@ -57,6 +61,7 @@ from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._pyiter cimport resume
 
 from kernelsim._engine cimport Engine
+from kernelsim._path cimport Path
 from kernelsim._pcibus cimport PciBus
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim._physmem import anonymous_pages
@@ -85,6 +90,41 @@ cdef enum:
     EV_H_DONE       # a host DMA transfer ends
     EV_S_GO         # the send DMA's set-up is over: the packet goes onto the link
     EV_S_DONE       # a packet's tail has left over a real transport
+
+
+cdef class NiHandler:
+    """A control program's handler as an object the processor starts by a C call:
+    ``start(arg)`` gives the path that runs it -- a `Path` (stepped by a C call) or any
+    iterator of NI cycles -- or None when there is nothing to run. Called from Python it
+    is ``handler(arg)``, as a generator function handler is."""
+
+    cdef object start(self, object arg):
+        raise NotImplementedError
+
+    def __call__(self, arg=None):
+        return self.start(arg)
+
+
+cdef class _Watch:
+    # A watched doorbell word: `fn(off)` runs when the host writes it; `queued` while a
+    # look is waiting for the processor (a burst of writes costs one look).
+    cdef object fn
+    cdef object off
+    cdef bint queued
+
+
+cdef class _HostDma:
+    # One request to the host DMA engine; `then(arg)` is posted when it is done, or
+    # `then` itself when it is a Path and `arg` is None.
+    cdef bint to_host
+    cdef Py_ssize_t host_addr, sram_off, n
+    cdef object then, arg
+
+
+cdef class _SendDma:
+    # One packet for the send DMA engine (the token the medium hands back in net_sent).
+    cdef Py_ssize_t sram_off, n
+    cdef object then, arg
 
 
 cdef class LanaiNI(NicModel):
@@ -222,18 +262,37 @@ cdef class LanaiNI(NicModel):
     # -- the NI processor ----------------------------------------------------------------
 
     cpdef post(self, object fn, object arg=None, bint urgent=False):
-        """Queue `fn(arg)` -- a handler generator yielding NI cycles -- on the processor."""
+        """Queue `fn(arg)` -- a handler generator yielding NI cycles, or an `NiHandler`
+        -- on the processor."""
+        self._queue((fn, arg), urgent)
+
+    cpdef post_path(self, Path path, bint urgent=False):
+        """Queue a handler's path, ready to step (a typed control program's C call)."""
+        self._queue(path, urgent)
+
+    cdef _queue(self, object item, bint urgent):
+        # An item is a (fn, arg) pair, a ready Path, or a watched word's _Watch.
         if not self.ctrl & CTRL_RUN:
             return
         if urgent:
-            self._q_hi.append((fn, arg))
+            self._q_hi.append(item)
         else:
-            self._q_lo.append((fn, arg))
+            self._q_lo.append(item)
         if self._cur is None:
             self._run()
 
+    cdef _then(self, object then, object arg):
+        # A DMA is done: what the control program asked to run next.
+        if then is None:
+            return
+        if arg is None and isinstance(then, Path):
+            self._queue(then, False)
+        else:
+            self._queue((then, arg), False)
+
     cdef _run(self):
-        cdef object item, gen
+        cdef object item, gen, fn, arg
+        cdef _Watch w
         while self._cur is None and self.ctrl & CTRL_RUN:
             if self._q_hi:
                 item = self._q_hi.popleft()
@@ -243,7 +302,21 @@ cdef class LanaiNI(NicModel):
                 return
             self.ni_events += 1
             try:
-                gen = item[0](item[1])
+                if isinstance(item, Path):
+                    gen = item
+                else:
+                    if type(item) is _Watch:
+                        w = <_Watch> item
+                        w.queued = False
+                        fn = w.fn
+                        arg = w.off
+                    else:
+                        fn = (<tuple> item)[0]
+                        arg = (<tuple> item)[1]
+                    if isinstance(fn, NiHandler):
+                        gen = (<NiHandler> fn).start(arg)
+                    else:
+                        gen = fn(arg)
             except Exception as exc:
                 self._fault(exc)
                 continue
@@ -253,27 +326,35 @@ cdef class LanaiNI(NicModel):
             self._step()
 
     cdef _step(self):
+        # Run the current handler up to its next cycles (a Path by its C call, a
+        # generator by a resume); those cycles are one engine event later.
         cdef object gen = self._cur
         cdef object c
-        cdef double t
+        cdef double cycles, t
         cdef PyObject* res = NULL
         cdef int r
+        cdef bint is_path = isinstance(gen, Path)
         while True:
             try:
-                r = resume(gen, &res)
+                if is_path:
+                    r = (<Path> gen).step(&cycles)
+                else:
+                    r = resume(gen, &res)
+                    c = <object> res
+                    Py_XDECREF(res)
+                    res = NULL
+                    if r == 1:
+                        cycles = <double> c if c is not None else 0.0
             except Exception as exc:
                 self._cur = None
                 self._fault(exc)
                 return
-            c = <object> res
-            Py_XDECREF(res)
-            res = NULL
             if r == 0:
                 self._cur = None
                 return
-            if c is not None and c > 0:
-                t = (<double> c) * self.cycle_s
-                self.ni_cycles += c
+            if cycles > 0:
+                t = cycles * self.cycle_s
+                self.ni_cycles += cycles
                 self.ni_busy_s += t
                 self.engine.post(self.engine.now + t, self, EV_RESUME, gen)
                 return
@@ -311,26 +392,28 @@ cdef class LanaiNI(NicModel):
         The control program's event loop polls these words; a burst of host writes
         while a look is already queued costs one look.
         """
+        cdef _Watch entry = _Watch.__new__(_Watch)
         off &= ~3
-        self._watch[off] = [fn, False, off]
+        entry.fn = fn
+        entry.off = off
+        self._watch[off] = entry
         if off + 4 > self._watch_hi:
             self._watch_hi = off + 4
 
-    def _watch_run(self, entry):
-        entry[1] = False
-        return entry[0](entry[2])
-
     cdef _poke(self, Py_ssize_t off, Py_ssize_t n):
         cdef Py_ssize_t w
-        cdef object entry
+        cdef object found
+        cdef _Watch entry
         if off >= self._watch_hi:
             return
         w = off & ~3
         while w < off + n and w < self._watch_hi:
-            entry = self._watch.get(w)
-            if entry is not None and not entry[1]:
-                entry[1] = True
-                self.post(self._watch_run, entry)
+            found = self._watch.get(w)
+            if found is not None:
+                entry = <_Watch> found
+                if not entry.queued:
+                    entry.queued = True
+                    self._queue(entry, False)
             w += 4
 
     cpdef double rtc(self):
@@ -421,30 +504,39 @@ cdef class LanaiNI(NicModel):
 
     cpdef host_dma(self, bint to_host, Py_ssize_t host_addr, Py_ssize_t sram_off, Py_ssize_t n,
                    object then=None, object arg=None):
-        """Firmware: queue a host DMA; `then(arg)` is posted to the processor when it is done."""
-        self._hq.append((to_host, host_addr, sram_off, n, then, arg))
+        """Firmware: queue a host DMA; `then(arg)` is posted to the processor when it is done
+        (`then` itself if it is a `Path` and `arg` is None)."""
+        cdef _HostDma req = _HostDma.__new__(_HostDma)
+        req.to_host = to_host
+        req.host_addr = host_addr
+        req.sram_off = sram_off
+        req.n = n
+        req.then = then
+        req.arg = arg
+        self._hq.append(req)
         if self._h_cur is None:
             self._h_start()
 
     cdef _h_start(self):
-        cdef object req
+        cdef _HostDma req
         cdef double t
         if not self._hq or not self.ctrl & CTRL_RUN:
             return
-        req = self._hq.popleft()
+        req = <_HostDma> self._hq.popleft()
         self._h_cur = req
         if self.bus is not None:
-            t = self.bus.dma_start(self.engine.now, <Py_ssize_t> req[3]) - self.engine.now
+            t = self.bus.dma_start(self.engine.now, req.n) - self.engine.now
         else:
-            t = self.dma_span(<Py_ssize_t> req[3])
+            t = self.dma_span(req.n)
         self.h_busy_s += t
         self.h_transfers += 1
-        self.h_bytes += <Py_ssize_t> req[3]
+        self.h_bytes += req.n
         self.engine.post(self.engine.now + t, self, EV_H_DONE, req)
 
-    cdef _h_done(self, req):
-        cdef bint to_host
-        cdef Py_ssize_t host_addr, off, n
+    cdef _h_done(self, req_obj):
+        cdef _HostDma req = <_HostDma> req_obj
+        cdef bint to_host = req.to_host
+        cdef Py_ssize_t host_addr = req.host_addr, off = req.sram_off, n = req.n
         if req is not self._h_cur:
             return
         if self.bus is not None:
@@ -453,7 +545,6 @@ cdef class LanaiNI(NicModel):
                 return
             self.bus.dma_finish()
         self._h_cur = None
-        to_host, host_addr, off, n, then, arg = req
         if not span_ok(off, n, self.sram_bytes) or host_addr <= 0 or not span_ok(host_addr, n, self.mem.size):
             self.dma_errors += 1
             self.isr |= ISR_ERR
@@ -466,14 +557,18 @@ cdef class LanaiNI(NicModel):
         self._h_start()
         if to_host and self.host_write_sink is not None:
             self.host_write_sink(host_addr, n)
-        if then is not None:
-            self.post(then, arg)
+        self._then(req.then, req.arg)
 
     # -- send DMA engine (SRAM -> link) ----------------------------------------------------
 
     cpdef net_send(self, Py_ssize_t sram_off, Py_ssize_t n, object then=None, object arg=None):
-        """Firmware: queue a packet (route bytes first) for the link."""
-        self._sq.append((sram_off, n, then, arg))
+        """Firmware: queue a packet (route bytes first) for the link; `then` as for host_dma."""
+        cdef _SendDma req = _SendDma.__new__(_SendDma)
+        req.sram_off = sram_off
+        req.n = n
+        req.then = then
+        req.arg = arg
+        self._sq.append(req)
         if self._s_cur is None:
             self._s_start()
 
@@ -490,8 +585,8 @@ cdef class LanaiNI(NicModel):
         cdef Py_ssize_t off, n, i
         if req is not self._s_cur:
             return
-        off = req[0]
-        n = req[1]
+        off = (<_SendDma> req).sram_off
+        n = (<_SendDma> req).n
         if n <= 0 or not span_ok(off, n, self.sram_bytes):
             self.dma_errors += 1
             self._s_done(req)
@@ -527,11 +622,10 @@ cdef class LanaiNI(NicModel):
             return
         self._s_cur = None
         self.s_packets += 1
-        self.s_bytes += <Py_ssize_t> req[1]
+        self.s_bytes += (<_SendDma> req).n
         self.s_busy_s += self.engine.now - self._s_t0
         self._s_start()
-        if req[2] is not None:
-            self.post(req[2], req[3])
+        self._then((<_SendDma> req).then, (<_SendDma> req).arg)
 
     # -- receive DMA engine (link -> SRAM) -------------------------------------------------
 
