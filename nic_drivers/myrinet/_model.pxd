@@ -1,6 +1,6 @@
 # The LANai board's state and its C methods, declared for the driver's per-frame paths
 # (nic_drivers/myrinet/driver.pyx reaches the card by C calls); _model.pyx implements them.
-from kernelsim._engine cimport Engine
+from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._path cimport Path
 from kernelsim._pcibus cimport PciBus
 from kernelsim._physmem cimport PhysMem
@@ -10,6 +10,17 @@ from nic_drivers._nic cimport NicModel
 cdef class NiHandler:
     # A control program's handler that the NI processor starts by a C call (see _model.pyx).
     cdef object start(self, object arg)
+
+
+cdef class Medium(EventTarget):
+    # A network that carries the packets of LANai boards (the fabric's Wire): the send
+    # DMA engine hands it a packet by a C call.
+    cpdef inject(self, object ni, bytes data, object token)
+
+
+cdef class HostWriteSink:
+    # Told of every host-memory write the board's DMA makes (a modeled poll notices it).
+    cdef int wrote(self, Py_ssize_t addr, Py_ssize_t n) except -1
 
 
 cdef class LanaiNI(NicModel):
@@ -80,6 +91,7 @@ cdef class LanaiNI(NicModel):
     cpdef double pio_time(self, Py_ssize_t n)
     cdef int _check(self, Py_ssize_t off, Py_ssize_t n) except -1
     cpdef pio_write(self, Py_ssize_t off, const unsigned char[::1] data)
+    cdef int pio_write_from(self, Py_ssize_t off, PhysMem mem, Py_ssize_t addr, Py_ssize_t n) except -1
     cpdef pio_write32(self, Py_ssize_t off, unsigned int value)
     cpdef unsigned int pio_read32(self, Py_ssize_t off)
     cpdef unsigned int rd32(self, Py_ssize_t off)
@@ -97,6 +109,7 @@ cdef class LanaiNI(NicModel):
     cpdef rx_wait(self, object fn, object arg)
     cdef _rx_grant(self)
     cpdef net_tail(self, const unsigned char[::1] data, bint crc_ok)
+    cdef int net_tail_at(self, const unsigned char* data, Py_ssize_t n, bint crc_ok) except -1
     cpdef net_abort(self)
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok)
-    cdef _rx_store(self, const unsigned char[::1] data, bint crc_ok)
+    cdef _rx_store(self, const unsigned char* data, Py_ssize_t n, bint crc_ok)

@@ -57,10 +57,11 @@ import errno
 from collections import deque
 
 from libc.string cimport memcpy
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._pyiter cimport resume
 
-from kernelsim._engine cimport Engine
+from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._path cimport Path
 from kernelsim._pcibus cimport PciBus
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
@@ -90,6 +91,25 @@ cdef enum:
     EV_H_DONE       # a host DMA transfer ends
     EV_S_GO         # the send DMA's set-up is over: the packet goes onto the link
     EV_S_DONE       # a packet's tail has left over a real transport
+
+
+cdef class Medium(EventTarget):
+    """A network for LANai boards: ``inject(ni, data, token)`` starts streaming `data`
+    (route bytes first) from `ni` now; it calls ``ni.net_sent(token)`` when the tail has left."""
+
+    cpdef inject(self, object ni, bytes data, object token):
+        raise NotImplementedError
+
+
+cdef class HostWriteSink:
+    """A driver's hook for the board's host-memory writes, called by C; from Python it
+    is ``sink(addr, n)``, as a plain callable sink is."""
+
+    cdef int wrote(self, Py_ssize_t addr, Py_ssize_t n) except -1:
+        raise NotImplementedError
+
+    def __call__(self, Py_ssize_t addr, Py_ssize_t n):
+        self.wrote(addr, n)
 
 
 cdef class NiHandler:
@@ -466,6 +486,19 @@ cdef class LanaiNI(NicModel):
         self.pio_bytes += n
         self._poke(off, n)
 
+    cdef int pio_write_from(self, Py_ssize_t off, PhysMem mem, Py_ssize_t addr, Py_ssize_t n) except -1:
+        """``pio_write(off, mem.view[addr:addr + n])`` without the slice: the host CPU's
+        stores from its own memory."""
+        self._check(off, n)
+        if not span_ok(addr, n, mem.size):
+            span_check(addr, n, mem.size, "host memory")
+        if n:
+            memcpy(&self.sram[off], &mem.buf[addr], n)
+        self.pio_writes += 1
+        self.pio_bytes += n
+        self._poke(off, n)
+        return 0
+
     cpdef pio_write32(self, Py_ssize_t off, unsigned int value):
         self._check(off, 4)
         (<unsigned int*> &self.sram[off])[0] = value
@@ -556,7 +589,10 @@ cdef class LanaiNI(NicModel):
                 memcpy(&self.sram[off], &self.mem.buf[host_addr], n)
         self._h_start()
         if to_host and self.host_write_sink is not None:
-            self.host_write_sink(host_addr, n)
+            if isinstance(self.host_write_sink, HostWriteSink):
+                (<HostWriteSink> self.host_write_sink).wrote(host_addr, n)
+            else:
+                self.host_write_sink(host_addr, n)
         self._then(req.then, req.arg)
 
     # -- send DMA engine (SRAM -> link) ----------------------------------------------------
@@ -591,8 +627,11 @@ cdef class LanaiNI(NicModel):
             self.dma_errors += 1
             self._s_done(req)
             return
-        data = bytes(self.sram[off:off + n])
+        data = PyBytes_FromStringAndSize(<char*> &self.sram[off], n)
         port = self.port
+        if isinstance(port, Medium):
+            (<Medium> port).inject(self, data, req)      # the medium calls net_sent(req) when the tail has left
+            return
         inject = getattr(port, "inject", None)
         if inject is not None:
             inject(self, data, req)      # the medium calls net_sent(req) when the tail has left
@@ -663,8 +702,15 @@ cdef class LanaiNI(NicModel):
     cpdef net_tail(self, const unsigned char[::1] data, bint crc_ok):
         """Medium: the packet's last byte is in; `crc_ok` is the hardware CRC check."""
         self.rx_busy = False
-        self._rx_store(data, crc_ok)
+        self._rx_store(&data[0] if data.shape[0] else NULL, data.shape[0], crc_ok)
         self._rx_grant()
+
+    cdef int net_tail_at(self, const unsigned char* data, Py_ssize_t n, bint crc_ok) except -1:
+        """`net_tail` for the fabric's C call: the packet is the `n` bytes at `data`."""
+        self.rx_busy = False
+        self._rx_store(data, n, crc_ok)
+        self._rx_grant()
+        return 0
 
     cpdef net_abort(self):
         """Medium: the packet that was streaming in never completed (a fault took it)."""
@@ -676,10 +722,9 @@ cdef class LanaiNI(NicModel):
         if self.rx_busy or not self.rx_armed:
             self.rx_no_buffer += 1
             return
-        self._rx_store(frame, crc_ok)
+        self._rx_store(&frame[0] if frame.shape[0] else NULL, frame.shape[0], crc_ok)
 
-    cdef _rx_store(self, const unsigned char[::1] data, bint crc_ok):
-        cdef Py_ssize_t n = data.shape[0]
+    cdef _rx_store(self, const unsigned char* data, Py_ssize_t n, bint crc_ok):
         if not self.ctrl & CTRL_RUN or not self.rx_armed:
             self.rx_halted += 1
             return
@@ -695,7 +740,7 @@ cdef class LanaiNI(NicModel):
         if n > self.rx_cap:
             self.rx_too_long += 1
             return
-        memcpy(&self.sram[self.rx_off], &data[0], n)
+        memcpy(&self.sram[self.rx_off], data, n)
         self.rx_armed = False
         self.rx_packets += 1
         self.rx_bytes += n

@@ -42,7 +42,8 @@ from kernelsim._physmem cimport PhysMem
 from kernelsim._waits cimport WaitQueue as _WaitQueue
 from nic_drivers._nic cimport NicDriver
 from nic_drivers.myrinet import _model as hw
-from nic_drivers.myrinet._model cimport LanaiNI
+from nic_drivers.myrinet._model cimport HostWriteSink, LanaiNI
+from nic_drivers.myrinet.firmware cimport DPFirmware
 from kernelsim._path cimport Path
 from kernelsim._netdev cimport RxWalk
 from nic_drivers.myrinet.fabric import RouteTable
@@ -136,7 +137,9 @@ cdef class MyrinetNetDevice(NicDriver):
         elif not isinstance(table, RouteTable):         # routes written by hand: a plain mapping
             table = RouteTable(table.get, list(table))
         self.routes = table
-        dev.host_write_sink = self._host_write
+        sink = _HostWrite.__new__(_HostWrite)
+        (<_HostWrite> sink).nd = self
+        dev.host_write_sink = sink
         w = dev.pio_write32
         for off, value in ((CB_SEND_PROD, 0), (CB_RX_CONS, 0), (CB_BULK_CONS, 0), (CB_TX_WAIT, 0),
                            (CB_RX_RING, self.rx_ring), (CB_RX_SLOTS, self.nrx), (CB_BULK_RING, self.bulk_ring),
@@ -277,14 +280,18 @@ cdef class MyrinetNetDevice(NicDriver):
         """The walk of the kernel ring: `_MyriRxWalk` (a C state machine)."""
         return _rx_walk(self, pending)
 
-    def _host_write(self, addr: int, n: int) -> None:
+    def _host_write(self, Py_ssize_t addr, Py_ssize_t n) -> None:
         """The NI's DMA wrote host memory: a modeled poll of that word notices it now (FM-C06)."""
+        self._host_wrote(addr)
+
+    cdef int _host_wrote(self, Py_ssize_t addr) except -1:
         if addr == self.txdone:
             self.bulk_tx_space.wake()
         elif self.bulk_ring and self.bulk_ring <= addr < self.bulk_ring + self.nbulk * self.slot_bytes:
-            self.bulk_rx_space.wake()
+            (<_WaitQueue> self.bulk_rx_space).wake()
         elif self.rx_ring <= addr < self.rx_ring + self.nrx * self.slot_bytes:
-            self.rx_poll_space.wake()
+            (<_WaitQueue> self.rx_poll_space).wake()
+        return 0
 
     # -- the EPOS bulk-transfer interface (EP-A01..A20, EP-C01..C08): see pipeline.py ------------------
 
@@ -311,6 +318,14 @@ cdef class MyrinetNetDevice(NicDriver):
                    device=self.dev.stats(), firmware=self.fw.stats() if self.fw else None,
                    bulk=self.bulk.stats() if self.bulk else None)
         return out
+
+
+cdef class _HostWrite(HostWriteSink):
+    # The board's host-write hook: MyrinetNetDevice._host_write by a C call.
+    cdef MyrinetNetDevice nd
+
+    cdef int wrote(self, Py_ssize_t addr, Py_ssize_t n) except -1:
+        return self.nd._host_wrote(addr)
 
 
 cdef unsigned int _ISR_RX = hw.ISR_RX, _ISR_TX = hw.ISR_TX, _ISR_ERR = hw.ISR_ERR
@@ -543,8 +558,10 @@ cdef class _MyriCommit(Path):
                 self.state = 2
             return 1
         if self.state == 1:
-            dev.pio_write(nd.fw.send_buffer(self.entry) + self.off,
-                          (<PhysMem> nd.node.mem).view[self.host:self.host + self.flen])
+            if nd.fw is None:
+                raise AttributeError(f"{nd.name}: no control program loaded")
+            dev.pio_write_from((<DPFirmware> nd.fw).send_buffer(self.entry) + self.off,
+                               <PhysMem> nd.node.mem, self.host, self.flen)
             nd.tx_pio += 1
             nd._post(self.entry, DESC_PIO | self.flen, 0, self.off)
         elif self.state == 2:

@@ -531,9 +531,11 @@ cdef class DPFirmware(Firmware):
         self.bring = _Ring("bulk", CB_BULK_CONS)
         self.wd_timer = None
 
-    def send_buffer(self, Py_ssize_t i) -> int:
+    cpdef Py_ssize_t send_buffer(self, Py_ssize_t i) except -1:
         """SRAM offset of send buffer `i` (the driver PIO-writes frames there)."""
-        return self.send_buf[i]
+        if not 0 <= i < self.ntx:
+            raise IndexError(f"send buffer {i} of {self.ntx}")
+        return self.send0 + i * self.buffer_bytes
 
     def start(self, ni):
         cdef LanaiNI board = self._ni()
