@@ -1,5 +1,6 @@
 # The LANai board's state and its C methods, declared for the driver's per-frame paths
 # (nic_drivers/myrinet/driver.pyx reaches the card by C calls); _model.pyx implements them.
+cimport cython
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._path cimport Path
 from kernelsim._pcibus cimport PciBus
@@ -10,6 +11,40 @@ from nic_drivers._nic cimport NicModel
 cdef class NiHandler:
     # A control program's handler that the NI processor starts by a C call (see _model.pyx).
     cdef object start(self, object arg)
+
+
+@cython.final
+cdef class Fifo:
+    # A first-in first-out queue the board's C code uses without a Python method call
+    # per item (its processor and DMA engines queue a few items per packet): a ring
+    # over a list whose length, a power of two, only grows.
+    cdef list items
+    cdef Py_ssize_t head, count, mask
+
+    cdef inline bint empty(self):
+        return self.count == 0
+
+    cdef inline int push(self, object item) except -1:
+        if self.count > self.mask:
+            self.items = self.items[self.head:] + self.items[:self.head] + [None] * len(self.items)
+            self.head = 0
+            self.mask = len(self.items) - 1
+        self.items[(self.head + self.count) & self.mask] = item
+        self.count += 1
+        return 0
+
+    cdef inline object pop(self):
+        # The caller checked `empty()`.
+        cdef object item = self.items[self.head]
+        self.items[self.head] = None
+        self.head = (self.head + 1) & self.mask
+        self.count -= 1
+        return item
+
+    cdef inline int clear(self) except -1:
+        while self.count:
+            self.pop()
+        return 0
 
 
 cdef class Medium(EventTarget):
@@ -41,17 +76,17 @@ cdef class LanaiNI(NicModel):
     # registers
     cdef unsigned int isr, eimr, ctrl
     # processor
-    cdef object _q_hi, _q_lo
+    cdef Fifo _q_hi, _q_lo
     cdef object _cur
     cdef dict _watch
     cdef Py_ssize_t _watch_hi
     cdef dict _timers
     cdef long long _next_timer
     # host DMA engine
-    cdef object _hq
+    cdef Fifo _hq
     cdef object _h_cur
     # send DMA engine
-    cdef object _sq
+    cdef Fifo _sq
     cdef object _s_cur
     cdef double _s_t0
     # receive DMA engine

@@ -84,6 +84,11 @@ CTRL_RUN = 1 << 0
 
 ROUTE_BIT = 0x80         # a route byte has its most significant bit set
 
+# The same, typed for the C code (a module global is a dict lookup per use).
+cdef int _REG_ISR = REG_ISR, _REG_EIMR = REG_EIMR, _REG_CTRL = REG_CTRL, _REG_VERSION = REG_VERSION
+cdef unsigned int _ISR_ERR = ISR_ERR, _CTRL_RUN = CTRL_RUN
+cdef unsigned char _ROUTE_BIT = ROUTE_BIT
+
 
 # What the engine calls this board back for (`LanaiNI.on_event`).
 cdef enum:
@@ -91,6 +96,13 @@ cdef enum:
     EV_H_DONE       # a host DMA transfer ends
     EV_S_GO         # the send DMA's set-up is over: the packet goes onto the link
     EV_S_DONE       # a packet's tail has left over a real transport
+
+
+cdef Fifo _fifo():
+    cdef Fifo q = Fifo.__new__(Fifo)
+    q.items = [None] * 8
+    q.mask = 7
+    return q
 
 
 cdef class Medium(EventTarget):
@@ -178,10 +190,10 @@ cdef class LanaiNI(NicModel):
         if self.bus_bytes <= 0 or self.wc_burst <= 0:
             raise ValueError("pci.bus_bytes and pci.wc_burst_bytes must be positive")
         self.send_setup_s = profile["lanai.send_setup_cycles"] * self.cycle_s
-        self._q_hi = deque()
-        self._q_lo = deque()
-        self._hq = deque()
-        self._sq = deque()
+        self._q_hi = _fifo()
+        self._q_lo = _fifo()
+        self._hq = _fifo()
+        self._sq = _fifo()
         self._rx_waiters = deque()
         self._watch = {}
         self._timers = {}
@@ -218,27 +230,27 @@ cdef class LanaiNI(NicModel):
     # -- host-visible registers (the write-semantics table) -------------------------------
 
     cpdef unsigned int csr_read(self, int off):
-        if off == REG_ISR:
+        if off == _REG_ISR:
             return self.isr
-        if off == REG_EIMR:
+        if off == _REG_EIMR:
             return self.eimr
-        if off == REG_CTRL:
+        if off == _REG_CTRL:
             return self.ctrl
-        if off == REG_VERSION:
+        if off == _REG_VERSION:
             return 0x0401 if self.hz < 60e6 else 0x0902
         return 0xFFFFFFFF
 
     cpdef csr_write(self, int off, unsigned int value):
-        if off == REG_ISR:
+        if off == _REG_ISR:
             self.isr &= ~(value & ISR_MASK)             # write 1 to clear
             self._update_irq()
-        elif off == REG_EIMR:
+        elif off == _REG_EIMR:
             self.eimr = value & ISR_MASK
             self._update_irq()
-        elif off == REG_CTRL:
-            if value & CTRL_RUN and not self.ctrl & CTRL_RUN:
+        elif off == _REG_CTRL:
+            if value & _CTRL_RUN and not self.ctrl & _CTRL_RUN:
                 self._start()
-            elif not value & CTRL_RUN and self.ctrl & CTRL_RUN:
+            elif not value & _CTRL_RUN and self.ctrl & _CTRL_RUN:
                 self._reset()
 
     cdef _update_irq(self):
@@ -253,7 +265,7 @@ cdef class LanaiNI(NicModel):
 
     def load_firmware(self, fw):
         """Put a control program into SRAM; the host starts it by setting CTRL_RUN."""
-        if self.ctrl & CTRL_RUN:
+        if self.ctrl & _CTRL_RUN:
             raise OSError(errno.EBUSY, "LANai: halt the processor before loading a control program")
         if self.firmware is not None:
             self.unload_firmware()
@@ -261,7 +273,7 @@ cdef class LanaiNI(NicModel):
         self.firmware = fw
 
     def unload_firmware(self):
-        if self.ctrl & CTRL_RUN:
+        if self.ctrl & _CTRL_RUN:
             self._reset()
         fw = self.firmware
         self.firmware = None
@@ -270,10 +282,10 @@ cdef class LanaiNI(NicModel):
 
     cdef _start(self):
         if self.firmware is None:
-            self.isr |= ISR_ERR
+            self.isr |= _ISR_ERR
             self._update_irq()
             return
-        self.ctrl |= CTRL_RUN
+        self.ctrl |= _CTRL_RUN
         self.post(self._fw_start, None, True)
 
     def _fw_start(self, _):
@@ -292,12 +304,12 @@ cdef class LanaiNI(NicModel):
 
     cdef _queue(self, object item, bint urgent):
         # An item is a (fn, arg) pair, a ready Path, or a watched word's _Watch.
-        if not self.ctrl & CTRL_RUN:
+        if not self.ctrl & _CTRL_RUN:
             return
         if urgent:
-            self._q_hi.append(item)
+            self._q_hi.push(item)
         else:
-            self._q_lo.append(item)
+            self._q_lo.push(item)
         if self._cur is None:
             self._run()
 
@@ -313,11 +325,11 @@ cdef class LanaiNI(NicModel):
     cdef _run(self):
         cdef object item, gen, fn, arg
         cdef _Watch w
-        while self._cur is None and self.ctrl & CTRL_RUN:
-            if self._q_hi:
-                item = self._q_hi.popleft()
-            elif self._q_lo:
-                item = self._q_lo.popleft()
+        while self._cur is None and self.ctrl & _CTRL_RUN:
+            if not self._q_hi.empty():
+                item = self._q_hi.pop()
+            elif not self._q_lo.empty():
+                item = self._q_lo.pop()
             else:
                 return
             self.ni_events += 1
@@ -403,7 +415,7 @@ cdef class LanaiNI(NicModel):
         # A control program that throws hangs a real board; here it is counted and shown.
         self.fw_faults += 1
         self.last_fault = repr(exc)
-        self.isr |= ISR_ERR
+        self.isr |= _ISR_ERR
         self._update_irq()
 
     def watch(self, Py_ssize_t off, fn):
@@ -546,16 +558,16 @@ cdef class LanaiNI(NicModel):
         req.n = n
         req.then = then
         req.arg = arg
-        self._hq.append(req)
+        self._hq.push(req)
         if self._h_cur is None:
             self._h_start()
 
     cdef _h_start(self):
         cdef _HostDma req
         cdef double t
-        if not self._hq or not self.ctrl & CTRL_RUN:
+        if self._hq.empty() or not self.ctrl & _CTRL_RUN:
             return
-        req = <_HostDma> self._hq.popleft()
+        req = <_HostDma> self._hq.pop()
         self._h_cur = req
         if self.bus is not None:
             t = self.bus.dma_start(self.engine.now, req.n) - self.engine.now
@@ -580,7 +592,7 @@ cdef class LanaiNI(NicModel):
         self._h_cur = None
         if not span_ok(off, n, self.sram_bytes) or host_addr <= 0 or not span_ok(host_addr, n, self.mem.size):
             self.dma_errors += 1
-            self.isr |= ISR_ERR
+            self.isr |= _ISR_ERR
             self._update_irq()
         elif n:
             if to_host:
@@ -604,15 +616,15 @@ cdef class LanaiNI(NicModel):
         req.n = n
         req.then = then
         req.arg = arg
-        self._sq.append(req)
+        self._sq.push(req)
         if self._s_cur is None:
             self._s_start()
 
     cdef _s_start(self):
         cdef object req
-        if not self._sq or not self.ctrl & CTRL_RUN:
+        if self._sq.empty() or not self.ctrl & _CTRL_RUN:
             return
-        req = self._sq.popleft()
+        req = self._sq.pop()
         self._s_cur = req
         self._s_t0 = self.engine.now
         self.engine.post(self.engine.now + self.send_setup_s, self, EV_S_GO, req)
@@ -639,7 +651,7 @@ cdef class LanaiNI(NicModel):
             # A real transport carries the packet straight to its node: the network's
             # switches would have consumed the route.
             i = 0
-            while i < n and data[i] & ROUTE_BIT:
+            while i < n and data[i] & _ROUTE_BIT:
                 i += 1
             limit = getattr(getattr(port, "transport", None), "max_frame", None)
             if limit is not None and n - i > limit:
@@ -680,7 +692,7 @@ cdef class LanaiNI(NicModel):
         """Medium: a packet's head is at our input; may it stream in now?"""
         if self.rx_busy or self._rx_waiters:
             return False
-        if self.rx_armed or not self.ctrl & CTRL_RUN:
+        if self.rx_armed or not self.ctrl & _CTRL_RUN:
             self.rx_busy = True
             return True
         return False
@@ -694,7 +706,7 @@ cdef class LanaiNI(NicModel):
         cdef object fn, arg
         if self.rx_busy or not self._rx_waiters:
             return
-        if self.rx_armed or not self.ctrl & CTRL_RUN:
+        if self.rx_armed or not self.ctrl & _CTRL_RUN:
             self.rx_busy = True
             fn, arg = self._rx_waiters.popleft()
             fn(arg)
@@ -725,7 +737,7 @@ cdef class LanaiNI(NicModel):
         self._rx_store(&frame[0] if frame.shape[0] else NULL, frame.shape[0], crc_ok)
 
     cdef _rx_store(self, const unsigned char* data, Py_ssize_t n, bint crc_ok):
-        if not self.ctrl & CTRL_RUN or not self.rx_armed:
+        if not self.ctrl & _CTRL_RUN or not self.rx_armed:
             self.rx_halted += 1
             return
         if not crc_ok:
@@ -734,7 +746,7 @@ cdef class LanaiNI(NicModel):
             if hook is not None:
                 self.post(hook, n, True)
             return
-        if n == 0 or data[0] & ROUTE_BIT:
+        if n == 0 or data[0] & _ROUTE_BIT:
             self.rx_misrouted += 1           # route bytes left over: not for this NI
             return
         if n > self.rx_cap:
@@ -750,7 +762,7 @@ cdef class LanaiNI(NicModel):
 
     def stats(self):
         return {
-            "running": bool(self.ctrl & CTRL_RUN),
+            "running": bool(self.ctrl & _CTRL_RUN),
             "firmware": getattr(self.firmware, "name", None),
             "isr": hex(self.isr), "eimr": hex(self.eimr),
             "interrupts_raised": self.irq_raised,

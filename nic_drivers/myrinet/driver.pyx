@@ -70,6 +70,7 @@ cdef class MyrinetNetDevice(NicDriver):
     cdef public list tx_bufs
     cdef public object fw, routes
     cdef public _WaitQueue bulk_tx_space
+    cdef readonly PhysMem hostmem        # the node's memory (the rings, the transmit buffers)
     cdef object _hdr_dst
     cdef bytes _hdr_route
     cdef int _hdr_proto
@@ -101,6 +102,7 @@ cdef class MyrinetNetDevice(NicDriver):
         self._tx_wait = 0
         self._owed = 0.0                 # CPU time of register writes made outside a path
         self.fw = None
+        self.hostmem = <PhysMem?> node.mem
         self.bulk_tx_space = WaitQueue(node.engine)
         self.bulk_rx_space = WaitQueue(node.engine)
         self.rx_poll_space = WaitQueue(node.engine)
@@ -241,15 +243,19 @@ cdef class MyrinetNetDevice(NicDriver):
         path.pending = pending
         return path
 
-    cpdef _post(self, Py_ssize_t entry, unsigned int w0, Py_ssize_t host, Py_ssize_t off):
+    def _post(self, Py_ssize_t entry, unsigned int w0, Py_ssize_t host, Py_ssize_t off):
         """Write descriptor `entry` and bump the producer word (the NI watches it)."""
+        self._post_desc(entry, w0, host, off)
+
+    cdef int _post_desc(self, Py_ssize_t entry, unsigned int w0, Py_ssize_t host, Py_ssize_t off) except -1:
         cdef LanaiNI dev = <LanaiNI> self.dev
-        cdef Py_ssize_t d = DESC_BASE + DESC_BYTES * entry
+        cdef Py_ssize_t d = _DESC_BASE + _DESC_BYTES * entry
         dev.pio_write32(d, w0)
         dev.pio_write32(d + 4, <unsigned int> host)
         dev.pio_write32(d + 8, <unsigned int> off)
         self.cur_tx += 1
-        dev.pio_write32(CB_SEND_PROD, <unsigned int> (self.cur_tx & 0xFFFFFFFF))
+        dev.pio_write32(_CB_SEND_PROD, <unsigned int> (self.cur_tx & 0xFFFFFFFF))
+        return 0
 
     def pio_path(self, sram_off: int, data, pending: float = 0.0):
         """Write `data` into NI SRAM by PIO on this CPU's time (write-combined bursts)."""
@@ -331,7 +337,9 @@ cdef class _HostWrite(HostWriteSink):
 cdef unsigned int _ISR_RX = hw.ISR_RX, _ISR_TX = hw.ISR_TX, _ISR_ERR = hw.ISR_ERR
 cdef int _REG_ISR = hw.REG_ISR
 cdef unsigned int _TRAILER_FULL = TRAILER_FULL
-cdef Py_ssize_t _CB_RX_CONS = CB_RX_CONS
+cdef Py_ssize_t _CB_RX_CONS = CB_RX_CONS, _CB_SEND_PROD = CB_SEND_PROD
+cdef Py_ssize_t _DESC_BASE = DESC_BASE, _DESC_BYTES = DESC_BYTES, _ROUTE_MAX = ROUTE_MAX
+cdef unsigned int _DESC_PIO = DESC_PIO
 
 
 cdef _MyriRxWalk _rx_walk(MyrinetNetDevice nd, double pending):
@@ -423,7 +431,7 @@ cdef class _MyriRxWalk(RxWalk):
                 self._next_slot(nd)
             elif self.state == WALK_CONSUMED:
                 self.pending = 0.0
-                (<LanaiNI> nd.dev).pio_write32(_CB_RX_CONS, nd.cur_rx & MASK32)   # slots free; we polled
+                (<LanaiNI> nd.dev).pio_write32(_CB_RX_CONS, <unsigned int> (nd.cur_rx & 0xFFFFFFFF))   # slots free; we polled
                 self.state = WALK_OVER
                 self.value = self.pending
                 return 0
@@ -545,7 +553,7 @@ cdef class _MyriCommit(Path):
         cdef double owed
         if self.state == 0:
             self.entry = nd.cur_tx % nd.ntx
-            self.off = ROUTE_MAX - nd._rlen
+            self.off = _ROUTE_MAX - nd._rlen
             self.flen = nd._rlen + 4 + self.payload_bytes
             self.host = <Py_ssize_t> nd.tx_bufs[self.entry] + self.off
             owed = nd._owed
@@ -560,13 +568,12 @@ cdef class _MyriCommit(Path):
         if self.state == 1:
             if nd.fw is None:
                 raise AttributeError(f"{nd.name}: no control program loaded")
-            dev.pio_write_from((<DPFirmware> nd.fw).send_buffer(self.entry) + self.off,
-                               <PhysMem> nd.node.mem, self.host, self.flen)
+            dev.pio_write_from((<DPFirmware> nd.fw).buffer_at(self.entry) + self.off, nd.hostmem, self.host, self.flen)
             nd.tx_pio += 1
-            nd._post(self.entry, DESC_PIO | self.flen, 0, self.off)
+            nd._post_desc(self.entry, _DESC_PIO | <unsigned int> self.flen, 0, self.off)
         elif self.state == 2:
             nd.tx_dma += 1
-            nd._post(self.entry, self.flen, self.host, self.off)
+            nd._post_desc(self.entry, self.flen, self.host, self.off)
         if self.state != 3:
             self.state = 3
             nd.tx_frames += 1

@@ -42,7 +42,7 @@ cdef class DPFirmware(Firmware):
     cdef public long long n_done_reports
 
     cdef LanaiNI _ni(self)
-    cpdef Py_ssize_t send_buffer(self, Py_ssize_t i) except -1
+    cdef Py_ssize_t buffer_at(self, Py_ssize_t i) except -1
     cdef _reset_state(self)
     cdef int _complete(self) except -1
     cdef int _report(self, unsigned int wait) except -1

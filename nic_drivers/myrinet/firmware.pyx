@@ -93,6 +93,9 @@ RX_MODES = ("irq", "watchdog", "poll")
 MASK32 = 0xFFFFFFFF
 
 
+# The control block's offsets, typed for the C code (a module global is a dict lookup per use).
+cdef Py_ssize_t _CB_SEND_PROD = CB_SEND_PROD, _CB_RX_CONS = CB_RX_CONS, _CB_TX_WAIT = CB_TX_WAIT
+cdef Py_ssize_t _CB_TX_DONE = CB_TX_DONE, _DESC_BASE = DESC_BASE, _DESC_BYTES = DESC_BYTES
 cdef unsigned int _ISR_RX = ISR_RX, _ISR_TX = ISR_TX
 cdef unsigned int _DESC_PIO = DESC_PIO, _TRAILER_FULL = TRAILER_FULL
 cdef int _MYRI_TYPE_DP = MYRI_TYPE_DP, _BULK_PROTO = BULK_PROTO
@@ -179,7 +182,7 @@ cdef class _FwPath(Path):
                 return 1
             fw.n_sent += 1
             fw._complete()
-            if <unsigned int> (fw.seen - fw.done) == fw.ntx - 1 and ni.rd32(CB_SEND_PROD) != fw.seen:
+            if <unsigned int> (fw.seen - fw.done) == fw.ntx - 1 and ni.rd32(_CB_SEND_PROD) != fw.seen:
                 ni.post_path(_path(fw, K_HOST_SEND), False)     # the host is ahead of a full ring
             return 0
         if k == K_PACKET:
@@ -219,7 +222,7 @@ cdef class _FwPath(Path):
                 self.state = 1
                 cost[0] = fw.c_poll
                 return 1
-            wait = ni.rd32(CB_TX_WAIT)
+            wait = ni.rd32(_CB_TX_WAIT)
             if wait:
                 fw._report(wait)
             return 0
@@ -229,7 +232,7 @@ cdef class _FwPath(Path):
                 self.state = 1
                 cost[0] = fw.c_poll
                 return 1
-            if ni.rd32(CB_RX_CONS) != fw.kring.prod:
+            if ni.rd32(_CB_RX_CONS) != fw.kring.prod:
                 fw.n_watchdog_interrupts += 1
                 ni.raise_host(_ISR_RX)
             return 0
@@ -286,7 +289,7 @@ cdef int _host_send(DPFirmware fw, LanaiNI ni, _FwPath p, double* cost) except -
         ni.net_send(p.at, p.length, _sent(fw, p.i), None)
     while True:
         if p.state != 1:
-            if ni.rd32(CB_SEND_PROD) == fw.seen or <unsigned int> (fw.seen - fw.done) >= fw.ntx:
+            if ni.rd32(_CB_SEND_PROD) == fw.seen or <unsigned int> (fw.seen - fw.done) >= fw.ntx:
                 return 0
             p.state = 1
             cost[0] = p.cost + fw.c_desc
@@ -294,7 +297,7 @@ cdef int _host_send(DPFirmware fw, LanaiNI ni, _FwPath p, double* cost) except -
             return 1
         p.i = fw.seen % fw.ntx
         fw.seen += 1
-        d = DESC_BASE + DESC_BYTES * p.i
+        d = _DESC_BASE + _DESC_BYTES * p.i
         w0 = ni.rd32(d)
         length = w0 & 0xFFFF
         off = ni.rd32(d + 8)
@@ -444,7 +447,7 @@ cdef class _Handler(NiHandler):
             p.buf, p.n = arg
         elif self.kind == K_CONSUMED:
             p.i = arg
-            p.ring = self.fw.kring if p.i == CB_RX_CONS else self.fw.bring
+            p.ring = self.fw.kring if p.i == _CB_RX_CONS else self.fw.bring
         elif self.kind == K_HOLD_TIMEOUT:
             p.ring = <_Ring?> arg
         return p
@@ -502,7 +505,7 @@ cdef class DPFirmware(Firmware):
     def attach(self, ni) -> None:
         cdef LanaiNI board = <LanaiNI?> ni
         b = board.buffer_bytes
-        if DESC_BASE + self.ntx * DESC_BYTES > board.firmware_bytes:
+        if _DESC_BASE + self.ntx * _DESC_BYTES > board.firmware_bytes:
             raise OSError(errno.ENOMEM, f"LANai: {self.ntx} send descriptors do not fit the control area")
         first = board.firmware_bytes
         nrx = (board.sram_bytes - first - self.ntx * b) // b
@@ -527,12 +530,15 @@ cdef class DPFirmware(Firmware):
         self.done = 0
         self.reported = 0
         self.free_rx = list(reversed(self.rx_buffers))
-        self.kring = _Ring("kernel", CB_RX_CONS)
+        self.kring = _Ring("kernel", _CB_RX_CONS)
         self.bring = _Ring("bulk", CB_BULK_CONS)
         self.wd_timer = None
 
-    cpdef Py_ssize_t send_buffer(self, Py_ssize_t i) except -1:
+    def send_buffer(self, Py_ssize_t i) -> int:
         """SRAM offset of send buffer `i` (the driver PIO-writes frames there)."""
+        return self.buffer_at(i)
+
+    cdef Py_ssize_t buffer_at(self, Py_ssize_t i) except -1:
         if not 0 <= i < self.ntx:
             raise IndexError(f"send buffer {i} of {self.ntx}")
         return self.send0 + i * self.buffer_bytes
@@ -547,17 +553,17 @@ cdef class DPFirmware(Firmware):
             ring.slot_bytes = board.rd32(CB_SLOT_BYTES)
             ring.cons = board.rd32(ring.cons_word)
             ring.prod = ring.cons
-        self.seen = board.rd32(CB_SEND_PROD)
+        self.seen = board.rd32(_CB_SEND_PROD)
         self.done = self.reported = self.seen
-        board.wr32(CB_TX_DONE, self.done)
+        board.wr32(_CB_TX_DONE, self.done)
         self.txdone_addr = board.rd32(CB_TXDONE_ADDR)
         mode = board.rd32(CB_RX_MODE)
         self.rx_code = mode if mode < len(RX_MODES) else MODE_IRQ
         self.watchdog_s = board.rd32(CB_WATCHDOG_NS) * 1e-9
-        board.watch(CB_SEND_PROD, self.on_host_send)
-        board.watch(CB_RX_CONS, self.on_consumed)
+        board.watch(_CB_SEND_PROD, self.on_host_send)
+        board.watch(_CB_RX_CONS, self.on_consumed)
         board.watch(CB_BULK_CONS, self.on_consumed)
-        board.watch(CB_TX_WAIT, self.on_tx_wait)
+        board.watch(_CB_TX_WAIT, self.on_tx_wait)
         self._arm()
 
     # -- send side ---------------------------------------------------------------------
@@ -569,8 +575,8 @@ cdef class DPFirmware(Firmware):
         cdef unsigned int wait
         cdef Py_ssize_t half = self.ntx // 2
         self.done += 1
-        ni.wr32(CB_TX_DONE, self.done)
-        wait = ni.rd32(CB_TX_WAIT)
+        ni.wr32(_CB_TX_DONE, self.done)
+        wait = ni.rd32(_CB_TX_WAIT)
         if wait or <unsigned int> (self.done - self.reported) >= (half if half > 1 else 1):
             self._report(wait)
         return 0
@@ -579,7 +585,7 @@ cdef class DPFirmware(Firmware):
         """DMA the completion count to the host word (then interrupt it if it asked)."""
         self.reported = self.done
         self.n_done_reports += 1
-        self._ni().host_dma(True, self.txdone_addr, CB_TX_DONE, 4, _path(self, K_REPORTED) if wait >= 2 else None,
+        self._ni().host_dma(True, self.txdone_addr, _CB_TX_DONE, 4, _path(self, K_REPORTED) if wait >= 2 else None,
                             None)
         return 0
 
