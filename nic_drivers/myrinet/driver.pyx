@@ -38,7 +38,8 @@ import errno
 from kernelsim import WaitQueue, WouldBlock
 
 from kernelsim._node cimport Costs
-from kernelsim._physmem cimport PhysMem
+from libc.string cimport memcpy
+from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim._waits cimport WaitQueue as _WaitQueue
 from nic_drivers._nic cimport NicDriver
 from nic_drivers.myrinet import _model as hw
@@ -72,6 +73,8 @@ cdef class MyrinetNetDevice(NicDriver):
     cdef public _WaitQueue bulk_tx_space
     cdef readonly PhysMem hostmem        # the node's memory (the rings, the transmit buffers)
     cdef object _hdr_dst
+    cdef object _known_of                # the RouteTable whose `known` dict _known_routes is
+    cdef dict _known_routes
     cdef bytes _hdr_route
     cdef int _hdr_proto
 
@@ -139,6 +142,8 @@ cdef class MyrinetNetDevice(NicDriver):
         elif not isinstance(table, RouteTable):         # routes written by hand: a plain mapping
             table = RouteTable(table.get, list(table))
         self.routes = table
+        self._known_of = table
+        self._known_routes = table.known
         sink = _HostWrite.__new__(_HostWrite)
         (<_HostWrite> sink).nd = self
         dev.host_write_sink = sink
@@ -169,9 +174,12 @@ cdef class MyrinetNetDevice(NicDriver):
 
     # -- transmit ------------------------------------------------------------------------
 
-    cpdef long long _reclaim(self) except -1:
+    def _reclaim(self):
         """Take the NI's completion count from host memory; free those descriptors."""
-        cdef long long done = (<PhysMem> self.node.mem).rd32(self.txdone), freed
+        return self._reclaim_c()
+
+    cdef long long _reclaim_c(self) except -1:
+        cdef long long done = self.hostmem.rd32(self.txdone), freed
         freed = (done - (self.dirty_tx & MASK32)) & MASK32
         if 0 < freed <= self.cur_tx - self.dirty_tx:
             self.dirty_tx += freed
@@ -184,10 +192,13 @@ cdef class MyrinetNetDevice(NicDriver):
             return freed
         return 0
 
-    def _reserve(self, wait_level: int, queue) -> int:
+    def _reserve(self, int wait_level, queue) -> int:
         """Index of the next free send descriptor, or WouldBlock on `queue`."""
+        return self._reserve_c(wait_level, queue)
+
+    cdef Py_ssize_t _reserve_c(self, int wait_level, object queue) except -1:
         if self.cur_tx - self.dirty_tx >= self.ntx:
-            self._reclaim()
+            self._reclaim_c()
             if self.cur_tx - self.dirty_tx >= self.ntx:
                 self.tx_busy += 1
                 if self._tx_wait < wait_level:
@@ -198,7 +209,7 @@ cdef class MyrinetNetDevice(NicDriver):
         return self.cur_tx % self.ntx
 
     def tx_reserve(self) -> int:
-        return self.tx_bufs[self._reserve(TX_WAIT_IRQ, self.tx_space)]
+        return self.tx_bufs[self._reserve_c(TX_WAIT_IRQ, self.tx_space)]
 
     def route(self, nid: int) -> bytes:
         r = self.routes.get(nid)
@@ -209,12 +220,21 @@ cdef class MyrinetNetDevice(NicDriver):
         return r
 
     def write_link_header(self, Py_ssize_t addr, dst_hw, int proto) -> None:
-        r = self.route(dst_hw)                  # looked up every time: the mapper may re-route
+        cdef object r = None
+        cdef Py_ssize_t at, n
+        if self.routes is self._known_of:       # looked up every time: the mapper may re-route
+            r = self._known_routes.get(dst_hw)
+        if r is None or len(r) > _ROUTE_MAX:
+            r = self.route(dst_hw)              # not asked for yet (or refused: it raises)
         if self._hdr_route is None or proto != self._hdr_proto or r != self._hdr_dst:
             self._hdr_route = r + MYRI_TYPE_DP.to_bytes(2, "big") + proto.to_bytes(2, "big")
             self._hdr_dst = r
             self._hdr_proto = proto
-        (<PhysMem> self.node.mem).write(addr + ROUTE_MAX - len(r), self._hdr_route)
+        at = addr + _ROUTE_MAX - len(r)
+        n = len(self._hdr_route)
+        if not span_ok(at, n, self.hostmem.size):
+            span_check(at, n, self.hostmem.size, "physical memory")
+        memcpy(&self.hostmem.buf[at], <const unsigned char*> self._hdr_route, n)
         self._rlen = len(r)
 
     def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
@@ -279,7 +299,7 @@ cdef class MyrinetNetDevice(NicDriver):
         self.polls += 1
         owed, self._owed = self._owed, 0.0
         pending = yield from self._rx_path(pending + owed)
-        pending += self.c_desc * self._reclaim()
+        pending += self.c_desc * self._reclaim_c()
         return pending
 
     def _rx_path(self, double pending):
@@ -483,7 +503,7 @@ cdef class _MyriIrq(Path):
             if isr & hw.ISR_RX:
                 pending = yield from self._rx_path(pending)
             if isr & hw.ISR_TX:
-                pending += self.c_desc * self._reclaim()
+                pending += self.c_desc * self._reclaim_c()
             if isr & hw.ISR_ERR:
                 self.rx_errors += 1
         return pending
@@ -534,7 +554,7 @@ cdef class _MyriIrq(Path):
                 self.state = IRQ_AFTER_WALK
             else:
                 if self.isr & _ISR_TX:
-                    self.pending += nd.c_desc * nd._reclaim()
+                    self.pending += nd.c_desc * nd._reclaim_c()
                 if self.isr & _ISR_ERR:
                     nd.rx_errors += 1
                 self.state = IRQ_TOP
