@@ -483,3 +483,12 @@ cdef class Peer:
 
     def __repr__(self):
         return f"<Peer node {self.nid}>"
+
+
+# The same values as C constants for the endpoint chain's per-packet code (_codes.pxd).
+cimport protocols.am._codes as _C
+assert (K_REQ, K_REP, K_STORE, K_GETREQ, K_GETDATA, K_ACK, K_NACK, K_KEEPALIVE, K_REJECT, K_NOP, F_FIRST, F_LAST,
+        F_REPCH, AM_HDR, CHECKSUM_BYTES, HERE, AHEAD, BEHIND, PART, COMPLETE, DUP, BAD) == \
+    (_C.K_REQ, _C.K_REP, _C.K_STORE, _C.K_GETREQ, _C.K_GETDATA, _C.K_ACK, _C.K_NACK, _C.K_KEEPALIVE, _C.K_REJECT,
+     _C.K_NOP, _C.F_FIRST, _C.F_LAST, _C.F_REPCH, _C.AM_HDR, _C.CHECKSUM_BYTES, _C.W_HERE, _C.W_AHEAD, _C.W_BEHIND,
+     _C.T_PART, _C.T_COMPLETE, _C.T_DUP, _C.T_BAD)

@@ -1,6 +1,10 @@
 # The bulk-transfer part of the SP AM endpoint chain (fields: window.pxd).
+from protocols.am._wire cimport Header, Peer, RxChannel
 from protocols.am.keepalive cimport KeepAlive
 
 
 cdef class Bulk(KeepAlive):
-    pass
+    cdef int _finish(self, object x) except -1
+    cdef int _rx_store(self, Peer peer, RxChannel rx, Header h, bytes data) except -1
+    cdef int _rx_getdata(self, Peer peer, RxChannel rx, Header h, bytes data) except -1
+    cdef bint _accept_chunk_packet(self, RxChannel rx, Header h, bytes data) except -1

@@ -36,6 +36,7 @@ from protocols.am import _wire as W
 from protocols.am._checks import check_count, check_remote, handler_index, pack_words, word
 from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
 from protocols.am.keepalive cimport KeepAlive
+from protocols.am._codes cimport *
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from cpython.bytes cimport PyBytes_AS_STRING
 from libc.string cimport memcpy
@@ -148,7 +149,7 @@ cdef class Bulk(KeepAlive):
             ch.pending.append(W.Msg(kind, f, handler, read, npk, c - (npk - 1) * pkt, addr + off,
                                     arg if last else end, off, x))
 
-    def _finish(self, x: Transfer) -> None:
+    cdef int _finish(self, object x) except -1:
         """The store's source may be reused: its last chunk is acknowledged (the data
         has landed and the remote handler has run), or, for a one-packet store, its
         data has been copied and handed over. Run the completion function."""
@@ -160,6 +161,7 @@ cdef class Bulk(KeepAlive):
                 x.on_done(x.done_arg)
             finally:
                 self._handler_depth -= 1
+        return 0
 
     def _transfer_refused(self, peer, x: Transfer) -> None:
         """The target refused `x` (its remote memory is outside the target's segments)."""
@@ -188,23 +190,25 @@ cdef class Bulk(KeepAlive):
         read = (lambda off, n, a=raddr, mem=self.mem: mem.read(a + off, n))
         self._chunks(peer.tx_rep, W.K_GETDATA, 0, read, nbytes, laddr, 0, None)
 
-    def _rx_store(self, peer, rx, h, data):
+    cdef int _rx_store(self, Peer peer, RxChannel rx, Header h, bytes data) except -1:
         """A packet of a store chunk: checked against our segments before a byte is
-        written (the whole rest of the transfer at once), then placed by its offset."""
+        written (the whole rest of the transfer at once), then placed by its offset.
+        1 when the handler it ran replied (the caller sends the reply)."""
+        cdef long long base, total
         st = self.stats_c
         if not self.in_segments(h.chunk_base, h.end):
             self._refuse(peer, rx, 0, h.seq)
-            return
+            return 0
         if not self._accept_chunk_packet(rx, h, data):
-            return
-        if h.npkts > 1 or not h.flags & W.F_FIRST or not h.flags & W.F_LAST:
+            return 0
+        if h.npkts > 1 or not h.flags & F_FIRST or not h.flags & F_LAST:
             rx.ack_owed = True                     # one acknowledgement per bulk chunk (SP-A31)
         st["chunks_received"] += 1
-        if h.flags & W.F_FIRST or peer.in_base < 0:
+        if h.flags & F_FIRST or peer.in_base < 0:
             peer.in_base = h.chunk_base
             peer.in_total = 0
         peer.in_total += h.chunk_len
-        if h.flags & W.F_LAST:
+        if h.flags & F_LAST:
             base, total = peer.in_base, peer.in_total
             peer.in_base = -1
             st["stores_received"] += 1
@@ -212,42 +216,44 @@ cdef class Bulk(KeepAlive):
             fn = self.handlers[h.handler]
             if fn is None:
                 self.malformed["bad_handler"] += 1
-                return
-            yield from self._run_handler(peer, fn, True, (base, total, h.arg))
+                return 0
+            return self._run_handler(peer, fn, True, (base, total, h.arg))
+        return 0
 
-    def _rx_getdata(self, peer, rx, h, data):
+    cdef int _rx_getdata(self, Peer peer, RxChannel rx, Header h, bytes data) except -1:
         st = self.stats_c
         g = peer.gets[0] if peer.gets else None
         if g is None or h.chunk_base < g.local or h.end > g.local + g.nbytes:
             self.malformed["bad_offset"] += 1
-            return
+            return 0
         if not self._accept_chunk_packet(rx, h, data):
-            return
-        if h.npkts > 1 or not h.flags & W.F_FIRST or not h.flags & W.F_LAST:
+            return 0
+        if h.npkts > 1 or not h.flags & F_FIRST or not h.flags & F_LAST:
             rx.ack_owed = True                     # one acknowledgement per bulk chunk (SP-A31)
         st["chunks_received"] += 1
-        if h.flags & W.F_LAST:
+        if h.flags & F_LAST:
             peer.gets.popleft()
             g.done = True
             st["gets_completed"] += 1
             fn = self.handlers[g.handler]
             if fn is None:
                 self.malformed["bad_handler"] += 1
-                return
-            yield from self._run_handler(peer, fn, False, (g.local, g.nbytes, g.arg))
+                return 0
+            return self._run_handler(peer, fn, False, (g.local, g.nbytes, g.arg))
+        return 0
 
-    def _accept_chunk_packet(self, rx, h, data) -> bool:
+    cdef bint _accept_chunk_packet(self, RxChannel rx, Header h, bytes data) except -1:
         """Place one packet of a chunk by its offset; True once the chunk is complete."""
-        r = rx.take(h.idx, h.npkts)
-        if r == W.DUP:
+        cdef int r = rx.take(h.idx, h.npkts)
+        if r == T_DUP:
             self.stats_c["duplicates"] += 1
             return False
-        if r == W.BAD:
+        if r == T_BAD:
             self.malformed["bad_offset"] += 1
             return False
         if data:
             _write(self.mem, h.addr, data)
-        if r != W.COMPLETE:
+        if r != T_COMPLETE:
             return False
         rx.advance(h.npkts)
         return True
