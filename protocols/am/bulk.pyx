@@ -33,8 +33,9 @@ from __future__ import annotations
 import errno
 
 from protocols.am import _wire as W
-from protocols.am._checks import check_count, check_remote, handler_index, pack_words, word
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
+from protocols.am._checks cimport check_count, check_remote, handler_index, pack_words, word
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg
+cimport cython
 from protocols.am.keepalive cimport KeepAlive
 from protocols.am._codes cimport *
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
@@ -53,11 +54,9 @@ cdef inline int _write(PhysMem mem, Py_ssize_t addr, bytes data) except -1:
     return 0
 
 
-class Transfer:
+@cython.freelist(16)
+cdef class Transfer:
     """An am_store / am_store_async / am_get in progress (as its initiator sees it)."""
-
-    __slots__ = ("kind", "dest", "nbytes", "remote", "local", "handler", "arg", "on_done", "done_arg",
-                 "blocking", "done", "error")
 
     def __init__(self, kind, dest, nbytes, remote, local, handler, arg, on_done=None, done_arg=None, blocking=False):
         self.kind = kind
@@ -88,7 +87,8 @@ cdef class Bulk(KeepAlive):
     # -- the initiator ---------------------------------------------------------------------
 
     def store(self, dest, src, nbytes, raddr, handler, arg, on_done=None, done_arg=None, blocking=False) -> Transfer:
-        peer = self.peer(dest)
+        cdef Peer peer = self.peer(dest)
+        cdef Transfer x
         check_count(nbytes)
         handler = handler_index(handler)
         arg = word(arg)
@@ -99,13 +99,24 @@ cdef class Bulk(KeepAlive):
             data = bytes(src)
             if len(data) < nbytes:
                 raise OSError(errno.EFAULT, f"the source holds {len(data)} bytes, not {nbytes}")
-            read = (lambda off, n, d=data: d[off:off + n])
             local = None
         else:
             local = self.local_range(src, nbytes)
-            read = (lambda off, n, a=local, mem=self.mem: mem.read(a + off, n))
-        x = Transfer("store", dest, nbytes, raddr, local, handler, arg, on_done, done_arg, blocking)
-        self._chunks(peer.tx_req, W.K_STORE, handler, read, nbytes, raddr, arg, x)
+        x = Transfer.__new__(Transfer)
+        x.kind, x.dest, x.nbytes, x.remote, x.local = "store", dest, nbytes, raddr, local
+        x.handler, x.arg, x.on_done, x.done_arg, x.blocking = handler, arg, on_done, done_arg, blocking
+        x.done, x.error = False, None
+        if nbytes <= self.pkt_data:
+            # One packet: not bulk -- its data copied now (`_chunks`), read straight from the source.
+            kept = data[:nbytes] if local is None else self.mem.read(local, nbytes)
+            peer.tx_req.pending.append(new_msg(K_STORE, F_FIRST | F_LAST, handler, kept, 1, nbytes, raddr, arg, 0, x,
+                                               True))
+        else:
+            if local is None:
+                read = (lambda off, n, d=data: d[off:off + n])
+            else:
+                read = (lambda off, n, a=local, mem=self.mem: mem.read(a + off, n))
+            self._chunks(peer.tx_req, K_STORE, handler, read, nbytes, raddr, arg, x)
         self.stats_c["stores"] += 1
         return x
 
@@ -117,13 +128,14 @@ cdef class Bulk(KeepAlive):
         check_remote(raddr, nbytes)
         local = self.local_range(lbuf, nbytes)
         x = Transfer("get", dest, nbytes, raddr, local, handler, arg, blocking=blocking)
-        m = W.Msg(W.K_GETREQ, 0, handler, pack_words((raddr, nbytes, local)), xfer=x)
+        m = new_msg(K_GETREQ, 0, handler, pack_words((raddr, nbytes, local)), 1, 0, 0, 0, 0, x, False)
         peer.tx_req.pending.append(m)
         peer.gets.append(x)
         self.stats_c["gets"] += 1
         return x
 
-    def _chunks(self, ch, kind, handler, read, nbytes, addr, arg, x, flags=0):
+    cdef int _chunks(self, TxChannel ch, int kind, int handler, object read, long long nbytes, unsigned int addr,
+                     unsigned int arg, object x, int flags=0) except -1:
         """Cut a transfer into chunks of 36 packets (SP-C06): each one message, one
         sequence number; FIRST/LAST mark the ends so the receiver can run the handler
         once all has landed. Every non-last chunk carries the transfer's end address,
@@ -132,22 +144,25 @@ cdef class Bulk(KeepAlive):
         A transfer that fits in one packet is not bulk: its data is copied now and it
         travels as a short message (acknowledged by the window's rules, its source free
         as soon as it is handed over)."""
-        pkt = self.pkt_data
+        cdef long long cb, count, end, off, c, j
+        cdef int pkt = self.pkt_data, npk, f
+        cdef bint last
         if nbytes <= pkt:
-            ch.pending.append(W.Msg(kind, flags | W.F_FIRST | W.F_LAST, handler, read(0, nbytes), 1, nbytes, addr,
-                                    arg, 0, x, True))
-            return
+            ch.pending.append(new_msg(kind, flags | F_FIRST | F_LAST, handler, read(0, nbytes), 1, <int> nbytes, addr,
+                                      arg, 0, x, True))
+            return 0
         cb = self.chunk_bytes
         count = -(-nbytes // cb)
         end = addr + nbytes
         for j in range(count):
             off = j * cb
             c = min(cb, nbytes - off)
-            npk = -(-c // pkt)
+            npk = <int> (-(-c // pkt))
             last = j == count - 1
-            f = flags | (W.F_FIRST if j == 0 else 0) | (W.F_LAST if last else 0)
-            ch.pending.append(W.Msg(kind, f, handler, read, npk, c - (npk - 1) * pkt, addr + off,
-                                    arg if last else end, off, x))
+            f = flags | (F_FIRST if j == 0 else 0) | (F_LAST if last else 0)
+            ch.pending.append(new_msg(kind, f, handler, read, npk, <int> (c - (npk - 1) * pkt), <unsigned int> (addr + off),
+                                      arg if last else <unsigned int> end, off, x, False))
+        return 0
 
     cdef int _finish(self, object x) except -1:
         """The store's source may be reused: its last chunk is acknowledged (the data
@@ -188,7 +203,7 @@ cdef class Bulk(KeepAlive):
         rx.advance(1)
         self.stats_c["gets_served"] += 1
         read = (lambda off, n, a=raddr, mem=self.mem: mem.read(a + off, n))
-        self._chunks(peer.tx_rep, W.K_GETDATA, 0, read, nbytes, laddr, 0, None)
+        self._chunks(peer.tx_rep, K_GETDATA, 0, read, nbytes, laddr, 0, None)
 
     cdef int _rx_store(self, Peer peer, RxChannel rx, Header h, bytes data) except -1:
         """A packet of a store chunk: checked against our segments before a byte is

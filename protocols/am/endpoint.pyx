@@ -34,7 +34,8 @@ from nic_drivers.tb2.fifos cimport HostFifos, UserFifos
 
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
-from protocols.am._checks import MAX_HANDLERS, U32, handler_index, pack_words
+from protocols.am._checks import MAX_HANDLERS, U32
+from protocols.am._checks cimport handler_index, pack_words
 from protocols.am.bulk import Transfer
 from protocols.am.window import AM_PROTO, BLOCKED
 from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, verify, words_of
