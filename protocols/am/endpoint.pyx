@@ -30,7 +30,7 @@ from collections import deque
 
 from kernelsim import WouldBlock
 from kernelsim._waits cimport WaitQueue
-from nic_drivers.tb2.fifos cimport HostFifos, UserFifos
+from nic_drivers.tb2.fifos cimport HostFifos, Packet, UserFifos
 
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
@@ -160,16 +160,13 @@ cdef class AmEndpoint(Bulk):
         self._init_window(params)
         self._init_bulk(params)
         self._init_keepalive(params)
-        uf.adapter.on_rx = self._on_rx
+        uf.adapter.on_rx = (<object> self.events).wake     # an arrival wakes a waiting caller
         uf.adapter.on_tx_space = self._on_tx_space
 
     def __repr__(self):
         return f"AM endpoint of pid {self.proc.pid} on node {self.node.nid}"
 
     # -- adapter events: wake a waiting caller ---------------------------------------------
-
-    def _on_rx(self) -> None:
-        self.events.wake()
 
     def _on_tx_space(self) -> None:
         if self.tx_need:
@@ -340,7 +337,6 @@ cdef class AmEndpoint(Bulk):
     def rx_packet_path(self, src: int, proto: int, user: bytes, data: bytes):
         """The receive entry point for one packet as taken from the FIFO (also what tests
         feed with arbitrary bytes: whatever it is, it is dropped and counted or handled)."""
-        from nic_drivers.tb2.fifos import Packet
         cdef AmPath path = _call_path(self, A_RX_ONE, None, None, None, False, False)
         path.pkt = Packet(src, bytes(data), proto, 0, bytes(user))
         path.state = ST_RX
@@ -524,7 +520,7 @@ cdef class AmPath(Path):
     cdef object since, a, b
     cdef bint raise_errors, wait
     cdef double c
-    cdef object pkt
+    cdef Packet pkt
     cdef bytes data
     cdef Peer peer
     cdef Pump pump
