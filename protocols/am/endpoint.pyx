@@ -150,6 +150,7 @@ cdef class AmEndpoint(Bulk):
         self.hdr.pkt_data = self.pkt_data
         self.segments = []                       # Segment, sorted by address
         self._starts = []
+        self._ends = []                          # each segment's end, in the same order
         self.events = WaitQueue(node.engine)
         self.polls = 0
         self._handler_depth = 0
@@ -211,6 +212,7 @@ cdef class AmEndpoint(Bulk):
         seg = Segment(self, addr, nbytes)
         i = bisect.bisect(self._starts, addr)
         self._starts.insert(i, addr)
+        self._ends.insert(i, addr + nbytes)
         self.segments.insert(i, seg)
         return seg
 
@@ -220,16 +222,9 @@ cdef class AmEndpoint(Bulk):
         i = self.segments.index(seg)
         del self.segments[i]
         del self._starts[i]
+        del self._ends[i]
         seg.live = False
         self.mem.release(seg.addr)
-
-    def in_segments(self, lo: int, hi: int) -> bool:
-        """[lo, hi) lies inside one segment (an empty range: at or inside one)."""
-        i = bisect.bisect_right(self._starts, lo) - 1
-        if i < 0 or hi < lo:
-            return False
-        s = self.segments[i]
-        return hi <= s.addr + s.size and lo <= s.addr + s.size
 
     def local_range(self, buf, nbytes: int) -> int:
         """The address of a local buffer (a Segment or an address in one); EFAULT if not ours."""

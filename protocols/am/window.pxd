@@ -24,7 +24,7 @@ cdef class Window(OpenFile):
     cdef public int fd, pkt_data, _handler_depth
     cdef public double c_poll_own, c_dispatch, c_hdr, c_word, c_post, c_request, c_bulk, full_poll
     cdef public double c_sum_byte, c_sum_packet
-    cdef public list handlers, segments, _starts
+    cdef public list handlers, segments, _starts, _ends
     cdef public Header hdr
     cdef public WaitQueue events
     cdef public long long polls
@@ -46,6 +46,7 @@ cdef class Window(OpenFile):
     cdef int _kick(self, Peer peer) except -1
     cdef object blocked(self, str why)
     cdef int _acked(self, Peer peer, TxChannel ch, int cum) except -1
+    cpdef bint in_segments(self, object lo, object hi) except -1
     # implemented further down the chain (keepalive.pyx, bulk.pyx), called from window.pyx
     cdef int _settled(self, Peer peer) except -1
     cdef int _unsettled(self, Peer peer) except -1

@@ -115,6 +115,26 @@ cdef class Window(OpenFile):
             self.work.append(peer)
         return 0
 
+    # -- memory ---------------------------------------------------------------------------
+
+    cpdef bint in_segments(self, object lo, object hi) except -1:
+        """[lo, hi) lies inside one segment (an empty range: at or inside one). The
+        segments (endpoint.pyx) are kept sorted by address, with their ends beside."""
+        cdef list starts = self._starts
+        cdef Py_ssize_t a = 0, b = len(starts), mid
+        if hi < lo:
+            return False
+        while a < b:                                # bisect_right(starts, lo)
+            mid = (a + b) >> 1
+            if lo < starts[mid]:
+                b = mid
+            else:
+                a = mid + 1
+        if a == 0:
+            return False
+        end = self._ends[a - 1]
+        return hi <= end and lo <= end
+
     # -- acknowledgements, NACKs, refusals on the sending side ---------------------------------
 
     cdef int _acked(self, Peer peer, TxChannel ch, int cum) except -1:
