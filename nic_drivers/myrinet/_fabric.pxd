@@ -43,6 +43,7 @@ cdef class Wire(Medium):
     cdef public long long packets, delivered, misrouted, lost
     cdef public double ni_wait_s
 
+    cdef int inject_packet(self, object ni, bytes data, object token) except -1
     cdef int on_event(self, int what, object arg) except -1
     cdef _take(self, Channel ch, Packet p)
     cdef _hop(self, Packet p)

@@ -21,6 +21,8 @@ an event. So a route of k switches costs k + 3 events whatever the cluster's siz
 """
 from collections import deque
 
+cimport cython
+
 from kernelsim._engine cimport Engine, EventTarget
 from nic_drivers.myrinet._model cimport LanaiNI, Medium
 
@@ -57,6 +59,7 @@ cdef class Channel:
                 "waits": self.waits, "wait_us": self.wait_s * 1e6}
 
 
+@cython.freelist(8)
 cdef class Packet:
     pass
 
@@ -74,9 +77,9 @@ cdef class Wire(Medium):
         self.switch_out = []
         self.inject_ch = {}
 
-    cpdef inject(self, object ni, bytes data, object token):
+    cdef int inject_packet(self, object ni, bytes data, object token) except -1:
         """The send DMA engine of `ni` starts streaming `data` (route first) now."""
-        cdef Packet p = Packet()
+        cdef Packet p = Packet.__new__(Packet)
         cdef Channel ch
         p.data = data
         p.pos = 0
@@ -90,10 +93,11 @@ cdef class Wire(Medium):
         if ch is None:                       # not cabled: the bits go nowhere
             self.lost += 1
             self.engine.post(self.engine.now + p.dur, self, EV_SENDER_DONE, p)
-            return
+            return 0
         p.want = ch
         self._take(ch, p)
         self.engine.post(self.engine.now + self.prop_s + self.hop_s, self, EV_HOP, p)
+        return 0
 
     cdef int on_event(self, int what, object arg) except -1:
         if what == EV_HOP:

@@ -21,7 +21,7 @@ cdef class Fifo:
     cdef list items
     cdef Py_ssize_t head, count, mask
 
-    cdef inline bint empty(self):
+    cdef inline bint empty(self) noexcept:
         return self.count == 0
 
     cdef inline int push(self, object item) except -1:
@@ -50,7 +50,7 @@ cdef class Fifo:
 cdef class Medium(EventTarget):
     # A network that carries the packets of LANai boards (the fabric's Wire): the send
     # DMA engine hands it a packet by a C call.
-    cpdef inject(self, object ni, bytes data, object token)
+    cdef int inject_packet(self, object ni, bytes data, object token) except -1
 
 
 cdef class HostWriteSink:

@@ -109,8 +109,11 @@ cdef class Medium(EventTarget):
     """A network for LANai boards: ``inject(ni, data, token)`` starts streaming `data`
     (route bytes first) from `ni` now; it calls ``ni.net_sent(token)`` when the tail has left."""
 
-    cpdef inject(self, object ni, bytes data, object token):
+    cdef int inject_packet(self, object ni, bytes data, object token) except -1:
         raise NotImplementedError
+
+    def inject(self, ni, bytes data, token):
+        self.inject_packet(ni, data, token)
 
 
 cdef class HostWriteSink:
@@ -642,7 +645,7 @@ cdef class LanaiNI(NicModel):
         data = PyBytes_FromStringAndSize(<char*> &self.sram[off], n)
         port = self.port
         if isinstance(port, Medium):
-            (<Medium> port).inject(self, data, req)      # the medium calls net_sent(req) when the tail has left
+            (<Medium> port).inject_packet(self, data, req)   # the medium calls net_sent(req) when the tail has left
             return
         inject = getattr(port, "inject", None)
         if inject is not None:
