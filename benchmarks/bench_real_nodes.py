@@ -270,8 +270,10 @@ def _floor_wait(rings, spin_s):
             r.drain_doorbell()
 
 
-def _floor_node(prefix, inbound, outbound, spin_s, work_s):
+def _floor_node(prefix, inbound, outbound, spin_s, work_s, cpu=None):
     from kernelsim.media._shmring import ShmRing
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     ins = [ShmRing.attach(prefix + n) for n in inbound]
     outs = [ShmRing.attach(prefix + n) for n in outbound]
     buf = bytearray(64)
@@ -291,17 +293,25 @@ def _floor_node(prefix, inbound, outbound, spin_s, work_s):
             outs[i].send(buf[:k])
 
 
-def _floor_rtt(iters: int, spin_s: float, work_s: float) -> float:
-    """Median µs of a 1-byte round trip along the six ring hops of a DP round trip, no DP."""
+def _floor_rtt(iters: int, spin_s: float, work_s: float, pair: bool = False) -> float:
+    """Median µs of a 1-byte round trip along the six ring hops of a DP round trip, no DP.
+    `pair`: placed as ``dp cluster up`` places a 2-node cluster on a small host (each
+    "node" on a CPU of its own with its "script"; the nodes poll `spin_s`, the scripts sleep)."""
     from kernelsim.media._shmring import ShmRing
+    from libdp._realnode import plan_placement
     prefix = f"dpfloor{os.getpid()}-"
     rings = {n: ShmRing.create(prefix + n, 64, 256) for n in _FLOOR_HOPS}
-    procs = [_ctx.Process(target=_floor_node, args=(prefix, ["s0n0", "n1n0"], ["n0n1", "n0s0"], spin_s, work_s)),
-             _ctx.Process(target=_floor_node, args=(prefix, ["n0n1", "s1n1"], ["n1s1", "n1n0"], spin_s, work_s)),
-             _ctx.Process(target=_floor_node, args=(prefix, ["n1s1"], ["s1n1"], spin_s, 0.0))]   # script 1 echoes
+    cpu = plan_placement(2, "pair")[1] if pair else {0: None, 1: None}
+    script_spin = 0.0 if pair else spin_s
+    procs = [_ctx.Process(target=_floor_node, args=(prefix, ["s0n0", "n1n0"], ["n0n1", "n0s0"], spin_s, work_s, cpu[0])),
+             _ctx.Process(target=_floor_node, args=(prefix, ["n0n1", "s1n1"], ["n1s1", "n1n0"], spin_s, work_s, cpu[1])),
+             _ctx.Process(target=_floor_node, args=(prefix, ["n1s1"], ["s1n1"], script_spin, 0.0, cpu[1]))]  # script 1 echoes
+    mask = os.sched_getaffinity(0)
     try:
         for p in procs:
             p.start()
+        if cpu[0] is not None:
+            os.sched_setaffinity(0, {cpu[0]})               # this process is script 0
         out_ring, in_ring = rings["s0n0"], rings["n0s0"]
         buf = bytearray(64)
         perf = time.perf_counter_ns
@@ -310,7 +320,7 @@ def _floor_rtt(iters: int, spin_s: float, work_s: float) -> float:
             t = perf()
             out_ring.send(b"x")
             while True:
-                _floor_wait([in_ring], spin_s)
+                _floor_wait([in_ring], script_spin)
                 if in_ring.recv_into(buf) >= 0:
                     break
             out.append(perf() - t)
@@ -319,6 +329,7 @@ def _floor_rtt(iters: int, spin_s: float, work_s: float) -> float:
             p.join(5)
         return _median_us(out)
     finally:
+        os.sched_setaffinity(0, mask)
         for p in procs:
             if p.is_alive():
                 p.kill()
@@ -330,11 +341,13 @@ def _floor_rtt(iters: int, spin_s: float, work_s: float) -> float:
 def bench_floor(args):
     spin = args.spin_us * 1e-6
     work = args.floor_work_us * 1e-6
-    rows = {"sleeping on doorbells": (0.0, 0.0), f"polling {args.spin_us:g} us first": (spin, 0.0),
-            f"polling, {args.floor_work_us:g} us work per node pass": (spin, work)}
+    rows = {"sleeping on doorbells": (0.0, 0.0, False), f"polling {args.spin_us:g} us first": (spin, 0.0, False),
+            f"polling, {args.floor_work_us:g} us work per node pass": (spin, work, False),
+            "pair placement, nodes poll": (spin, 0.0, True),
+            f"pair placement, nodes poll, {args.floor_work_us:g} us work": (spin, work, True)}
     out = {}
-    for label, (s, w) in rows.items():
-        runs = [_floor_rtt(args.iters, s, w) for _ in range(args.runs)]
+    for label, (s, w, pair) in rows.items():
+        runs = [_floor_rtt(args.iters, s, w, pair) for _ in range(args.runs)]
         out[label] = statistics.median(runs)
         _row(f"hops alone, {label}", out[label], "us", f"runs {', '.join(f'{x:.1f}' for x in runs)}")
     print("# floor: six ring hops among four processes, no DP; a DP round trip adds four node passes "
