@@ -44,10 +44,17 @@ paper (FACTS LCI-C09), in the node. ``spin_s`` sets the poll (``dp cluster up
 --spin-us``). Polling pays only where a core is spare (`default_spin`): with fewer than
 `SPIN_MIN_CPUS` usable CPUs a yielding poller takes its turn behind every other runnable
 task, while a sleeper its doorbell wakes preempts them, so there nodes and the processes
-attached to them sleep at once. Measured by benchmarks/bench_real_nodes.py on a loaded
-2-core host: everything polling, 2-3 ms per 1-byte round trip; nodes polling 0.05 to 1
-ms and scripts sleeping, 80 to 700 µs from run to run; everything sleeping, 105-150 µs
-and the steadiest -- and the fastest full-size stream.
+attached to them sleep at once -- unless the cluster pins each node to a CPU of its own
+with its scripts beside it (``dp cluster up --placement pair``, libdp._realnode): then
+the node polls and its scripts sleep, and a poll ends as soon as a ``sched_yield`` gave
+the core away (`YIELD_IDLE_S`: someone else on this core -- its own script mid-stream --
+wants it). Measured by benchmarks/bench_real_nodes.py on a loaded 2-core host, 1-byte
+round trip: unpinned, everything polling, 2-3 ms; unpinned, everything sleeping, 58-120
+µs; paired, nodes polling, scripts sleeping, 31-34 µs. A full-size stream is fastest
+unpinned with everything sleeping (docs/real-nodes.md, "Placement and waiting").
+
+**Deliveries wake a process once per pass**: the loop publishes the event-ring records
+a pass made (`kernelsim.daemon._rings.publish_posts`) before it polls on or sleeps.
 
 **Processes come and go.** A process is known by its connection: when it closes (the
 process exited, or was killed) the node exits the kernel process, which closes every
