@@ -43,7 +43,7 @@ async def call(ep, dp, int what, a=None, b=None, bint wait=False):
             r = BLOCKED
         if r is not BLOCKED:
             return r
-        since = dp.now()
+        since = node.engine.now if node.modeled else dp.now()     # `dp.now()`, less its frame
         if not ep.ready():
             ep.arm_timer()
             await wait_on(node, ep.events, dp.spin_s)
@@ -63,7 +63,7 @@ async def poll_until(ep, dp, pred):
             r = BLOCKED
         if r is not BLOCKED:
             return
-        since = dp.now()
+        since = node.engine.now if node.modeled else dp.now()     # `dp.now()`, less its frame
         if not ep.ready():
             ep.arm_timer()
             await wait_on(node, ep.events, dp.spin_s)
@@ -97,7 +97,7 @@ async def _transfer(ep, dp, x):
             r = BLOCKED
         if r is not BLOCKED:
             return r
-        since = dp.now()
+        since = node.engine.now if node.modeled else dp.now()     # `dp.now()`, less its frame
         if not ep.ready():
             ep.arm_timer()
             await wait_on(node, ep.events, dp.spin_s)

@@ -38,6 +38,7 @@ from protocols.am._checks import U32
 from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
 from protocols.am._codes cimport *
 from kernelsim._path cimport Path
+cimport cython
 from kernelsim._pyiter cimport resume
 from cpython.ref cimport PyObject, Py_XDECREF
 
@@ -175,11 +176,11 @@ cdef class Window(OpenFile):
 
     def _nacked(self, Peer peer, Header h) -> None:
         """A NACK: everything before `h.seq` arrived; go back and resend from it."""
-        self.stats_c["nacks_received"] += 1
+        self.counts[S_NACKS_RECEIVED] += 1
         ch = peer.tx_rep if h.flags & F_REPCH else peer.tx_req
         self._acked(peer, ch, h.seq)
         if ch.go_back(h.seq):
-            self.stats_c["gobacks"] += 1
+            self.counts[S_GOBACKS] += 1
 
     def _rejected(self, Peer peer, TxChannel ch, int seq, _err) -> None:
         """The target refused message `seq` (its memory is not in the target's segments;
@@ -222,7 +223,7 @@ cdef class Window(OpenFile):
         peer.rx_req.acked()
         peer.rx_rep.acked()
         if not first:
-            self.stats_c["retransmitted_packets"] += m.npkts
+            self.counts[S_RETRANSMITTED_PACKETS] += m.npkts
             ch.retransmitted += m.npkts
         m.sends += 1
         return True
@@ -248,7 +249,7 @@ cdef class Window(OpenFile):
                 yield from uf._room_path(k)
             except WouldBlock:
                 self.tx_need = k
-                self.stats_c["fifo_full"] += 1
+                self.counts[S_FIFO_FULL] += 1
                 return False
         dest, route = peer.nid, peer.route
         pkts = [packet(i) for i in range(k)]
@@ -274,7 +275,7 @@ cdef class Window(OpenFile):
             self.adapter.reg_write(off, value, width)
             i += width
         uf.sent += k
-        self.stats_c["packets_sent"] += k
+        self.counts[S_PACKETS_SENT] += k
         return True
 
 
@@ -299,6 +300,7 @@ cdef enum:
     S_CHUNK = 5      # a bulk chunk: `Window._send_chunk` runs it
 
 
+@cython.freelist(8)
 cdef class Pump(Path):
     """Send what one peer is owed, in order: its control packets (NACKs, REJECTs), the
     reply channel (resends, then new messages the window admits), the request channel
@@ -452,21 +454,21 @@ cdef class Pump(Path):
         cdef Msg m = self.m
         ep.adapter.reg_write(REG_LEN + self.idx, self.units, 1)   # one length byte: one MicroChannel store
         ep.uf.sent += 1
-        ep.stats_c["packets_sent"] += 1
+        ep.counts[S_PACKETS_SENT] += 1
         peer.rx_req.acked()
         peer.rx_rep.acked()
         if m is None:
             if self.what == P_CTL:
                 peer.ctl.popleft()
             elif self.what == P_ACK:
-                ep.stats_c["acks_sent"] += 1
+                ep.counts[S_ACKS_SENT] += 1
             else:
                 peer.mark = ep.polls
                 peer.keepalives += 1
-                ep.stats_c["keepalives_sent"] += 1
+                ep.counts[S_KEEPALIVES_SENT] += 1
             return 0
         if not self.first:
-            ep.stats_c["retransmitted_packets"] += m.npkts
+            ep.counts[S_RETRANSMITTED_PACKETS] += m.npkts
             self.ch.retransmitted += m.npkts
         m.sends += 1
         return 0
@@ -509,7 +511,7 @@ cdef class Pump(Path):
                 f.refresh_tx_done()
                 if f.free_entries() < 1:
                     ep.tx_need = 1
-                    ep.stats_c["fifo_full"] += 1
+                    ep.counts[S_FIFO_FULL] += 1
                     self.value = False
                     return 0
                 self._write(cost)
