@@ -35,7 +35,7 @@ from kernelsim import WouldBlock
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import U32
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, pack, trailer
 from protocols.am._codes cimport *
 from kernelsim._path cimport Path
 cimport cython
@@ -214,7 +214,7 @@ cdef class Window(OpenFile):
 
         def packet(i):
             n = full if i < npk - 1 else tail
-            return (W.pack(flags, m.handler, m.seq, ack_req, ack_rep, i, npk, tail, base + i * full, m.arg),
+            return (pack(flags, m.handler, m.seq, ack_req, ack_rep, i, npk, tail, base + i * full, m.arg),
                     read(off + i * full, n))
 
         ok = yield from self._send_packets(peer, npk, packet, 0.0, self.c_bulk)
@@ -255,7 +255,7 @@ cdef class Window(OpenFile):
         pkts = [packet(i) for i in range(k)]
         if self.checksum:                          # the end-to-end trailer (_wire.pyx), summed as it is built
             me = self.node.nid
-            pkts = [(h, W.trailer(me, dest, h, d)) for h, d in pkts]
+            pkts = [(h, trailer(me, dest, h, d)) for h, d in pkts]
             sum_byte = self.c_sum_byte
             each += self.c_sum_packet + sum_byte * W.AM_HDR
         units = [(hw.HDR_BYTES + len(d) + hw.LEN_UNIT - 1) // hw.LEN_UNIT for _h, d in pkts]
@@ -330,7 +330,7 @@ cdef class Pump(Path):
         """Choose a control packet (no sequence number of its own; both acks ride on it)."""
         cdef Peer peer = self.peer
         self.m = None
-        self.hdr = W.pack(kindflags, 0, seq, peer.rx_req.expected, peer.rx_rep.expected, 0, 1, 0, addr, arg)
+        self.hdr = pack(kindflags, 0, seq, peer.rx_req.expected, peer.rx_rep.expected, 0, 1, 0, addr, arg)
         self.data = b""
         self.pre = self.ep.c_hdr
         self.post = 0.0
@@ -354,13 +354,13 @@ cdef class Pump(Path):
         data = m.data
         self.data = data
         if m.kept:                                  # a one-packet store or get reply
-            self.hdr = W.pack(kind | m.flags, m.handler, m.seq, peer.rx_req.expected, peer.rx_rep.expected,
+            self.hdr = pack(kind | m.flags, m.handler, m.seq, peer.rx_req.expected, peer.rx_rep.expected,
                               0, 1, m.tail, m.addr, m.arg)
             self.pre = ep.c_bulk
             if self.first:
                 self.post = ep.costs.copy(AM_HDR + len(data))     # the copy kept for retransmission
         else:
-            self.hdr = W.pack(kind | m.flags, m.handler, m.seq, peer.rx_req.expected, peer.rx_rep.expected,
+            self.hdr = pack(kind | m.flags, m.handler, m.seq, peer.rx_req.expected, peer.rx_rep.expected,
                               0, 1, 0, 0, 0)
             words = len(data) >> 2
             self.pre = ep.c_hdr + (ep.c_word * (words - 1) if words > 1 else 0.0)
@@ -432,7 +432,7 @@ cdef class Pump(Path):
         cdef Py_ssize_t n
         cdef bytes data = self.data
         if ep.checksum:                            # the end-to-end trailer (_wire.pyx), summed as it is built
-            data = W.trailer(ep.node.nid, self.peer.nid, self.hdr, data)
+            data = trailer(ep.node.nid, self.peer.nid, self.hdr, data)
             sum_byte = ep.c_sum_byte
             each += ep.c_sum_packet + sum_byte * AM_HDR
         self.idx = f.tx_next % f.send_count
