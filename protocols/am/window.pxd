@@ -46,6 +46,7 @@ cdef class Window(OpenFile):
     # bulk.pyx
     cdef public int chunk_packets, chunk_bytes
 
+    cpdef Peer peer(self, object dest)
     cdef int _kick(self, Peer peer) except -1
     cdef object blocked(self, str why)
     cdef int _acked(self, Peer peer, TxChannel ch, int cum) except -1

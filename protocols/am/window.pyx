@@ -88,7 +88,7 @@ cdef class Window(OpenFile):
 
     # -- peers -----------------------------------------------------------------------------
 
-    def peer(self, dest) -> W.Peer:
+    cpdef Peer peer(self, object dest):
         """The Peer for node `dest` (EINVAL for a bad node id, EHOSTUNREACH off the switch)."""
         if not isinstance(dest, int) or isinstance(dest, bool):
             raise OSError(errno.EINVAL, f"destination node must be an int, not {dest!r}")
