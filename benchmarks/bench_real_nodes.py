@@ -92,17 +92,30 @@ def _dp_rtt(cluster, iters: int, spin_us: float | None = None) -> float:
     return _median_us(results[0])
 
 
-def _rtt_rows(label, cluster, args, baseline):
-    """The DP round trip with the default waits and with polling scripts, beside `baseline()`."""
-    dp, poll, base = [], [], []
+def _rtt_rows(label, cluster, args, baseline, unplaced=None):
+    """The DP round trip as `cluster` places its processes (default waits) beside `baseline()`;
+    with `unplaced` (the same cluster with placement none) also that one's default waits and
+    polling scripts -- the arrangement before placement, measured in the same run."""
+    keys = ["dp"] + (["none", "poll"] if unplaced is not None else [])
+    got = {k: [] for k in keys + ["base"]}
     for _ in range(args.runs):
-        dp.append(_dp_rtt(cluster, args.iters))
-        poll.append(_dp_rtt(cluster, args.iters, args.spin_us))
-        base.append(baseline())
-    d, p, b = statistics.median(dp), statistics.median(poll), statistics.median(base)
-    _row(f"DP 1-byte RTT, {label}", d, "us", f"runs {', '.join(f'{x:.1f}' for x in dp)}")
-    _row(f"  same, scripts poll (DP_SPIN_US={args.spin_us:g})", p, "us", f"runs {', '.join(f'{x:.1f}' for x in poll)}")
-    return d, p, b, base
+        got["dp"].append(_dp_rtt(cluster, args.iters))
+        if unplaced is not None:
+            got["none"].append(_dp_rtt(unplaced, args.iters))
+            got["poll"].append(_dp_rtt(unplaced, args.iters, args.spin_us))
+        got["base"].append(baseline())
+    med = {k: statistics.median(v) for k, v in got.items()}
+    where = cluster.extra.get("placement", "none")
+    _row(f"DP 1-byte RTT, {label}", med["dp"], "us", f"placement {where}; runs {_runs(got['dp'])}")
+    if unplaced is not None:
+        _row("  same, placement none (all sleep)", med["none"], "us", f"runs {_runs(got['none'])}")
+        _row(f"  same, placement none, scripts poll {args.spin_us:g} us", med["poll"], "us",
+             f"runs {_runs(got['poll'])}")
+    return med, got["base"]
+
+
+def _runs(xs) -> str:
+    return ", ".join(f"{x:.1f}" for x in xs)
 
 
 # ------------------------------------------------------------------ baselines (no DP)
@@ -337,11 +350,18 @@ def _row(label, value, unit, note=""):
 
 
 def bench_rtt(args, cluster):
-    d, p, s, sp = _rtt_rows("script-node-shm-node-script", cluster, args, lambda: _trio_socketpair_rtt(args.iters))
-    _row("trio socketpair ping-pong, 2 processes", s, "us", f"runs {', '.join(f'{x:.1f}' for x in sp)}")
-    print(f"# rtt: DP {s / d:.2f}x, with polling scripts {s / p:.2f}x faster than trio socketpair "
-          "(target >= 2x, <= 20 us)", flush=True)
-    return {"dp_rtt_us": d, "dp_rtt_polling_us": p, "trio_socketpair_rtt_us": s}
+    unplaced = cluster_up(2, name=f"bsn{os.getpid()}", transport="shm", tied=True, placement="none")
+    try:
+        m, base = _rtt_rows("script-node-shm-node-script", cluster, args, lambda: _trio_socketpair_rtt(args.iters),
+                            unplaced)
+    finally:
+        cluster_down(unplaced)
+    s = m["base"]
+    _row("trio socketpair ping-pong, 2 processes", s, "us", f"runs {_runs(base)}")
+    print(f"# rtt: DP {s / m['dp']:.2f}x faster than trio socketpair (target >= 2x, <= 20 us); placement none: "
+          f"{s / m['none']:.2f}x, with polling scripts {s / m['poll']:.2f}x", flush=True)
+    return {"dp_rtt_us": m["dp"], "dp_rtt_none_us": m["none"], "dp_rtt_none_polling_us": m["poll"],
+            "trio_socketpair_rtt_us": s}
 
 
 def bench_gate(args, cluster):
@@ -387,13 +407,19 @@ def bench_stream(args, cluster):
 def bench_packet(args):
     c = cluster_up(2, name=f"bpk{os.getpid()}", transport="packet", tied=True)
     try:
-        d, p, b, bare = _rtt_rows("over AF_PACKET/veth, netns", c, args, lambda: _bare_packet_rtt(c, args.iters))
+        u = cluster_up(2, name=f"bpn{os.getpid()}", transport="packet", tied=True, placement="none")
+        try:
+            m, bare = _rtt_rows("over AF_PACKET/veth, netns", c, args, lambda: _bare_packet_rtt(c, args.iters), u)
+        finally:
+            cluster_down(u)
     finally:
         cluster_down(c)
-    _row("bare AF_PACKET ping-pong, same veth pair", b, "us", f"runs {', '.join(f'{x:.1f}' for x in bare)}")
-    print(f"# packet: DP = {d / b:.2f}x, with polling scripts {p / b:.2f}x the bare ping-pong (target <= 2x)",
-          flush=True)
-    return {"dp_packet_rtt_us": d, "dp_packet_rtt_polling_us": p, "bare_packet_rtt_us": b}
+    b = m["base"]
+    _row("bare AF_PACKET ping-pong, same veth pair", b, "us", f"runs {_runs(bare)}")
+    print(f"# packet: DP = {m['dp'] / b:.2f}x the bare ping-pong (target <= 2x); placement none {m['none'] / b:.2f}x, "
+          f"with polling scripts {m['poll'] / b:.2f}x", flush=True)
+    return {"dp_packet_rtt_us": m["dp"], "dp_packet_rtt_none_us": m["none"],
+            "dp_packet_rtt_none_polling_us": m["poll"], "bare_packet_rtt_us": b}
 
 
 def bench_alltoall(args):

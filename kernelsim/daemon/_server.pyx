@@ -68,6 +68,7 @@ import time
 
 from kernelsim._cpu import LEVEL_PROC
 from kernelsim._node import WouldBlock
+from kernelsim.daemon._rings import batch_posts, publish_posts
 from kernelsim.daemon._wire import errno_reply, pack_args, recv_msg, send_msg, unpack_args
 from kernelsim.media._shmring import ShmRing, ring_bytes
 
@@ -80,6 +81,7 @@ GATE_SLOT_BYTES = 8192  # any NIC's largest DP message fits
 ERROR_WORD_OFFSET = ring_bytes(GATE_SLOTS, GATE_SLOT_BYTES)     # u32 errno after the ring
 _ERR = struct.Struct("<I")
 SPIN_MIN_CPUS = 4
+YIELD_IDLE_S = 20e-6    # a sched_yield that returns later than this ran someone else (a no-op yield: ~1 µs)
 
 
 def default_spin(seconds: float) -> float:
@@ -244,9 +246,11 @@ class NodeServer:
             self._epoll.register(port.fileno(), _EPOLL_IN)
         for fd in self._tied:
             self._epoll.register(fd, _EPOLL_IN)
+        batch_posts(True)               # deliveries wake their processes once per pass (kernelsim.daemon._rings)
         try:
             self._loop()
         finally:
+            batch_posts(False)
             self._shutdown()
             if old_wakeup is not None:
                 signal.set_wakeup_fd(old_wakeup)
@@ -276,6 +280,9 @@ class NodeServer:
                 work += src.poll()
             if self._ready:
                 work += self._resume_parked()
+            # What this pass delivered -- and what the requests handled since the last pass
+            # did: every process woken once, before the node polls on or sleeps.
+            publish_posts()
             if work and spin_s > 0.0:
                 last_work = perf()
                 events = epoll_poll(0)
@@ -288,9 +295,16 @@ class NodeServer:
                     self._handle_events(events)
                     last_work = perf()
                     continue
-                if spin_s > 0.0 and perf() - last_work < spin_s:
-                    os.sched_yield()
-                    continue
+                if spin_s > 0.0:
+                    now = perf()
+                    if now - last_work < spin_s:
+                        os.sched_yield()
+                        # Poll only while the core is otherwise idle: a yield that gave the
+                        # core away (another process ran) means polling takes it from that
+                        # process -- its own script, mid-stream -- so sleep instead; the
+                        # script's doorbell wakes the node when it has posted.
+                        if perf() - now < YIELD_IDLE_S:
+                            continue
             # Sleep -- also straight after work when the node does not poll: announcing the
             # sleep checks every ring once more (a producer that published meanwhile makes
             # it fail), and epoll returns at once for a socket or doorbell already readable,
