@@ -18,6 +18,7 @@ The kernel's side is Cython (`DirectedPoint`, `Nart`: typed fields, the header c
 and the pool reached by C calls); its paths stay generators that yield CPU time, as
 every kernel path does. Endpoints and tokens are what a process holds: plain classes.
 """
+cimport cython
 import errno
 import weakref
 
@@ -282,13 +283,10 @@ cdef class DirectedPoint:
     def gate_write(self, proc, fd, data):
         """dp_write through the call gate: no VFS, straight to the transmit path (whose
         path this returns: the gate entry runs it, one generator less per message)."""
-        return self.write_path(self._endpoint(proc, fd), data)
+        return _write_path(self, _endpoint_of(proc, fd), data)
 
     def _endpoint(self, proc, fd) -> Endpoint:
-        f = (<FdTable> proc.fds).get(fd)
-        if not isinstance(f, Endpoint):
-            raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
-        return <Endpoint> f
+        return _endpoint_of(proc, fd)
 
     # -- transmit ----------------------------------------------------------------------
 
@@ -319,11 +317,7 @@ cdef class DirectedPoint:
             e.sent += 1
             return n
         """
-        cdef _WritePath path = _WritePath.__new__(_WritePath)
-        path.dp = self
-        path.e = e
-        path.data = data
-        return path
+        return _write_path(self, e, data)
 
     def _deliver_locally(self, Endpoint e, int dst_ep, data):
         cdef Endpoint dst
@@ -397,6 +391,13 @@ cdef class DirectedPoint:
                 "rx_no_endpoint": self.rx_no_endpoint, "rx_unknown_type": self.rx_unknown_type}
 
 
+cdef Endpoint _endpoint_of(proc, fd):
+    f = (<FdTable> proc.fds).get(fd)
+    if not isinstance(f, Endpoint):
+        raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
+    return <Endpoint> f
+
+
 cdef class Mdr(RxHandler):
     """The MDR (DP-C06): what a NIC's receive path hands each frame of DP's protocol.
 
@@ -444,6 +445,7 @@ cdef class Mdr(RxHandler):
         return 0
 
 
+@cython.freelist(8)
 cdef class _ReadPath(Path):
     """`DirectedPoint.read_path`: its first step takes a slot (at the instant the path
     starts, as the generator's body would), its second copies nothing more: the
@@ -480,6 +482,7 @@ cdef class _ReadPath(Path):
         return 0
 
 
+@cython.freelist(8)
 cdef class _WritePath(Path):
     """`DirectedPoint.write_path` (its docstring has the generator it replaces)."""
     cdef DirectedPoint dp
@@ -550,3 +553,11 @@ cdef class _WritePath(Path):
             raise wb
         self.value = None
         return 0
+
+
+cdef _WritePath _write_path(DirectedPoint dp, Endpoint e, data):
+    cdef _WritePath path = _WritePath.__new__(_WritePath)
+    path.dp = dp
+    path.e = e
+    path.data = data
+    return path

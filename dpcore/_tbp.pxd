@@ -26,6 +26,7 @@ cdef class TokenBufferPool:
     cdef void _queue(self, int slot, int n, int src_nid, int src_ep)
     cpdef int take(self)
     cpdef int length(self, int slot) except -1
+    cpdef bytes copy_out(self, int slot, Py_ssize_t nbytes)
     cpdef release(self, int slot)
     cdef int _check_held(self, int slot) except -1
     cdef int _check_pinned(self) except -1

@@ -2,9 +2,9 @@
 """trio, running in modeled time.
 
 `EngineClock` is a trio clock whose time *is* the engine's, and `EngineClock.drive`
-is the task that moves it: it sleeps in ``trio.testing.wait_all_tasks_blocked()``
--- trio's public hook for "every other task is blocked and no I/O is ready", the
-moment at which, on real hardware, the CPUs would be waiting for devices -- and then
+is the task that moves it: it sleeps until every other task is blocked and no I/O is
+ready -- the moment at which, on real hardware, the CPUs would be waiting for devices
+(trio asks the clock how long it may sleep; see `_until_idle`) -- and then
 runs engine events (devices, wires, interrupt and kernel paths) until one of them
 makes a task runnable or until the next trio deadline, whichever comes first. trio
 carries on at that modeled instant. This is how MockClock's autojump works, with the
@@ -32,8 +32,19 @@ import math
 
 import trio
 import trio.testing
+from trio._core import _run as _trio_run
+
+_GRC = _trio_run.GLOBAL_RUN_CONTEXT
 
 __all__ = ["EngineClock", "RunnableCounter"]
+
+
+cdef RunnableCounter _live = None
+
+
+cdef RunnableCounter live_counter():
+    """The counter of the trio run in progress (None outside one, or for another trio)."""
+    return _live
 
 
 cdef class RunnableCounter:
@@ -44,11 +55,28 @@ cdef class RunnableCounter:
     """
 
     def before_run(self) -> None:
+        global _live
         self.runnable = 0
         self.live = True
+        try:
+            runner = _GRC.runner
+            self.runq = runner.runq
+            self.hooks = runner.instruments.data
+            self.deadlines = runner.deadlines
+        except AttributeError:          # another trio's internals: the calls look them up
+            return
+        self.runner = runner
+        clock = runner.clock
+        self.own_clock = isinstance(clock, EngineClock) and clock.counter is self
+        _live = self
 
     def after_run(self) -> None:
+        global _live
         self.live = False
+        self.runner = self.runq = self.hooks = self.deadlines = None
+        self.own_clock = False
+        if _live is self:
+            _live = None
 
     def task_scheduled(self, task) -> None:
         self.runnable += 1
@@ -62,6 +90,7 @@ class EngineClock(trio.abc.Clock):
         self.engine = engine
         self.counter = RunnableCounter()
         self.deadlocked = False
+        self._idle_waiter = None        # `drive`'s task while it waits for trio to go idle
 
     def start_clock(self) -> None:
         pass
@@ -70,12 +99,38 @@ class EngineClock(trio.abc.Clock):
         return self.engine.now
 
     def deadline_to_sleep_time(self, deadline: float) -> float:
-        # Never sleep in wall time for a modeled deadline: `drive` moves time instead.
+        # trio asks this only when it has no task left to run: the moment `drive` waits
+        # for. Wake it (and sleep not at all); otherwise never sleep in wall time for a
+        # modeled deadline: `drive` moves time instead.
+        task = self._idle_waiter
+        if task is not None:
+            self._idle_waiter = None
+            trio.lowlevel.reschedule(task)
+            return 0.0
         return 0.0 if deadline <= self.engine.now else 86400.0
 
     def only_runnable_task(self) -> bool:
         """True when the calling task is the only one trio would run now."""
         return self.counter.live and self.counter.runnable == 0
+
+    async def _until_idle(self) -> None:
+        """Return once every other task is blocked (the counter must be live).
+
+        trio's ``wait_all_tasks_blocked`` would do, but while a task waits in it trio
+        looks its waiters up in a sorted dict on every pass of its run loop -- every
+        task switch of a modeled program. Here trio's own question to the clock,
+        `deadline_to_sleep_time`, wakes this task; it goes back to sleep if the same
+        pass also woke another task (an fd became readable, a deadline expired).
+        """
+        while True:
+            self._idle_waiter = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort_idle_wait)
+            if self.counter.runnable == 0:
+                return
+
+    def _abort_idle_wait(self, _raise_cancel):
+        self._idle_waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     async def drive(self, scope: trio.CancelScope | None = None) -> None:
         """Run the engine whenever every other task is blocked.
@@ -84,10 +139,14 @@ class EngineClock(trio.abc.Clock):
         it cancels `scope` if given, else raises OSError(EDEADLK) into its nursery.
         """
         engine = self.engine
+        counter = self.counter
         stats = trio.lowlevel.current_statistics
         wait_idle = trio.testing.wait_all_tasks_blocked
         while True:
-            await wait_idle()
+            if counter.live:
+                await self._until_idle()
+            else:
+                await wait_idle()
             gap = stats().seconds_to_next_deadline
             until = engine.now + gap if gap < math.inf else math.inf
             engine.run_until_stop(until)

@@ -28,6 +28,7 @@ spends the time itself). A path started while another runs -- an interrupt raise
 a device inside a system call -- waits until the running one returns, as if the
 kernel held interrupts off for the length of a path.
 """
+cimport cython
 from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._path cimport Path
@@ -41,6 +42,7 @@ LEVEL_IRQ = 0
 LEVEL_PROC = 1
 
 
+@cython.freelist(8)
 cdef class _Job:
     pass
 

@@ -19,6 +19,8 @@ the cost table are Cython; the node itself is a plain class.
 """
 from __future__ import annotations
 
+cimport cython
+
 import errno
 import os
 from collections import deque
@@ -190,6 +192,7 @@ class Process:
 from kernelsim._path cimport Path, step_any
 
 
+@cython.freelist(8)
 cdef class _Entry(Path):
     """A kernel entry's path as a C iterator: the entry cost, then the routine's own path.
 

@@ -18,19 +18,26 @@ completion object per call instead of closures, the clock's runnable count read
 directly, and the engine driven in a C loop.
 """
 
+cimport cython
 from libc.math cimport INFINITY
+from cpython.dict cimport PyDict_Next
+from cpython.object cimport PyObject_GenericSetAttr
 from cpython.ref cimport PyObject, Py_XDECREF
 import errno
+import hashlib
+import inspect
 import math
 import os
 import select
 import time
 
+import outcome
 import trio
 from trio._core import _run as _trio_run
+from trio._core import _traps as _trio_traps
 
 from kernelsim._clock import EngineClock
-from kernelsim._clock cimport RunnableCounter
+from kernelsim._clock cimport RunnableCounter, live_counter
 from kernelsim._cpu cimport Cpu
 from kernelsim._engine cimport Engine
 from kernelsim._waits cimport Waiter, WaitQueue
@@ -52,13 +59,141 @@ cdef object _task():
         return _GRC.task
     except AttributeError:
         return _current_task()
-_wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
 _checkpoint = trio.lowlevel.checkpoint
 _checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
 _ABORT_FAILED = trio.lowlevel.Abort.FAILED
 _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 
 
+# -- parking and waking a task, trio's two primitives without their Python frames ---------
+#
+# Each modeled round trip parks and wakes two tasks. trio's `reschedule` is a Python
+# method that makes the wake-up's outcome (an attrs class whose generated __init__ is
+# Python too) and then dispatches the `task_scheduled` hook through its instrument table
+# to our own counter; `wait_task_rescheduled` is a coroutine around a generator, awaited
+# with another attrs message. Together they were ~10k instructions per wake, more than
+# the kernel path that caused it. `_wake` and `_park` do the same steps in C -- but only
+# for a trio (and outcome) whose functions are, to the character, the ones replicated
+# here (their sources' digests are checked at import); any other gets the public calls.
+
+def _source_digest(fn):
+    try:
+        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
+    except (OSError, TypeError):
+        return None
+
+_Value = outcome.Value
+_wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
+_async_yield = getattr(_trio_traps, "_async_yield", None)
+_WaitTaskRescheduled = getattr(_trio_traps, "WaitTaskRescheduled", None)
+# What is replicated, and the digest of the source it replicates (trio 0.35, outcome 1.3).
+try:
+    _REPLICATED_WAKE = {_trio_run.Runner.reschedule: "d25a5648b6a42879", _Value.__init__: "9616215324e31dd9"}
+    _REPLICATED_PARK = {_wait_task_rescheduled: "c6691068007dfa47", _WaitTaskRescheduled.__init__: "5281303e20dd6bd4"}
+except AttributeError:                  # a trio without these internals
+    _REPLICATED_WAKE = _REPLICATED_PARK = None
+
+
+def _matches(replicated) -> bool:
+    return replicated is not None and all(_source_digest(fn) == digest for fn, digest in replicated.items())
+
+try:
+    _REPLICATED_DEADLINE = {_trio_run.Deadlines.next_deadline: "bd55a5fed21bb616"}
+except AttributeError:
+    _REPLICATED_DEADLINE = None
+cdef bint _fast_deadline = _matches(_REPLICATED_DEADLINE)
+cdef bint _fast_wake = _matches(_REPLICATED_WAKE)
+cdef bint _fast_park = _matches(_REPLICATED_PARK)
+
+
+def replicates_trio(on=None) -> bool:
+    """Whether parks and wakes take the C replicas (True) or trio's public calls.
+
+    ``replicates_trio(False)`` switches to the public calls and ``replicates_trio(True)``
+    back to the replicas where they match this trio (the tests run both ways). Returns
+    the setting in force afterwards.
+    """
+    global _fast_wake, _fast_park, _fast_deadline
+    if on is not None:
+        _fast_wake = bool(on) and _matches(_REPLICATED_WAKE)
+        _fast_park = bool(on) and _matches(_REPLICATED_PARK)
+        _fast_deadline = bool(on) and _matches(_REPLICATED_DEADLINE)
+    return _fast_wake and _fast_park and _fast_deadline
+
+
+cdef object _value_none():
+    """``outcome.Value(None)``: its generated __init__, two attribute stores, done in C."""
+    v = _Value.__new__(_Value)
+    PyObject_GenericSetAttr(v, "_unwrapped", False)
+    PyObject_GenericSetAttr(v, "value", None)
+    return v
+
+
+cdef object _wait_message(abort_func):
+    """``WaitTaskRescheduled(abort_func)``, the same way."""
+    m = _WaitTaskRescheduled.__new__(_WaitTaskRescheduled)
+    PyObject_GenericSetAttr(m, "abort_func", abort_func)
+    return m
+
+
+cdef int _wake(object task) except -1:
+    """``trio.lowlevel.reschedule(task)``: runnable again, its wait returning None."""
+    try:
+        runner = task._runner
+    except AttributeError:
+        _reschedule(task)
+        return 0
+    if not _fast_wake:
+        runner.reschedule(task)
+        return 0
+    if task._next_send_fn is not None:
+        raise RuntimeError(f"{task!r} is not parked")       # trio's assert
+    task._next_send_fn = task.coro.send
+    task._next_send = _value_none()
+    task._abort_func = None
+    task.custom_sleep_data = None
+    cdef RunnableCounter c = live_counter()
+    if c is not None and c.runner is runner:
+        runq = c.runq                   # the run's own, read once (`RunnableCounter.before_run`)
+        hooks = c.hooks.get("task_scheduled")
+    else:
+        runq = runner.runq
+        hooks = runner.instruments.data.get("task_scheduled")
+    if not runq and runner.is_guest:
+        runner.force_guest_tick_asap()
+    runq.append(task)
+    if hooks:
+        _task_scheduled(runner, hooks, task)
+    return 0
+
+
+cdef int _task_scheduled(runner, dict hooks, task) except -1:
+    # The usual table holds one hook, the clock's counter: bump it without the dispatch.
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* key
+    cdef PyObject* value
+    if len(hooks) == 1:
+        PyDict_Next(hooks, &pos, &key, &value)
+        if type(<object> key) is RunnableCounter:
+            (<RunnableCounter> key).runnable += 1
+            return 0
+    runner.instruments.call("task_scheduled", task)
+    return 0
+
+
+cdef object _park(abort_func):
+    """``(await _park(abort)).unwrap()`` is ``await trio.lowlevel.wait_task_rescheduled(abort)``
+    -- with trio's own bottom generator awaited directly, a coroutine less per park."""
+    if _fast_park:
+        return _async_yield(_wait_message(abort_func))
+    return _park_outcome(abort_func)
+
+
+async def _park_outcome(abort_func):
+    return outcome.Value(await _wait_task_rescheduled(abort_func))
+
+
+@cython.freelist(8)
 cdef class _Completion(Waiter):
     """A path's `on_done` (and a wait queue's waiter): records, stops the engine, wakes.
 
@@ -88,12 +223,7 @@ cdef class _Completion(Waiter):
             self.engine.request_stop()
         if self.task is not None:
             task, self.task = self.task, None
-            try:
-                runner = _GRC.runner            # trio.lowlevel.reschedule, less its frame
-            except AttributeError:
-                _reschedule(task)
-            else:
-                runner.reschedule(task)
+            _wake(task)
         return 0
 
     def abort_wait(self, _):
@@ -108,7 +238,7 @@ def _refuse_abort(_):
     # next checkpoint, once the path has returned.
     return _ABORT_FAILED
 
-__all__ = ["run_path", "wait_on", "run_blocking", "run_entry", "run_user", "run_path_sync", "wait_on_sync", "run_blocking_sync",
+__all__ = ["replicates_trio", "run_path", "wait_on", "run_blocking", "run_entry", "run_user", "run_path_sync", "wait_on_sync", "run_blocking_sync",
            "after", "DEFAULT_SPIN_S"]
 
 DEFAULT_SPIN_S = 1e-3    # real time: poll this long before sleeping on a descriptor
@@ -129,6 +259,7 @@ def after(cost: float, path):
 from kernelsim._path cimport Path, step_any
 
 
+@cython.freelist(8)
 cdef class _Lead(Path):
     """`after(cost, path)` as a C state machine, for the calls of this module: no Python
     frame between the CPU and the path on each of the path's resumes."""
@@ -161,10 +292,10 @@ def _never():
     return False
 
 
-cdef bint _cancel_pending() except -1:
-    """Would `checkpoint_if_cancelled` do anything? Asked first, since it almost never
-    would: a call that drove the engine inline then creates no coroutine at all."""
-    task = _task()
+cdef bint _cancel_pending(task) except -1:
+    """Would `checkpoint_if_cancelled` do anything for `task`, the calling one? Asked
+    first, since it almost never would: a call that drove the engine inline then creates
+    no coroutine at all."""
     try:
         runner = task._runner
         return task._cancel_status.effectively_cancelled or (runner.ki_pending and task is runner.main_task)
@@ -172,21 +303,21 @@ cdef bint _cancel_pending() except -1:
         return True
 
 
-cdef int _start_path(Engine engine, Cpu on, object path, _Completion done) except -1:
+cdef int _start_path(Engine engine, Cpu on, object path, _Completion done, task) except -1:
     on.submit(LEVEL_PROC, path, done)
     if done.done:
         return _DONE
-    if _drive_inline(engine, done):
+    if _drive_inline(engine, done, task):
         # Only this call's own completion stopped the engine: no other task can
         # have become runnable, so the schedule point has nothing to do.
         return _INLINE
     return _DONE if done.done else _PARK
 
 
-cdef int _start_wait(Engine engine, WaitQueue queue, _Completion woken) except -1:
+cdef int _start_wait(Engine engine, WaitQueue queue, _Completion woken, task) except -1:
     woken.queue = queue
     queue.add(woken)
-    if _drive_inline(engine, woken):
+    if _drive_inline(engine, woken, task):
         return _INLINE
     return _DONE if woken.done else _PARK
 
@@ -207,16 +338,17 @@ async def run_path(node, path, cpu=None):
             engine.run()
         await _checkpoint()
     else:
+        task = _task()
         done = _Completion(engine)
-        how = _start_path(engine, on, path, done)
+        how = _start_path(engine, on, path, done, task)
         if how == _INLINE:
-            if _cancel_pending():
+            if _cancel_pending(task):
                 await _checkpoint_if_cancelled()
         elif how == _DONE:
             await _checkpoint()
         else:
-            done.task = _task()
-            await _wait_task_rescheduled(_refuse_abort)
+            done.task = task
+            (await _park(_refuse_abort)).unwrap()
     if done.exc is not None:
         raise done.exc
     return done.value
@@ -227,16 +359,17 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     cdef _Completion woken
     cdef int how
     if node.modeled:
+        task = _task()
         woken = _Completion(None)          # the queue's wake stops the engine itself
-        how = _start_wait(node.engine, queue, woken)
+        how = _start_wait(node.engine, queue, woken, task)
         if how == _INLINE:
-            if _cancel_pending():
+            if _cancel_pending(task):
                 await _checkpoint_if_cancelled()
         elif how == _DONE:
             await _checkpoint()
         else:
-            woken.task = _task()
-            await _wait_task_rescheduled(woken.abort_wait)
+            woken.task = task
+            (await _park(woken.abort_wait)).unwrap()
         return
     woken_list = []
     waiter = lambda: woken_list.append(True)  # noqa: E731
@@ -265,6 +398,7 @@ cdef class _PathMaker:
         raise NotImplementedError
 
 
+@cython.freelist(8)
 cdef class _CallableMaker(_PathMaker):
     cdef object fn
 
@@ -272,6 +406,7 @@ cdef class _CallableMaker(_PathMaker):
         return self.fn(first)
 
 
+@cython.freelist(8)
 cdef class _EntryMaker(_PathMaker):
     """A kernel entry (system call or call gate) into the routine `name`: the node's own
     ``syscall_path``/``callgate_path``, without a closure per call."""
@@ -281,6 +416,7 @@ cdef class _EntryMaker(_PathMaker):
         return self.entry_path(self.proc, self.name, self.args, first)
 
 
+@cython.freelist(8)
 cdef class _UserMaker(_PathMaker):
     """User-level work on mapped kernel memory: ``fn(*args)``, the same path every try."""
     cdef object fn
@@ -302,7 +438,7 @@ def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=0.0,
     """
     cdef _CallableMaker maker = _CallableMaker.__new__(_CallableMaker)
     maker.fn = make_path
-    return _blocking(node, maker, nonblocking, None, None, wake_cost, spin_s, before, None)
+    return _blocking(node, maker, nonblocking, None, None, wake_cost, spin_s, before, None, None)
 
 
 def run_entry(node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_s: float = DEFAULT_SPIN_S):
@@ -315,21 +451,22 @@ def run_entry(node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_
     maker.proc = proc
     maker.name = name
     maker.args = args
-    return _blocking(node, maker, None, proc, fd, wake_cost, spin_s, 0.0, None)
+    return _blocking(node, maker, None, proc, fd, wake_cost, spin_s, 0.0, None, None)
 
 
-def run_user(node, proc, fn, tuple args, fd, double cost=0.0, WaitQueue empty=None,
+def run_user(node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
              spin_s: float = DEFAULT_SPIN_S):
     """A user-level call on a pool mapped into `proc` (file `fd`): path ``fn(*args)``.
 
-    `empty`: the queue to wait on first, when the caller looked at the pool and found it
-    empty (unless `fd` is non-blocking); the call then starts `cost` later (the poll that
+    `pool`, `readers`: a pool the process can look at (its ``count``) and the queue its
+    arrivals wake. When the call starts and finds the pool empty it waits on `readers`
+    first (unless `fd` is non-blocking); the call then starts `cost` later (the poll that
     noticed the arrival). After a WouldBlock the retry also starts `cost` later. Returns
-    the coroutine."""
+    the coroutine; the pool is looked at when it runs, not when it is made."""
     cdef _UserMaker maker = _UserMaker.__new__(_UserMaker)
     maker.fn = fn
     maker.args = args
-    return _blocking(node, maker, None, proc, fd, cost, spin_s, 0.0, empty)
+    return _blocking(node, maker, None, proc, fd, cost, spin_s, 0.0, pool, readers)
 
 
 cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
@@ -339,7 +476,7 @@ cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
 
 
 async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, spin_s,
-                    double before, WaitQueue first_wait):
+                    double before, object pool, WaitQueue first_wait):
     """The loop every blocking call is (`run_blocking`, `run_entry`, `run_user`).
 
     In modeled time this is `run_path` and `wait_on` inlined: every blocking call of a
@@ -349,27 +486,29 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
     cdef Cpu on
     cdef _Completion done
     cdef int how
-    if first_wait is not None:
+    cdef bint modeled = node.modeled
+    task = _task() if modeled else None
+    if first_wait is not None and pool.count == 0:
         if not _is_nonblocking(nonblocking, proc, fd):
-            if node.modeled:
+            if modeled:
                 # `wait_on` inlined (a coroutine less on the resume that ends the wait).
                 done = _Completion(None)
-                how = _start_wait(node.engine, first_wait, done)
+                how = _start_wait(node.engine, first_wait, done, task)
                 if how == _INLINE:
-                    if _cancel_pending():
+                    if _cancel_pending(task):
                         await _checkpoint_if_cancelled()
                 elif how == _DONE:
                     await _checkpoint()
                 else:
-                    done.task = _task()
-                    await _wait_task_rescheduled(done.abort_wait)
+                    done.task = task
+                    (await _park(done.abort_wait)).unwrap()
             else:
                 await wait_on(node, first_wait, spin_s)
             before = wake_cost
     path = maker.make(True)
     if before:
         path = _lead(before, path)
-    if not node.modeled:
+    if not modeled:
         while True:
             try:
                 return await run_path(node, path)
@@ -382,34 +521,34 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
     on = <Cpu> node.cpu
     while True:
         done = _Completion(engine)
-        how = _start_path(engine, on, path, done)
+        how = _start_path(engine, on, path, done, task)
         if how == _PARK:
-            done.task = _task()
-            await _wait_task_rescheduled(_refuse_abort)
+            done.task = task
+            (await _park(_refuse_abort)).unwrap()
         elif how == _DONE:
             await _checkpoint()
         if done.exc is None or not isinstance(done.exc, WouldBlock):
-            if how == _INLINE and _cancel_pending():
+            if how == _INLINE and _cancel_pending(task):
                 await _checkpoint_if_cancelled()
             if done.exc is not None:
                 raise done.exc
             return done.value
         wb = done.exc
         if _is_nonblocking(nonblocking, proc, fd):
-            if how == _INLINE and _cancel_pending():
+            if how == _INLINE and _cancel_pending(task):
                 await _checkpoint_if_cancelled()
             raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
         # The wait is this call's checkpoint (it parks, or checks for cancellation).
         done = _Completion(None)
-        how = _start_wait(engine, (<WaitQueue?> wb.queue), done)
+        how = _start_wait(engine, (<WaitQueue?> wb.queue), done, task)
         if how == _INLINE:
-            if _cancel_pending():
+            if _cancel_pending(task):
                 await _checkpoint_if_cancelled()
         elif how == _DONE:
             await _checkpoint()
         else:
-            done.task = _task()
-            await _wait_task_rescheduled(done.abort_wait)
+            done.task = task
+            (await _park(done.abort_wait)).unwrap()
         path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
 
 
@@ -449,7 +588,7 @@ def run_blocking_sync(node, make_path, *, nonblocking=lambda: False, wake_cost: 
             path = _lead(wake_cost, make_path(False)) if wake_cost else make_path(False)
 
 
-cdef bint _drive_inline(Engine engine, _Completion done) except -1:
+cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
     """Move modeled time from inside the calling task while it is the only one that can run.
 
     This is what `EngineClock.drive` would do once trio found every task blocked, less
@@ -458,18 +597,22 @@ cdef bint _drive_inline(Engine engine, _Completion done) except -1:
     trio deadline comes: from there trio schedules as usual. True when `done` was
     filled and nothing else was woken on the way.
     """
+    cdef RunnableCounter counter = live_counter()
     try:
-        runner = _GRC.runner
-        clock = runner.clock
+        runner = task._runner           # the calling task's (the thread-local context costs more)
     except AttributeError:
         runner = None
-        clock = _current_clock()
-    if type(clock) is not EngineClock and not isinstance(clock, EngineClock):
+    if counter is None or counter.runner is not runner:
+        # Not a run whose parts the counter holds: ask the clock.
+        clock = runner.clock if runner is not None else _current_clock()
+        if not isinstance(clock, EngineClock):
+            return False
+        counter = clock.counter
+    elif not counter.own_clock:
         return False
-    cdef RunnableCounter counter = clock.counter
     if not counter.live or counter.runnable != 0:
         return False
-    cdef double until = _next_trio_deadline(runner)
+    cdef double until = _next_trio_deadline(runner, counter)
     cdef long long stops = engine.stops
     engine.run_until_stop(until)
     return done.done and engine.stops == stops + 1 and counter.live and counter.runnable == 0
@@ -505,15 +648,20 @@ def _may_sleep(node, ports) -> bool:
     return all(p.prepare_to_sleep() for p in ports)
 
 
-cdef double _next_trio_deadline(runner) except? -1.0:
+cdef double _next_trio_deadline(runner, RunnableCounter counter) except? -1.0:
     """When trio's next deadline falls (the clock is the engine's, so it is modeled time).
 
     ``current_statistics()`` answers this but also gathers I/O statistics, which made it
     the costliest call of a modeled round trip; ask the runner's deadline queue when
-    this trio has one, else fall back to the public call.
+    this trio has one, else fall back to the public call. No deadline at all (a program
+    without timeouts) is an empty heap: answered without the queue's Python method.
     """
     try:
-        return (_GRC.runner if runner is None else runner).deadlines.next_deadline()
+        deadlines = counter.deadlines if counter.runner is runner and runner is not None else \
+            (_GRC.runner if runner is None else runner).deadlines
+        if _fast_deadline and not deadlines._heap:
+            return INFINITY
+        return deadlines.next_deadline()
     except AttributeError:
         gap = trio.lowlevel.current_statistics().seconds_to_next_deadline
         return trio.current_time() + gap if gap < math.inf else math.inf

@@ -73,8 +73,9 @@ async def am_pingpong_program(dp, rank, size, words=(1, 2, 3, 4), iters=1000, wa
                 rtt = (dp.now() - t0) / iters
                 rows.append({"words": m, "rtt_us": rtt * 1e6, "one_way_us": rtt * 1e6 / 2})
             else:
-                start = am.ep.stats_c["handlers_run"]
-                await am.poll_until(lambda: am.ep.stats_c["handlers_run"] - start >= total)
+                ep = am.ep
+                start = ep.handlers_run
+                await am.poll_until(lambda: ep.handlers_run - start >= total)
         stats = am.stats()
     finally:
         await am.close()

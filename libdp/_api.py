@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import time
+from collections.abc import Awaitable
 
 from kernelsim import (DEFAULT_SPIN_S, after, run_blocking, run_blocking_sync, run_entry, run_path, run_user,
                        wait_on)
@@ -94,15 +95,22 @@ class DP:
         """
         return await self._syscall("dp_target", (fd, nid, ep))
 
-    async def dp_write(self, fd: int, data) -> int:
+    def dp_write(self, fd: int, data) -> Awaitable[int]:
         """Send `data` as one message through the call gate (DP-C04, DP-C05); return its length.
 
         Returns once the frame is in the NIC's transmit ring: DP is unreliable, delivery is
         not confirmed. EDESTADDRREQ before `dp_target`, EMSGSIZE above ``dp.max_message``,
         EFAULT if `data` is not bytes-like; waits (or EAGAIN non-blocking) while the ring is full.
+
+        Await it like any async call. (It returns the blocking loop's own coroutine rather
+        than being one around it: a task parked in it resumes through one frame less, and
+        misuse is still raised by the ``await``.)
         """
-        return await run_entry(self._node, self._proc, True, "dp_write", (fd, _bytes(data)), fd, self._wake_cost,
-                               self.spin_s)
+        try:
+            data = _bytes(data)
+        except OSError as exc:
+            return _raise(exc)
+        return run_entry(self._node, self._proc, True, "dp_write", (fd, data), fd, self._wake_cost, self.spin_s)
 
     async def write(self, fd: int, data) -> int:
         """`dp_write` through the generic system-call entry (UNIX ``write``), at its higher cost."""
@@ -120,20 +128,29 @@ class DP:
         return await self._call(lambda entry: self._node.syscall_path(self._proc, "read", (fd, nbytes), entry),
                                 fd, self._wake_cost)
 
-    async def dp_read(self, fd: int, nbytes: int = 65536) -> bytes:
-        """Copy the next message out of the endpoint's TBP (user-level; polls while empty)."""
-        _check_count(nbytes)
-        ep = self._endpoint(fd)
+    def dp_read(self, fd: int, nbytes: int = 65536) -> Awaitable[bytes]:
+        """Copy the next message out of the endpoint's TBP (user-level; polls while empty).
+
+        Await it like any async call (see `dp_write` for why it is not a coroutine itself).
+        """
+        try:
+            _check_count(nbytes)
+            ep = self._endpoint(fd)
+        except OSError as exc:
+            return _raise(exc)
         # The TBP is mapped into the process: its count is looked at before anything is
         # entered; an empty pool is waited on first (the poll then takes _poll_cost more).
-        return await run_user(self._node, self._proc, ep.dp.read_path, (ep, nbytes), fd, self._poll_cost,
-                              ep.readers if ep.tbp.count == 0 else None, self.spin_s)
+        return run_user(self._node, self._proc, ep.dp.read_path, (ep, nbytes), fd, self._poll_cost,
+                        ep.tbp, ep.readers, self.spin_s)
 
-    async def dp_read_token(self, fd: int):
+    def dp_read_token(self, fd: int) -> Awaitable:
         """Zero-copy read: a Token whose `.data` is a read-only view of the TBP slot."""
-        ep = self._endpoint(fd)
-        return await run_user(self._node, self._proc, ep.dp.take_path, (ep,), fd, self._poll_cost,
-                              ep.readers if ep.tbp.count == 0 else None, self.spin_s)
+        try:
+            ep = self._endpoint(fd)
+        except OSError as exc:
+            return _raise(exc)
+        return run_user(self._node, self._proc, ep.dp.take_path, (ep,), fd, self._poll_cost,
+                        ep.tbp, ep.readers, self.spin_s)
 
     async def close(self, fd: int) -> int:
         """Close `fd`: an endpoint's pool is freed and its messages dropped; EBADF if not open."""
@@ -285,6 +302,11 @@ class Endpoint:
 
     async def __anext__(self) -> bytes:
         return await self.recv()
+
+
+async def _raise(exc: BaseException):
+    """A call's misuse, raised where the call is awaited (as an ``async def`` would)."""
+    raise exc
 
 
 def _bytes(data) -> bytes:

@@ -1,5 +1,72 @@
 from nic_drivers._nic cimport NicModel
 
+# Register and descriptor bits (HW-21140), C constants for the model and the driver:
+# a bit test against a Python int would be an object operation on every frame.
+cdef extern from *:
+    """
+    #define DEC21140_BIT31 0x80000000u
+    """
+    # Bit 31, unsigned: an enum constant is an int to Cython, and 1 << 31 is not one.
+    const unsigned int OWN "DEC21140_BIT31"          # descriptor owned by the card
+    const unsigned int TDES1_IC "DEC21140_BIT31"     # interrupt on completion
+
+cdef enum:
+    # CSR5 status bits (write 1 to clear) and CSR7 enables: same positions.
+    TI = 1 << 0
+    TPS = 1 << 1
+    TU = 1 << 2
+    UNF = 1 << 5
+    RI = 1 << 6
+    RU = 1 << 7
+    RPS = 1 << 8
+    ETI = 1 << 10
+    GTE = 1 << 11
+    FBE = 1 << 13
+    ERI = 1 << 14
+    AIS = 1 << 15
+    NIS = 1 << 16
+
+    # CSR6 operating mode
+    SR = 1 << 1
+    PR = 1 << 6
+    PM = 1 << 7
+    ST = 1 << 13
+    SF = 1 << 21
+    # CSR0 bus mode
+    SWR = 1 << 0
+
+    # Descriptor bits
+    RDES0_FS = 1 << 9
+    RDES0_LS = 1 << 8
+    RDES0_ES = 1 << 15
+    RDES0_TL = 1 << 7  # frame too long (> 1518)
+    RDES0_CE = 1 << 1  # CRC error
+    RDES0_RF = 1 << 11  # runt frame
+    RDES1_RER = 1 << 25
+    RDES1_RCH = 1 << 24
+    TDES1_LS = 1 << 30
+    TDES1_FS = 1 << 29
+    TDES1_SET = 1 << 27
+    TDES1_TER = 1 << 25
+    TDES1_TCH = 1 << 24
+    TDES0_ES = 1 << 15
+
+    # Transmit / receive process states (CSR5 TS bits 20-22, RS bits 17-19)
+    TS_STOPPED = 0
+    TS_FETCHING = 1
+    TS_WAITING = 2
+    TS_READING = 3
+    TS_SUSPENDED = 6
+    RS_STOPPED = 0
+    RS_WAITING = 3
+    RS_SUSPENDED = 4
+
+    ETH_MIN_FRAME = 60  # without FCS: the 21140 pads short frames
+    ETH_MAX_FRAME = 1514  # without FCS
+    NIS_SOURCES = TI | TU | RI | GTE | ERI
+    AIS_SOURCES = TPS | UNF | RU | RPS | ETI | FBE
+    W1C_MASK = 0x0001FFFF
+
 
 cdef class Dec21140(NicModel):
     # One 21140 on one node's PCI bus (declared here; `_model.pyx` implements it).

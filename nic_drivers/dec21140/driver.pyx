@@ -22,25 +22,14 @@ from kernelsim._netdev cimport RxWalk
 from nic_drivers._nic cimport NicDriver
 from kernelsim import WouldBlock
 
-from nic_drivers.dec21140 import _model as hw
-from nic_drivers.dec21140._model cimport Dec21140
+from nic_drivers.dec21140._model cimport (
+    Dec21140, OWN, NIS, AIS, TI, TPS, UNF, FBE, RI, RU, SR, ST, SF, RDES0_FS, RDES0_LS, RDES0_ES, RDES1_RER,
+    TDES1_IC, TDES1_LS, TDES1_FS, TDES1_SET, TDES1_TER)
 
-cdef unsigned int OWN = 1u << 31
-cdef unsigned int NIS = 1u << 16
-cdef unsigned int AIS = 1u << 15
-cdef unsigned int RI = 1u << 6
-cdef unsigned int RU = 1u << 7
-cdef unsigned int RDES0_FS = 1u << 9
-cdef unsigned int RDES0_LS = 1u << 8
-cdef unsigned int RDES0_ES = 1u << 15
-cdef unsigned int TDES1_IC = 1u << 31
-cdef unsigned int TDES1_LS = 1u << 30
-cdef unsigned int TDES1_FS = 1u << 29
-cdef unsigned int TDES1_TER = 1u << 25
-
-RX_BUF_BYTES = 1536
-ETH_HLEN = 14
-FCS = 4
+cdef enum:
+    RX_BUF_BYTES = 1536
+    ETH_HLEN = 14
+    FCS = 4
 
 
 cdef class TulipNetDevice(NicDriver):
@@ -73,14 +62,14 @@ cdef class TulipNetDevice(NicDriver):
             self.rx_bufs = [self.alloc(RX_BUF_BYTES) for _ in range(self.nrx)]
             for i, buf in enumerate(self.rx_bufs):
                 d = self.rx_ring + 16 * i
-                mem.wr32(d + 4, RX_BUF_BYTES | (hw.RDES1_RER if i == self.nrx - 1 else 0))
+                mem.wr32(d + 4, RX_BUF_BYTES | (RDES1_RER if i == self.nrx - 1 else 0))
                 mem.wr32(d + 8, buf)
-                mem.wr32(d, hw.OWN)
+                mem.wr32(d, OWN)
             self.tx_ring = self.alloc(16 * self.ntx)
             self.tx_bufs = [self.alloc(RX_BUF_BYTES) for _ in range(self.ntx)]
             for i, buf in enumerate(self.tx_bufs):
                 d = self.tx_ring + 16 * i
-                mem.wr32(d + 4, hw.TDES1_TER if i == self.ntx - 1 else 0)
+                mem.wr32(d + 4, TDES1_TER if i == self.ntx - 1 else 0)
                 mem.wr32(d + 8, buf)
             self.attach_irq()
         except BaseException:
@@ -90,8 +79,8 @@ cdef class TulipNetDevice(NicDriver):
         dev.csr_write(0, (self.pbl & 0x3F) << 8)
         dev.csr_write(3, self.rx_ring)
         dev.csr_write(4, self.tx_ring)
-        dev.csr_write(7, hw.TI | hw.RI | hw.RU | hw.TPS | hw.UNF | hw.FBE | hw.NIS | hw.AIS)
-        dev.csr_write(6, hw.SR | hw.ST | (hw.SF if self.store_forward else 0) | (1 << 9))
+        dev.csr_write(7, TI | RI | RU | TPS | UNF | FBE | NIS | AIS)
+        dev.csr_write(6, SR | ST | (SF if self.store_forward else 0) | (1 << 9))
         self._load_address_filter()
 
     def _load_address_filter(self) -> None:
@@ -105,8 +94,8 @@ cdef class TulipNetDevice(NicDriver):
         for i, mac in enumerate([self.hwaddr] + [b"\xff" * 6] * 15):
             for w in range(3):
                 mem.wr32(buf + 12 * i + 4 * w, int.from_bytes(mac[2 * w:2 * w + 2], "little"))
-        mem.wr32(self.tx_ring + 4, hw.TDES1_SET | 192 | (hw.TDES1_TER if self.ntx == 1 else 0))
-        mem.wr32(self.tx_ring, hw.OWN)
+        mem.wr32(self.tx_ring + 4, TDES1_SET | 192 | (TDES1_TER if self.ntx == 1 else 0))
+        mem.wr32(self.tx_ring, OWN)
         self.cur_tx += 1
         self.dev.csr_write(1, 0)
 

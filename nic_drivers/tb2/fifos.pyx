@@ -450,7 +450,8 @@ cdef class UserFifos(OpenFile):
     cpdef double look(self, object spun_since) except? -1.0:
         """A poll's look at the head: its cost (counting, after a spin, the empty polls made)."""
         cdef long long spun
-        self._check_open()
+        if self.closed:
+            self._check_open()
         if spun_since is None:
             return self.c_poll
         spun = <long long> ((self.node.engine.now - spun_since) / self.c_poll) if self.c_poll > 0 else 0

@@ -117,7 +117,7 @@ cdef class Bulk(KeepAlive):
             else:
                 read = (lambda off, n, a=local, mem=self.mem: mem.read(a + off, n))
             self._chunks(peer.tx_req, K_STORE, handler, read, nbytes, raddr, arg, x)
-        self.stats_c["stores"] += 1
+        self.counts[S_STORES] += 1
         return x
 
     def get(self, dest, raddr, lbuf, nbytes, handler, arg, blocking=False) -> Transfer:
@@ -131,7 +131,7 @@ cdef class Bulk(KeepAlive):
         m = new_msg(K_GETREQ, 0, handler, pack_words((raddr, nbytes, local)), 1, 0, 0, 0, 0, x, False)
         peer.tx_req.pending.append(m)
         peer.gets.append(x)
-        self.stats_c["gets"] += 1
+        self.counts[S_GETS] += 1
         return x
 
     cdef int _chunks(self, TxChannel ch, int kind, int handler, object read, long long nbytes, unsigned int addr,
@@ -169,7 +169,7 @@ cdef class Bulk(KeepAlive):
         has landed and the remote handler has run), or, for a one-packet store, its
         data has been copied and handed over. Run the completion function."""
         x.done = True
-        self.stats_c["stores_completed"] += 1
+        self.counts[S_STORES_COMPLETED] += 1
         if x.on_done is not None:
             self._handler_depth += 1
             try:
@@ -201,7 +201,7 @@ cdef class Bulk(KeepAlive):
             self._refuse(peer, rx, 0, h.seq)
             return
         rx.advance(1)
-        self.stats_c["gets_served"] += 1
+        self.counts[S_GETS_SERVED] += 1
         read = (lambda off, n, a=raddr, mem=self.mem: mem.read(a + off, n))
         self._chunks(peer.tx_rep, K_GETDATA, 0, read, nbytes, laddr, 0, None)
 
@@ -210,7 +210,6 @@ cdef class Bulk(KeepAlive):
         written (the whole rest of the transfer at once), then placed by its offset.
         1 when the handler it ran replied (the caller sends the reply)."""
         cdef long long base, total
-        st = self.stats_c
         if not self.in_segments(h.chunk_base, h.end):
             self._refuse(peer, rx, 0, h.seq)
             return 0
@@ -218,7 +217,7 @@ cdef class Bulk(KeepAlive):
             return 0
         if h.npkts > 1 or not h.flags & F_FIRST or not h.flags & F_LAST:
             rx.ack_owed = True                     # one acknowledgement per bulk chunk (SP-A31)
-        st["chunks_received"] += 1
+        self.counts[S_CHUNKS_RECEIVED] += 1
         if h.flags & F_FIRST or peer.in_base < 0:
             peer.in_base = h.chunk_base
             peer.in_total = 0
@@ -226,8 +225,8 @@ cdef class Bulk(KeepAlive):
         if h.flags & F_LAST:
             base, total = peer.in_base, peer.in_total
             peer.in_base = -1
-            st["stores_received"] += 1
-            st["bytes_stored"] += total
+            self.counts[S_STORES_RECEIVED] += 1
+            self.counts[S_BYTES_STORED] += total
             fn = self.handlers[h.handler]
             if fn is None:
                 self.malformed["bad_handler"] += 1
@@ -236,7 +235,6 @@ cdef class Bulk(KeepAlive):
         return 0
 
     cdef int _rx_getdata(self, Peer peer, RxChannel rx, Header h, bytes data) except -1:
-        st = self.stats_c
         g = peer.gets[0] if peer.gets else None
         if g is None or h.chunk_base < g.local or h.end > g.local + g.nbytes:
             self.malformed["bad_offset"] += 1
@@ -245,11 +243,11 @@ cdef class Bulk(KeepAlive):
             return 0
         if h.npkts > 1 or not h.flags & F_FIRST or not h.flags & F_LAST:
             rx.ack_owed = True                     # one acknowledgement per bulk chunk (SP-A31)
-        st["chunks_received"] += 1
+        self.counts[S_CHUNKS_RECEIVED] += 1
         if h.flags & F_LAST:
             peer.gets.popleft()
             g.done = True
-            st["gets_completed"] += 1
+            self.counts[S_GETS_COMPLETED] += 1
             fn = self.handlers[g.handler]
             if fn is None:
                 self.malformed["bad_handler"] += 1
@@ -261,7 +259,7 @@ cdef class Bulk(KeepAlive):
         """Place one packet of a chunk by its offset; True once the chunk is complete."""
         cdef int r = rx.take(h.idx, h.npkts)
         if r == T_DUP:
-            self.stats_c["duplicates"] += 1
+            self.counts[S_DUPLICATES] += 1
             return False
         if r == T_BAD:
             self.malformed["bad_offset"] += 1
@@ -279,4 +277,4 @@ cdef class Bulk(KeepAlive):
         if not rx.nacked:
             rx.nacked = True
             peer.ctl.append((W.K_REJECT, flags, seq, errno.EFAULT))
-            self.stats_c["rejects_sent"] += 1
+            self.counts[S_REJECTS_SENT] += 1

@@ -38,13 +38,17 @@ from protocols.am._checks import MAX_HANDLERS, U32
 from protocols.am._checks cimport handler_index, pack_words
 from protocols.am.bulk import Transfer
 from protocols.am.window import AM_PROTO, BLOCKED
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, verify, words_of
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg, verify, words_of
 from protocols.am.bulk cimport Bulk
 from protocols.am._codes cimport *
 from protocols.am.window cimport Pump
 from kernelsim._path cimport Path
 from cpython.ref cimport PyObject
 cimport cython
+
+DEF H_STATUS = 28            # nic_drivers.tb2._model: the receive status word
+DEF RX_VALID = 0x80000000
+assert (hw.H_STATUS, hw.RX_VALID) == (H_STATUS, RX_VALID)
 
 __all__ = ["AmEndpoint", "Segment", "Token", "Transfer", "HandlerRuleError", "AM_PROTO", "MAX_HANDLERS",
            "STAT_KEYS"]
@@ -156,7 +160,6 @@ cdef class AmEndpoint(Bulk):
         self._handler_depth = 0
         self.pending_errors = deque()
         self.closing = False
-        self.stats_c = {k: 0 for k in STAT_KEYS}
         self.malformed = {k: 0 for k in W.MALFORMED_NAMES[1:] + ("bad_handler", "bad_proto", "bad_source")}
         self._init_window(params)
         self._init_bulk(params)
@@ -180,8 +183,8 @@ cdef class AmEndpoint(Bulk):
         """Would the caller's very next poll find work? (Something may have arrived, or
         send-FIFO room appeared, while its last path was still busy sending: a spinning
         program sees it at once, so the caller must not wait for the next event.)"""
-        f = self.uf.fifos
-        if f.recv_base and self.mem.rd32(f.recv_entry(f.rx_head) + hw.H_STATUS) & hw.RX_VALID:
+        cdef HostFifos f = self.uf.fifos
+        if f.recv_base and self.mem.rd32(f.recv_entry(f.rx_head) + H_STATUS) & RX_VALID:
             return True
         if self.tx_need and f.send_count - ((f.tx_next - self.adapter.tx_done) & U32) >= self.tx_need:
             self.tx_need = 0
@@ -251,24 +254,24 @@ cdef class AmEndpoint(Bulk):
     # -- building messages (no modeled time: the paths charge it when they send) --------------
 
     def request_msg(self, dest: int, handler: int, args) -> tuple:
-        peer = self.peer(dest)
-        return peer, Msg(K_REQ, 0, handler_index(handler), pack_words(args))
+        cdef Peer peer = self.peer(dest)
+        return peer, new_msg(K_REQ, 0, handler_index(handler), pack_words(args), 1, 0, 0, 0, 0, None, False)
 
     def reply(self, token, handler: int, args) -> None:
         """am_reply_M: only inside a request handler, at most once (GAM 1.1)."""
         cdef Token tok
         if not isinstance(token, Token) or (<Token> token).ep is not self:
             raise OSError(errno.EINVAL, f"not a token of this endpoint: {token!r}")
-        if not token.live:
+        tok = <Token> token
+        if not tok.live:
             raise HandlerRuleError(errno.EINVAL, "am_reply with a token whose handler has returned "
                                                  "(a reply is sent from inside the request handler)")
-        if not token.request:
+        if not tok.request:
             raise HandlerRuleError(errno.EDEADLK, "am_reply from a reply handler: replies cannot be answered "
                                                   "(Generic Active Messages 1.1)")
-        if token.replied:
+        if tok.replied:
             raise HandlerRuleError(errno.EINVAL, "a request handler replies at most once")
-        tok = <Token> token
-        m = Msg(K_REP, 0, handler_index(handler), pack_words(args))
+        m = new_msg(K_REP, 0, handler_index(handler), pack_words(args), 1, 0, 0, 0, 0, None, False)
         (<Peer> self.peers[tok.src]).tx_rep.pending.append(m)
         tok.replied = True
 
@@ -343,8 +346,7 @@ cdef class AmEndpoint(Bulk):
         cdef int kind, w
         cdef bint repch
         cdef RxChannel rx
-        st = self.stats_c
-        st["rx_packets"] += 1
+        self.counts[S_RX_PACKETS] += 1
         peer.keepalives = 0
         self.heard = self.polls
         # Every packet carries both acks (SP-C05: piggybacked where possible).
@@ -352,7 +354,7 @@ cdef class AmEndpoint(Bulk):
         self._acked(peer, peer.tx_rep, h.ack_rep)
         kind = h.kind
         if kind == K_ACK:
-            st["acks_received"] += 1
+            self.counts[S_ACKS_RECEIVED] += 1
             return 0
         if kind == K_NACK:
             self._nacked(peer, h)
@@ -361,7 +363,7 @@ cdef class AmEndpoint(Bulk):
             self._rx_keepalive(peer, h)
             return 0
         if kind == K_REJECT:
-            st["rejects_received"] += 1
+            self.counts[S_REJECTS_RECEIVED] += 1
             self._rejected(peer, peer.tx_rep if h.flags & F_REPCH else peer.tx_req, h.seq, h.arg)
             return 0
         repch = kind == K_REP or kind == K_GETDATA or (kind == K_NOP and h.flags & F_REPCH)
@@ -369,16 +371,16 @@ cdef class AmEndpoint(Bulk):
         w = rx.where(h.seq)
         if w == W_BEHIND:
             # A duplicate of what we have: our ack may have been lost; say it again.
-            st["duplicates"] += 1
+            self.counts[S_DUPLICATES] += 1
             rx.ack_owed = True
             return 0
         if w == W_AHEAD:
             # A gap: drop, and NACK once per gap (SP-C05: go back to what we expect).
-            st["out_of_order"] += 1
+            self.counts[S_OUT_OF_ORDER] += 1
             if not rx.nacked:
                 rx.nacked = True
                 peer.ctl.append((K_NACK, F_REPCH if repch else 0, rx.expected, 0))
-                st["nacks_sent"] += 1
+                self.counts[S_NACKS_SENT] += 1
             return 0
         if kind == K_REQ or kind == K_REP:
             rx.advance(1)
@@ -412,7 +414,7 @@ cdef class AmEndpoint(Bulk):
         finally:
             self._handler_depth -= 1
             tok.live = False
-        self.stats_c["handlers_run"] += 1
+        self.counts[S_HANDLERS_RUN] += 1
         return tok.replied
 
     # -- close -------------------------------------------------------------------------------
@@ -426,7 +428,7 @@ cdef class AmEndpoint(Bulk):
         self._cancel_timer()
         for p in self.peers.values():
             for ch in (p.tx_req, p.tx_rep):
-                self.stats_c["abandoned"] += len(ch.unacked) + len(ch.pending)
+                self.counts[S_ABANDONED] += len(ch.unacked) + len(ch.pending)
         if not self.uf.closed:
             self.uf.close()
         for seg in list(self.segments):
@@ -434,8 +436,19 @@ cdef class AmEndpoint(Bulk):
         self.service.endpoint_closed(self)
         self.events.wake()
 
+    @property
+    def stats_c(self) -> dict:
+        """The counters (STAT_KEYS), as they stand."""
+        cdef int i
+        return {STAT_KEYS[i]: self.counts[i] for i in range(N_STATS)}
+
+    @property
+    def handlers_run(self) -> int:
+        """Handlers run so far (what a program polling for requests counts)."""
+        return self.counts[S_HANDLERS_RUN]
+
     def stats(self) -> dict:
-        out = dict(self.stats_c)
+        out = self.stats_c
         out["malformed"] = dict(self.malformed)
         out["peers"] = {p.nid: {"req_next_seq": p.tx_req.next_seq, "req_unacked": len(p.tx_req.unacked),
                                 "rep_next_seq": p.tx_rep.next_seq, "rep_unacked": len(p.tx_rep.unacked),
@@ -541,7 +554,7 @@ cdef class AmPath(Path):
                 elif self.what == A_REQUEST:
                     peer = <Peer> self.a
                     peer.tx_req.pending.append(self.b)
-                    ep.stats_c["requests"] += 1
+                    ep.counts[S_REQUESTS] += 1
                     ep._kick(peer)
                     self._pump(peer)
                     self.state = ST_OWN_PUMP
@@ -562,13 +575,14 @@ cdef class AmPath(Path):
                     return 1
                 self.state = ST_POLL
             elif self.state == ST_POLL:
-                ep._check_open()
+                if ep.closed:
+                    ep._check_open()
                 self.state = ST_POLLED
                 if self.since is not None:
                     spun = <long long> ((ep.engine.now - <double> self.since) / ep.full_poll + 1e-9) \
                         if ep.full_poll > 0 else 0
                     ep.polls += spun
-                    ep.stats_c["idle_polls"] += spun
+                    ep.counts[S_IDLE_POLLS] += spun
                     cost[0] = 0.5 * ep.c_poll_own
                 else:
                     cost[0] = ep.c_poll_own
@@ -577,7 +591,7 @@ cdef class AmPath(Path):
                 ep.polls += 1
                 if ep.wall_clock:
                     ep._tick_wall_clock()
-                ep.stats_c["polls"] += 1
+                ep.counts[S_POLLS] += 1
                 self.limit = ep.uf.fifos.recv_count
                 self.n = 0
                 self.state = ST_LOOK
@@ -631,7 +645,7 @@ cdef class AmPath(Path):
                     return 1
             elif self.state == ST_RX_SUM:
                 if not verify(self.pkt.src, ep.node.nid, self.pkt.user, self.data):
-                    ep.stats_c["checksum_errors"] += 1
+                    ep.counts[S_CHECKSUM_ERRORS] += 1
                     self.state = ST_LOOK
                     continue
                 self.data = self.data[:-CHECKSUM_BYTES]
@@ -714,8 +728,8 @@ cdef class AmPath(Path):
             self.value = None
             return 0
         if self.n == 0:
-            ep.stats_c["empty_polls"] += 1
-        if self.raise_errors:
+            ep.counts[S_EMPTY_POLLS] += 1
+        if self.raise_errors and ep.pending_errors:
             ep._raise_pending()
         self.value = self.n
         if self.what == A_REQUEST:
@@ -728,9 +742,24 @@ cdef class AmPath(Path):
                     self.value = ep.blocked("AM store in flight")
                 elif x.error is not None:
                     raise x.error
-                else:
+                elif ep.pending_errors:
                     ep._raise_pending()
         elif self.what == A_WAIT:
             if not self.a():
                 self.value = ep.blocked("waiting for AM progress")
         return 0
+
+
+# The C counters' indices (_codes.pxd) name the same statistics as STAT_KEYS.
+assert len(STAT_KEYS) == N_STATS and all(STAT_KEYS[i] == k for i, k in (
+    (S_REQUESTS, "requests"), (S_STORES, "stores"), (S_GETS, "gets"), (S_POLLS, "polls"), (S_EMPTY_POLLS,
+    "empty_polls"), (S_IDLE_POLLS, "idle_polls"), (S_RX_PACKETS, "rx_packets"), (S_PACKETS_SENT,
+    "packets_sent"), (S_RETRANSMITTED_PACKETS, "retransmitted_packets"), (S_GOBACKS, "gobacks"),
+    (S_NACKS_SENT, "nacks_sent"), (S_NACKS_RECEIVED, "nacks_received"), (S_ACKS_SENT, "acks_sent"),
+    (S_ACKS_RECEIVED, "acks_received"), (S_KEEPALIVES_SENT, "keepalives_sent"), (S_KEEPALIVES_RECEIVED,
+    "keepalives_received"), (S_REJECTS_SENT, "rejects_sent"), (S_REJECTS_RECEIVED, "rejects_received"),
+    (S_DUPLICATES, "duplicates"), (S_OUT_OF_ORDER, "out_of_order"), (S_HANDLERS_RUN, "handlers_run"),
+    (S_CHUNKS_RECEIVED, "chunks_received"), (S_STORES_RECEIVED, "stores_received"), (S_BYTES_STORED,
+    "bytes_stored"), (S_STORES_COMPLETED, "stores_completed"), (S_GETS_SERVED, "gets_served"),
+    (S_GETS_COMPLETED, "gets_completed"), (S_FIFO_FULL, "fifo_full"), (S_ABANDONED, "abandoned"),
+    (S_CHECKSUM_ERRORS, "checksum_errors")))

@@ -40,7 +40,7 @@ from time import perf_counter as _wall
 
 from protocols.am import _wire as W
 from protocols.am._wire cimport Peer
-from protocols.am._codes cimport F_REPCH
+from protocols.am._codes cimport *
 from protocols.am.window cimport Window
 
 __all__ = ["KeepAlive"]
@@ -66,6 +66,7 @@ cdef class KeepAlive(Window):
         self.gone = set()                     # nodes a call has reported ETIMEDOUT for
         self.linger_polls = params["close_linger"] * self.keepalive_polls
         self.heard = -1                       # the poll count at the last packet from a peer
+        self._on_timer = self._timer_fired    # bound once: a caller arms the timer before every wait
 
     def _tick_wall_clock(self) -> None:
         """Real time: the poll count is at least the wall time since open, in polls of
@@ -135,14 +136,13 @@ cdef class KeepAlive(Window):
         before it and we lack is a gap: NACK what we expect (it is resent from there).
         No gap: an ack is all it needs. Cleared suppression lets a refused chunk be
         refused again if the first refusal was lost."""
-        st = self.stats_c
-        st["keepalives_received"] += 1
+        self.counts[S_KEEPALIVES_RECEIVED] += 1
         gap = False
         for rx, fl, horizon in ((peer.rx_req, 0, h.addr >> 8 & 0xFF), (peer.rx_rep, F_REPCH, h.addr & 0xFF)):
             rx.nacked = False
             if rx.expected != horizon:
                 peer.ctl.append((W.K_NACK, fl, rx.expected, 0))
-                st["nacks_sent"] += 1
+                self.counts[S_NACKS_SENT] += 1
                 gap = True
         if not gap:
             peer.rx_req.ack_owed = True
@@ -167,7 +167,7 @@ cdef class KeepAlive(Window):
         if due == _NEVER:
             return
         left = due - self.polls
-        self._timer = self.engine.after(max(1, left) * self.full_poll, self._timer_fired, None)
+        self._timer = self.engine.after(max(1, left) * self.full_poll, self._on_timer, None)
 
     def _timer_fired(self, _arg) -> None:
         self._timer = -1

@@ -10,6 +10,7 @@ from nic_drivers.tb2._model cimport Tb2Adapter
 from nic_drivers.tb2.fifos cimport HostFifos, UserFifos
 from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
 from kernelsim._path cimport Path
+from protocols.am._codes cimport N_STATS
 
 
 cdef class Window(OpenFile):
@@ -29,7 +30,8 @@ cdef class Window(OpenFile):
     cdef public WaitQueue events
     cdef public long long polls
     cdef public object pending_errors          # collections.deque of OSError
-    cdef public dict stats_c, malformed
+    cdef long long counts[N_STATS]             # the statistics (endpoint.STAT_KEYS), as C counters
+    cdef public dict malformed
     # window.pyx
     cdef public int req_window, rep_window, ack_div, tx_need
     cdef public dict peers                     # node id -> Peer, made on first contact
@@ -40,9 +42,11 @@ cdef class Window(OpenFile):
     cdef public long long keepalive_polls, max_keepalives, linger_polls, heard, _timer
     cdef public dict settling                  # peers with unacked messages (an ordered set)
     cdef public set gone
+    cdef object _on_timer
     # bulk.pyx
     cdef public int chunk_packets, chunk_bytes
 
+    cpdef Peer peer(self, object dest)
     cdef int _kick(self, Peer peer) except -1
     cdef object blocked(self, str why)
     cdef int _acked(self, Peer peer, TxChannel ch, int cum) except -1

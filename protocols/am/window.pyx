@@ -35,9 +35,10 @@ from kernelsim import WouldBlock
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import U32
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, pack, trailer
 from protocols.am._codes cimport *
 from kernelsim._path cimport Path
+cimport cython
 from kernelsim._pyiter cimport resume
 from cpython.ref cimport PyObject, Py_XDECREF
 
@@ -87,7 +88,7 @@ cdef class Window(OpenFile):
 
     # -- peers -----------------------------------------------------------------------------
 
-    def peer(self, dest) -> W.Peer:
+    cpdef Peer peer(self, object dest):
         """The Peer for node `dest` (EINVAL for a bad node id, EHOSTUNREACH off the switch)."""
         if not isinstance(dest, int) or isinstance(dest, bool):
             raise OSError(errno.EINVAL, f"destination node must be an int, not {dest!r}")
@@ -175,11 +176,11 @@ cdef class Window(OpenFile):
 
     def _nacked(self, Peer peer, Header h) -> None:
         """A NACK: everything before `h.seq` arrived; go back and resend from it."""
-        self.stats_c["nacks_received"] += 1
+        self.counts[S_NACKS_RECEIVED] += 1
         ch = peer.tx_rep if h.flags & F_REPCH else peer.tx_req
         self._acked(peer, ch, h.seq)
         if ch.go_back(h.seq):
-            self.stats_c["gobacks"] += 1
+            self.counts[S_GOBACKS] += 1
 
     def _rejected(self, Peer peer, TxChannel ch, int seq, _err) -> None:
         """The target refused message `seq` (its memory is not in the target's segments;
@@ -213,7 +214,7 @@ cdef class Window(OpenFile):
 
         def packet(i):
             n = full if i < npk - 1 else tail
-            return (W.pack(flags, m.handler, m.seq, ack_req, ack_rep, i, npk, tail, base + i * full, m.arg),
+            return (pack(flags, m.handler, m.seq, ack_req, ack_rep, i, npk, tail, base + i * full, m.arg),
                     read(off + i * full, n))
 
         ok = yield from self._send_packets(peer, npk, packet, 0.0, self.c_bulk)
@@ -222,7 +223,7 @@ cdef class Window(OpenFile):
         peer.rx_req.acked()
         peer.rx_rep.acked()
         if not first:
-            self.stats_c["retransmitted_packets"] += m.npkts
+            self.counts[S_RETRANSMITTED_PACKETS] += m.npkts
             ch.retransmitted += m.npkts
         m.sends += 1
         return True
@@ -248,13 +249,13 @@ cdef class Window(OpenFile):
                 yield from uf._room_path(k)
             except WouldBlock:
                 self.tx_need = k
-                self.stats_c["fifo_full"] += 1
+                self.counts[S_FIFO_FULL] += 1
                 return False
         dest, route = peer.nid, peer.route
         pkts = [packet(i) for i in range(k)]
         if self.checksum:                          # the end-to-end trailer (_wire.pyx), summed as it is built
             me = self.node.nid
-            pkts = [(h, W.trailer(me, dest, h, d)) for h, d in pkts]
+            pkts = [(h, trailer(me, dest, h, d)) for h, d in pkts]
             sum_byte = self.c_sum_byte
             each += self.c_sum_packet + sum_byte * W.AM_HDR
         units = [(hw.HDR_BYTES + len(d) + hw.LEN_UNIT - 1) // hw.LEN_UNIT for _h, d in pkts]
@@ -274,7 +275,7 @@ cdef class Window(OpenFile):
             self.adapter.reg_write(off, value, width)
             i += width
         uf.sent += k
-        self.stats_c["packets_sent"] += k
+        self.counts[S_PACKETS_SENT] += k
         return True
 
 
@@ -299,6 +300,7 @@ cdef enum:
     S_CHUNK = 5      # a bulk chunk: `Window._send_chunk` runs it
 
 
+@cython.freelist(8)
 cdef class Pump(Path):
     """Send what one peer is owed, in order: its control packets (NACKs, REJECTs), the
     reply channel (resends, then new messages the window admits), the request channel
@@ -328,7 +330,7 @@ cdef class Pump(Path):
         """Choose a control packet (no sequence number of its own; both acks ride on it)."""
         cdef Peer peer = self.peer
         self.m = None
-        self.hdr = W.pack(kindflags, 0, seq, peer.rx_req.expected, peer.rx_rep.expected, 0, 1, 0, addr, arg)
+        self.hdr = pack(kindflags, 0, seq, peer.rx_req.expected, peer.rx_rep.expected, 0, 1, 0, addr, arg)
         self.data = b""
         self.pre = self.ep.c_hdr
         self.post = 0.0
@@ -352,13 +354,13 @@ cdef class Pump(Path):
         data = m.data
         self.data = data
         if m.kept:                                  # a one-packet store or get reply
-            self.hdr = W.pack(kind | m.flags, m.handler, m.seq, peer.rx_req.expected, peer.rx_rep.expected,
+            self.hdr = pack(kind | m.flags, m.handler, m.seq, peer.rx_req.expected, peer.rx_rep.expected,
                               0, 1, m.tail, m.addr, m.arg)
             self.pre = ep.c_bulk
             if self.first:
                 self.post = ep.costs.copy(AM_HDR + len(data))     # the copy kept for retransmission
         else:
-            self.hdr = W.pack(kind | m.flags, m.handler, m.seq, peer.rx_req.expected, peer.rx_rep.expected,
+            self.hdr = pack(kind | m.flags, m.handler, m.seq, peer.rx_req.expected, peer.rx_rep.expected,
                               0, 1, 0, 0, 0)
             words = len(data) >> 2
             self.pre = ep.c_hdr + (ep.c_word * (words - 1) if words > 1 else 0.0)
@@ -430,7 +432,7 @@ cdef class Pump(Path):
         cdef Py_ssize_t n
         cdef bytes data = self.data
         if ep.checksum:                            # the end-to-end trailer (_wire.pyx), summed as it is built
-            data = W.trailer(ep.node.nid, self.peer.nid, self.hdr, data)
+            data = trailer(ep.node.nid, self.peer.nid, self.hdr, data)
             sum_byte = ep.c_sum_byte
             each += ep.c_sum_packet + sum_byte * AM_HDR
         self.idx = f.tx_next % f.send_count
@@ -452,21 +454,21 @@ cdef class Pump(Path):
         cdef Msg m = self.m
         ep.adapter.reg_write(REG_LEN + self.idx, self.units, 1)   # one length byte: one MicroChannel store
         ep.uf.sent += 1
-        ep.stats_c["packets_sent"] += 1
+        ep.counts[S_PACKETS_SENT] += 1
         peer.rx_req.acked()
         peer.rx_rep.acked()
         if m is None:
             if self.what == P_CTL:
                 peer.ctl.popleft()
             elif self.what == P_ACK:
-                ep.stats_c["acks_sent"] += 1
+                ep.counts[S_ACKS_SENT] += 1
             else:
                 peer.mark = ep.polls
                 peer.keepalives += 1
-                ep.stats_c["keepalives_sent"] += 1
+                ep.counts[S_KEEPALIVES_SENT] += 1
             return 0
         if not self.first:
-            ep.stats_c["retransmitted_packets"] += m.npkts
+            ep.counts[S_RETRANSMITTED_PACKETS] += m.npkts
             self.ch.retransmitted += m.npkts
         m.sends += 1
         return 0
@@ -509,7 +511,7 @@ cdef class Pump(Path):
                 f.refresh_tx_done()
                 if f.free_entries() < 1:
                     ep.tx_need = 1
-                    ep.stats_c["fifo_full"] += 1
+                    ep.counts[S_FIFO_FULL] += 1
                     self.value = False
                     return 0
                 self._write(cost)
