@@ -11,7 +11,7 @@ this loop), and each call built a closure for its path.
 from kernelsim import WouldBlock, run_path, wait_on
 from protocols.am.window import BLOCKED
 
-__all__ = ["call", "poll_until", "REQUEST", "TRANSFER", "WAIT", "CLOSE"]
+__all__ = ["call", "poll_until", "store_async", "get", "REQUEST", "TRANSFER", "WAIT", "CLOSE"]
 
 cdef enum:
     _REQUEST = 0     # ep.request_path(peer, msg, since)
@@ -43,7 +43,7 @@ async def call(ep, dp, int what, a=None, b=None, bint wait=False):
             r = BLOCKED
         if r is not BLOCKED:
             return r
-        since = dp.now()
+        since = node.engine.now if node.modeled else dp.now()     # `dp.now()`, less its frame
         if not ep.ready():
             ep.arm_timer()
             await wait_on(node, ep.events, dp.spin_s)
@@ -63,7 +63,36 @@ async def poll_until(ep, dp, pred):
             r = BLOCKED
         if r is not BLOCKED:
             return
-        since = dp.now()
+        since = node.engine.now if node.modeled else dp.now()     # `dp.now()`, less its frame
         if not ep.ready():
             ep.arm_timer()
             await wait_on(node, ep.events, dp.spin_s)
+
+
+async def store_async(ep, dp, dest, local_buf, remote_addr, nbytes, handler, arg, on_done, done_arg):
+    """`AM.am_store_async`: start the store and run its call (`call` inlined: a pipelined
+    sweep makes one of these per transfer)."""
+    if ep.closed or ep._handler_depth:
+        ep.check_caller("am_store_async")
+    x = ep.store(dest, local_buf, nbytes, remote_addr, handler, arg, on_done, done_arg)
+    node = dp._node
+    since = None
+    while True:
+        try:
+            r = await run_path(node, ep.transfer_path(x, since, False))
+        except WouldBlock:
+            r = BLOCKED
+        if r is not BLOCKED:
+            return x
+        since = node.engine.now if node.modeled else dp.now()     # `dp.now()`, less its frame
+        if not ep.ready():
+            ep.arm_timer()
+            await wait_on(node, ep.events, dp.spin_s)
+
+
+async def get(ep, dp, dest, remote_addr, local_buf, nbytes, handler, arg):
+    """`AM.am_get`: start the get and run its call."""
+    ep.check_caller("am_get")
+    x = ep.get(dest, remote_addr, local_buf, nbytes, handler, arg)
+    await call(ep, dp, _TRANSFER, x)
+    return x

@@ -28,12 +28,11 @@ node, which closes its endpoints. The poll is **bounded and adaptive** (`_Spinne
 most ``spin_s`` (``attach(spin_s=)``, else ``DP_SPIN_US``, else 200 µs with four usable
 CPUs or more and none below), yielding the CPU between tries, and none at all while this
 process's waits keep outlasting it -- an idle server sleeps at once instead of burning its
-cap on every call. Measured on a loaded 2-core host
-(benchmarks/bench_real_nodes.py, nodes sleeping on their doorbells): scripts that poll up
-to 1 ms cut a 1-byte round trip from about 120-135 µs to 65-80 µs -- a polling script is
-runnable when its answer comes, so two of the six sleep/wake hops of a round trip go --
-while polling *nodes* made it 3-40x slower (a yielding node queues behind every runnable
-task); so nodes sleep, scripts may poll.
+cap on every call. A process that joined its node's CPU (``attach(pin=)``, placement
+``pair``) does not poll by default: it would poll on the core its node needs. Measured on
+a loaded 2-core host (benchmarks/bench_real_nodes.py): unpinned, scripts that poll up to
+1 ms cut a 1-byte round trip from about 100-120 µs to 58-80 µs; paired with polling
+nodes, sleeping scripts take 31-34 µs, polling ones over 1 ms.
 """
 from __future__ import annotations
 
@@ -66,7 +65,7 @@ _perf = time.perf_counter
 
 
 def attach(node: int | None = None, *, run_dir: str | None = None, cluster: str | None = None,
-           name: str | None = None, spin_s: float | None = None) -> "AttachedDP":
+           name: str | None = None, spin_s: float | None = None, pin: bool | None = None) -> "AttachedDP":
     """Attach this process to node `node` of a running cluster.
 
     Which node: `node`, else ``DP_NODE``, else the rank an MPI or Slurm launcher gave the
@@ -75,7 +74,13 @@ def attach(node: int | None = None, *, run_dir: str | None = None, cluster: str 
     `cluster` (or ``DP_CLUSTER``), else the default cluster's (``dp cluster up``'s).
     ENOENT if no node is running there; ENETDOWN if it stopped. `spin_s`: the most a wait
     polls before it sleeps (else ``DP_SPIN_US`` microseconds, else `DEFAULT_SPIN_S`).
+
+    `pin`: join the node on its CPU when its cluster pairs scripts with nodes (``dp
+    cluster up`` on a host with fewer CPUs than processes: `libdp._realnode.plan_placement`);
+    default ``DP_PIN`` (0 or 1), else yes. A pinned process waits without polling unless
+    `spin_s` or ``DP_SPIN_US`` says otherwise: it would poll on the core its node needs.
     """
+    explicit_spin = spin_s is not None or bool(os.environ.get("DP_SPIN_US"))
     spin_s = spin_from_environment() if spin_s is None else _check_spin(spin_s)
     nid = node if node is not None else node_from_environment()
     if nid is None:
@@ -88,7 +93,54 @@ def attach(node: int | None = None, *, run_dir: str | None = None, cluster: str 
         cluster = cluster or os.environ.get("DP_CLUSTER")
         run_dir = ClusterFile.load(cluster).run_dir if cluster else default_run_dir()
     link = NodeLink.connect(node_socket(run_dir, nid), name=name)
-    return AttachedDP(link, spin_s=spin_s)
+    try:
+        pinned = _join_node_cpu(link.hello, pin)
+    except BaseException:
+        link.close()
+        raise
+    if pinned and not explicit_spin:
+        spin_s = 0.0
+    dp = AttachedDP(link, spin_s=spin_s)
+    dp.pinned = pinned
+    return dp
+
+
+_pinned = {"mask": None, "links": 0}      # this process's CPUs before it joined a node's, and by how many links
+
+
+def _join_node_cpu(hello: dict, pin: bool | None) -> bool:
+    """Pin this process to its node's CPU if the node's cluster pairs them; True if it did.
+    Only the first attachment of a process pins it (one attached to several nodes stays
+    where the first put it); the last `detach` gives the process its CPUs back."""
+    cpu = hello.get("cpu")
+    if hello.get("placement") != "pair" or cpu is None:
+        return False
+    if pin is None:
+        raw = os.environ.get("DP_PIN", "1").strip()
+        if raw not in ("0", "1"):
+            raise OSError(errno.EINVAL, f"DP_PIN is 0 or 1, not {raw!r}")
+        pin = raw == "1"
+    if not pin:
+        return False
+    if _pinned["links"] == 0:
+        mask = os.sched_getaffinity(0)
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError:
+            return False            # not a CPU this process may use (another cpuset): stay where it is
+        _pinned["mask"] = mask
+    _pinned["links"] += 1
+    return True
+
+
+def _leave_node_cpu() -> None:
+    _pinned["links"] -= 1
+    if _pinned["links"] == 0 and _pinned["mask"] is not None:
+        try:
+            os.sched_setaffinity(0, _pinned["mask"])
+        except OSError:
+            pass
+        _pinned["mask"] = None
 
 
 def _check_spin(spin_s) -> float:
@@ -471,6 +523,7 @@ class AttachedDP:
                              False, lambda: link.admin("stats"))
         self._files: dict[int, _File] = {}
         self.sync = SyncAttachedDP(self)
+        self.pinned = False             # joined its node's CPU (attach, pair placement)
 
     @property
     def nid(self) -> int:
@@ -726,6 +779,9 @@ class AttachedDP:
         for f in list(self._files.values()):
             self._forget(f)
         self.link.close()
+        if self.pinned:
+            self.pinned = False
+            _leave_node_cpu()
 
     def __enter__(self):
         return self

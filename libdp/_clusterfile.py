@@ -17,6 +17,7 @@ per node says where it is and how the transport reaches it::
     host = "10.0.0.1"            # where the node runs (informative for shm and packet)
     addr = "10.0.0.1:47000"      # udp: the node's socket
     # packet: iface = "eth1", mac = "02:00:d9:00:00:00", netns = "..." (a cluster in a box)
+    cpu = 0                      # optional: pin the node process to this CPU (see placement)
 
 Every node loads the whole table into its NART: the NIC's address of node ``nid`` is
 ``hwaddr_for(nid)`` of the NIC package (for Ethernet, a locally administered MAC the
@@ -69,10 +70,11 @@ def node_from_environment() -> int | None:
 
 
 class NodeSpec:
-    __slots__ = ("nid", "host", "addr", "iface", "mac", "netns")
+    __slots__ = ("nid", "host", "addr", "iface", "mac", "netns", "cpu")
 
-    def __init__(self, nid, host="localhost", addr=None, iface=None, mac=None, netns=None):
+    def __init__(self, nid, host="localhost", addr=None, iface=None, mac=None, netns=None, cpu=None):
         self.nid, self.host, self.addr, self.iface, self.mac, self.netns = nid, host, addr, iface, mac, netns
+        self.cpu = cpu                  # the CPU the node process is pinned to (None: wherever the OS puts it)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
@@ -97,6 +99,8 @@ class ClusterFile:
                 raise OSError(errno.EINVAL, f"node {n.nid}: the udp transport needs addr = \"HOST:PORT\"")
             if transport == "packet" and not n.iface:
                 raise OSError(errno.EINVAL, f"node {n.nid}: the packet transport needs iface")
+            if n.cpu is not None and (not isinstance(n.cpu, int) or isinstance(n.cpu, bool) or n.cpu < 0):
+                raise OSError(errno.EINVAL, f"node {n.nid}: cpu is a CPU number, not {n.cpu!r}")
         self.name = name
         self.nic = nic
         self.platform = platform

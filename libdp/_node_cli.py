@@ -42,6 +42,8 @@ def add_commands(sub, common) -> None:
     q.add_argument("--id", type=int, required=True, metavar="NID")
     q.add_argument("--cluster", required=True, metavar="FILE")
     q.add_argument("--detach", action="store_true", help="run in the background (pid and log in the run directory)")
+    q.add_argument("--cpu", type=int, default=None, metavar="N",
+                   help="pin the node process to CPU N (default: the cluster file's cpu for the node, else unpinned)")
     q.add_argument("--ready-fd", type=int, default=None, help=argparse_hidden())
     q.add_argument("--tied-to", type=int, default=None, help=argparse_hidden())
     q.set_defaults(func=_node_start)
@@ -66,7 +68,11 @@ def add_commands(sub, common) -> None:
                    help="run directory (default: <run base>/<name>; without --name, $DP_RUN_DIR if set "
                         "-- where the other commands look -- and the cluster is named as that directory)")
     q.add_argument("--spin-us", type=float, default=None, metavar="US",
-                   help="how long an idle node polls before it sleeps (default: 1000 with 4 CPUs or more, else 0)")
+                   help="how long an idle node polls before it sleeps (default: 1000 with 4 CPUs or more, or "
+                        "with pair placement and a CPU per node; else 0)")
+    q.add_argument("--placement", choices=("auto", "pair", "none"), default="auto",
+                   help="pair: node i pinned to CPU i, its scripts join it there; none: the OS places them; "
+                        "auto (default): pair when the host has fewer CPUs than 2 x nodes")
     q.set_defaults(func=_cluster_up)
     q = csub.add_parser("down", help="stop every node and remove every namespace, ring and file the cluster made")
     _cluster_opts(q)
@@ -141,7 +147,7 @@ def _node_start(args) -> int:
     from libdp._realnode import serve_node, start_node
     cluster = ClusterFile.load(args.cluster)
     if args.detach:
-        pid = start_node(cluster, args.id)
+        pid = start_node(cluster, args.id, cpu=args.cpu)
         print(f"node {args.id} of cluster {cluster.name!r}: pid {pid}, socket {cluster.socket_path(args.id)}, "
               f"log {cluster.log_path(args.id)}")
         return 0
@@ -152,7 +158,7 @@ def _node_start(args) -> int:
         def ready():
             os.write(fd, b"ok\n")
             os.close(fd)
-    serve_node(cluster, args.id, ready=ready, tied_to=args.tied_to)
+    serve_node(cluster, args.id, ready=ready, tied_to=args.tied_to, cpu=args.cpu)
     return 0
 
 
@@ -202,8 +208,9 @@ def _cluster_up(args) -> int:
         name = os.path.basename(os.path.normpath(run_dir))
     c = cluster_up(args.nodes, name=name or "default", transport=args.transport, nic=args.nic,
                    platform=args.platform, params=params, load=args.load, run_dir=run_dir, seed=args.seed,
-                   spin_s=None if args.spin_us is None else args.spin_us * 1e-6)
-    print(f"cluster {c.name!r} up: {len(c.nodes)} nodes, {c.nic} over {c.transport}")
+                   spin_s=None if args.spin_us is None else args.spin_us * 1e-6, placement=args.placement)
+    print(f"cluster {c.name!r} up: {len(c.nodes)} nodes, {c.nic} over {c.transport}, "
+          f"placement {c.extra.get('placement', 'none')}")
     print(f"cluster file: {c.path}")
     print(f"export DP_RUN_DIR={c.run_dir}")
     return 0

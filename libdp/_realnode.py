@@ -38,11 +38,46 @@ from libdp._cluster import Cluster, build_profile, resolve_platform
 from nic_drivers import nic as nic_package
 
 __all__ = ["serve_node", "start_node", "stop_node", "node_status", "cluster_up", "cluster_down", "cluster_status",
-           "frame_router", "READY_TIMEOUT_S"]
+           "frame_router", "plan_placement", "PLACEMENTS", "READY_TIMEOUT_S"]
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 _BASE_PORT = 47000
+PLACEMENTS = ("auto", "pair", "none")
+PAIR_NODE_SPIN_S = 1e-3
+
+
+# --------------------------------------------------------------------------- placement
+
+
+def plan_placement(nodes: int, placement: str = "auto", cpus=None) -> tuple[str, dict]:
+    """Where the processes of a cluster in a box run: (placement, {nid: cpu}).
+
+    ``pair``: node i is pinned to CPU i (mod the CPUs this process may use), and the
+    scripts that attach to it join it there (`libdp.attach`): a script's hand-off to its
+    node and back is a wake-up on the core both run on -- cache-hot, no migration, no
+    inter-processor interrupt -- while node-to-node traffic crosses cores over the
+    shared-memory link, where the receiving node polls. ``none``: the OS places every
+    process. ``auto``: ``pair`` when the host has fewer CPUs than a node and a script per
+    node need (``2 * nodes``), else ``none``. Measured on a loaded 2-core host
+    (docs/real-nodes.md, "Placement"): a 1-byte round trip 91-100 µs unpinned with every
+    process sleeping, 35 µs paired with the nodes polling.
+    """
+    if placement not in PLACEMENTS:
+        raise OSError(errno.EINVAL, f"placement is one of {', '.join(PLACEMENTS)}, not {placement!r}")
+    cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+    if placement == "auto":
+        placement = "pair" if 2 * nodes > len(cpus) else "none"
+    if placement == "none":
+        return "none", {}
+    return "pair", {nid: cpus[nid % len(cpus)] for nid in range(nodes)}
+
+
+def _pin(cpu: int, who: str) -> None:
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError as exc:
+        raise OSError(exc.errno or errno.EINVAL, f"{who}: cannot run on CPU {cpu}: {exc.strerror}") from None
 
 
 # --------------------------------------------------------------------------- one node
@@ -113,12 +148,18 @@ def _faulty(prof) -> bool:
 
 
 def serve_node(cluster: ClusterFile, nid: int, *, ready=None, spin_s: float | None = None,
-               tied_to: int | None = None) -> None:
+               tied_to: int | None = None, cpu: int | None = None) -> None:
     """Become node `nid` and serve until SIGTERM/SIGINT (or until process `tied_to` exits);
-    `ready()` is called once it answers."""
+    `ready()` is called once it answers. `cpu`: pin the node to this CPU (else the cluster
+    file's ``cpu`` for it, else unpinned)."""
     make_run_dir(cluster.run_dir)
     if spin_s is None and "spin_s" in cluster.extra:
         spin_s = float(cluster.extra["spin_s"])
+    if cpu is None:
+        cpu = cluster.node(nid).cpu
+    if cpu is not None:
+        _pin(cpu, f"node {nid}")
+    placement = cluster.extra.get("placement", "none") if cpu is not None else "none"
     node, transport = build_node(cluster, nid, seed=int(cluster.extra.get("seed", 0)))
     # What the node has built stays as long as it runs: the cyclic collector need not walk
     # it again on every full collection (as Cluster.run does for a modeled cluster).
@@ -127,7 +168,7 @@ def serve_node(cluster: ClusterFile, nid: int, *, ready=None, spin_s: float | No
     server = NodeServer(node, cluster.socket_path(nid), log=_log,
                         describe=lambda: {"cluster": cluster.name, "transport": cluster.transport,
                                           "nic": _nic(cluster), "nids": cluster.nids(),
-                                          "params": list(cluster.params)},
+                                          "params": list(cluster.params), "cpu": cpu, "placement": placement},
                         **({} if spin_s is None else {"spin_s": spin_s}))
     try:
         if tied_to is not None:
@@ -193,7 +234,8 @@ def _remove(path: str) -> None:
         pass
 
 
-def start_node(cluster: ClusterFile, nid: int, *, timeout: float = READY_TIMEOUT_S, tied: bool = False) -> int:
+def start_node(cluster: ClusterFile, nid: int, *, timeout: float = READY_TIMEOUT_S, tied: bool = False,
+               cpu: int | None = None) -> int:
     """Start node `nid` as a detached process; its pid once it answers. The error it died of, else.
 
     `tied`: the node stops when this process exits (temporary clusters: nothing outlives a crash)."""
@@ -209,7 +251,8 @@ def start_node(cluster: ClusterFile, nid: int, *, timeout: float = READY_TIMEOUT
         os.chmod(log_path, 0o600)
         proc = subprocess.Popen([sys.executable, "-m", "libdp._cli", "node", "start", "--id", str(nid),
                                  "--cluster", cluster.path, "--ready-fd", str(w),
-                                 *(["--tied-to", str(os.getpid())] if tied else [])],
+                                 *(["--tied-to", str(os.getpid())] if tied else []),
+                                 *(["--cpu", str(cpu)] if cpu is not None else [])],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(w,),
                                 start_new_session=True, close_fds=True)
     os.close(w)
@@ -310,12 +353,14 @@ def node_status(cluster: ClusterFile, nid: int) -> dict:
 
 def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic: str | None = None,
                platform: str | None = None, params=(), load=(), run_dir: str | None = None, seed: int = 0,
-               base_port: int | None = None, tied: bool = False, spin_s: float | None = None) -> ClusterFile:
+               base_port: int | None = None, tied: bool = False, spin_s: float | None = None,
+               placement: str = "auto") -> ClusterFile:
     """N nodes on this host, each a process; the cluster file is ``<run_dir>/cluster.toml``.
 
     Everything made is removed again if a step fails. EEXIST if the cluster is up already.
     `tied`: the nodes stop when this process exits (``cluster_down`` still removes the rest).
-    `spin_s`: how long an idle node polls before it sleeps (default: the node server's).
+    `spin_s`: how long an idle node polls before it sleeps (default: the node server's; with
+    ``pair`` placement and a CPU per node, `PAIR_NODE_SPIN_S`). `placement`: `plan_placement`.
     """
     from libdp._clusterfile import TRANSPORTS, default_run_dir
     from libdp._realrun import link_shape
@@ -330,7 +375,8 @@ def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic
     run_dir = run_dir or default_run_dir(name)
     if os.path.exists(os.path.join(run_dir, "cluster.toml")):
         raise OSError(errno.EEXIST, f"cluster {name!r} is already up ({run_dir}); dp cluster down first")
-    specs = [NodeSpec(nid) for nid in range(nodes)]
+    placement, cpus = plan_placement(nodes, placement)
+    specs = [NodeSpec(nid, cpu=cpus.get(nid)) for nid in range(nodes)]
     if nodes > 2:
         frame_router(pkg, {s.nid: {pkg.LINK_KIND: pkg.hwaddr_for(s.nid)} for s in specs}, 0)   # EINVAL if unroutable
     if transport == "packet" and pkg.LINK_KIND != "ether":
@@ -339,11 +385,15 @@ def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic
     if shape is not None and shape.rate_bps is not None and transport != "packet":
         raise OSError(errno.EINVAL, f"link.rate_bps cannot be applied to the {transport} transport "
                                     "(only the packet transport's veths can be shaped)")
-    extra = {"seed": seed, "made_by": "dp cluster up", "faults_by": "injector"}
+    extra = {"seed": seed, "made_by": "dp cluster up", "faults_by": "injector", "placement": placement}
     if spin_s is not None:
         if not isinstance(spin_s, (int, float)) or isinstance(spin_s, bool) or not 0 <= spin_s <= 1:
             raise OSError(errno.EINVAL, f"a node's spin is 0..1 s, not {spin_s!r}")
         extra["spin_s"] = float(spin_s)
+    elif placement == "pair" and len(set(cpus.values())) == nodes:
+        # A node alone on its core with its scripts polls (yielding): its scripts sleep and,
+        # woken on that core, preempt it; the peer node's frames find it awake.
+        extra["spin_s"] = PAIR_NODE_SPIN_S
     if transport == "udp":
         base = base_port if base_port is not None else free_udp_base(nodes)
         for s in specs:

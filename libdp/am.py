@@ -154,18 +154,14 @@ class AM:
         x = self.ep.store(dest, local_buf, nbytes, remote_addr, handler, arg, blocking=True)
         return _am_call.call(self.ep, self.dp, _am_call.TRANSFER, x, None, True)
 
-    async def am_store_async(self, dest, local_buf, remote_addr, nbytes, handler, arg=0, on_done=None,
-                             done_arg=None) -> Transfer:
-        self.ep.check_caller("am_store_async")
-        x = self.ep.store(dest, local_buf, nbytes, remote_addr, handler, arg, on_done, done_arg)
-        await _am_call.call(self.ep, self.dp, _am_call.TRANSFER, x)
-        return x
+    def am_store_async(self, dest, local_buf, remote_addr, nbytes, handler, arg=0, on_done=None, done_arg=None):
+        """Start an asynchronous store; the coroutine returns its `Transfer`."""
+        return _am_call.store_async(self.ep, self.dp, dest, local_buf, remote_addr, nbytes, handler, arg, on_done,
+                                    done_arg)
 
-    async def am_get(self, dest, remote_addr, local_buf, nbytes, handler, arg=0) -> Transfer:
-        self.ep.check_caller("am_get")
-        x = self.ep.get(dest, remote_addr, local_buf, nbytes, handler, arg)
-        await _am_call.call(self.ep, self.dp, _am_call.TRANSFER, x)
-        return x
+    def am_get(self, dest, remote_addr, local_buf, nbytes, handler, arg=0):
+        """Start a get; the coroutine returns its `Transfer`."""
+        return _am_call.get(self.ep, self.dp, dest, remote_addr, local_buf, nbytes, handler, arg)
 
     # -- polling -----------------------------------------------------------------------------
 

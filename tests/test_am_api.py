@@ -479,32 +479,31 @@ def test_module_parameters_move_the_calls():
     assert call_time(c, lambda: a.sync.am_request_1(1, H_SINK, 1)) == pytest.approx(7.7 - 2.4 + 1.0, abs=0.01)
 
 
-def test_chunk_n_leaves_once_chunk_n_minus_2_is_acknowledged(monkeypatch):
+def test_chunk_n_leaves_once_chunk_n_minus_2_is_acknowledged():
     """SP-A30/SP-C06: two chunks start at once; chunk N is handed to the adapter after the
     ack of chunk N-2 arrives -- usually before the ack of N-1 (the pipeline stays full)."""
-    import types
-
-    import protocols.am.endpoint as EP
+    from protocols.am._wire import TxChannel
     c = am_cluster()
     a, b = pair(c)
     dst = b.segment(200_000)
     sent, acked = {}, {}
-    orig_send, orig_acked = EP.AmEndpoint._send_msg, EP.AmEndpoint._acked
 
-    def send(self, peer, ch, m):
-        if self is a.ep and m.kind == 3 and m.seq not in sent:
-            sent[m.seq] = c.engine.now
-        return (yield from orig_send(self, peer, ch, m))
+    class Recording(TxChannel):
+        """The sender's request channel to rank 1, noting when each chunk first goes (it
+        is given its sequence number as it is handed over) and when each ack comes."""
+        def assign(self, m):
+            if m.kind == 3:
+                sent.setdefault(self.next_seq, c.engine.now)
+            return super().assign(m)
 
-    def on_ack(self, peer, ch, cum):
-        if self is a.ep and ch is peer.tx_req:
-            for s in range(ch.unacked[0].seq if ch.unacked else cum, cum):
+        def ack(self, cum):
+            for s in range(self.unacked[0].seq if self.unacked else cum, cum):
                 acked.setdefault(s, c.engine.now)
-        return orig_acked(self, peer, ch, cum)
+            return super().ack(cum)
 
-    # The endpoint is a cdef class (its type cannot be patched): wrap the sender's own methods.
-    monkeypatch.setattr(a.ep, "_send_msg", types.MethodType(send, a.ep), raising=False)
-    monkeypatch.setattr(a.ep, "_acked", types.MethodType(on_ack, a.ep), raising=False)
+    # The channel's methods are C (cpdef): a Python subclass overrides them where they run.
+    peer = a.ep.peer(1)
+    peer.tx_req = Recording(peer.tx_req.window, peer.tx_req.pending)
 
     async def main():
         import trio

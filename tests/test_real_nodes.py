@@ -28,7 +28,7 @@ import trio.testing
 
 from libdp._attach import attach
 from libdp._cli import main
-from libdp._realnode import cluster_down, cluster_up, node_status, start_node
+from libdp._realnode import cluster_down, cluster_up, node_status, plan_placement, start_node
 from libdp._realprograms import all_to_all
 from libdp._realrun import run_real_spmd
 
@@ -459,6 +459,61 @@ def test_node_start_stop_and_status_from_the_command_line(run_base, capsys):
     finally:
         cluster_down(c)
     assert not os.path.exists(c.run_dir) and _shm_entries(c.name) == []
+
+
+def test_placement_pairs_nodes_with_cpus_only_where_cores_are_short():
+    assert plan_placement(2, "auto", cpus={0, 1}) == ("pair", {0: 0, 1: 1})
+    assert plan_placement(3, "auto", cpus={2, 5}) == ("pair", {0: 2, 1: 5, 2: 2})
+    assert plan_placement(2, "auto", cpus=range(4)) == ("none", {})      # a core for every process
+    assert plan_placement(2, "pair", cpus=range(8)) == ("pair", {0: 0, 1: 1})
+    assert plan_placement(2, "none", cpus={0}) == ("none", {})
+    with pytest.raises(OSError) as e:
+        plan_placement(2, "spread")
+    assert e.value.errno == errno.EINVAL
+    from libdp._clusterfile import ClusterFile, NodeSpec
+    with pytest.raises(OSError) as e:
+        ClusterFile("c", "dec21140", "shm", [NodeSpec(0, cpu=-1)])        # a cluster file's cpu: a CPU number
+    assert e.value.errno == errno.EINVAL
+
+
+def test_a_paired_node_and_its_script_share_a_cpu_until_the_script_detaches(run_base, monkeypatch):
+    """Placement pair: the node runs pinned to its CPU, a script attaching to it joins it
+    there (and waits without polling), and gets its own CPUs back when it detaches;
+    DP_PIN=0 keeps a script where it is; `dp node start --cpu` overrides the file."""
+    monkeypatch.delenv("DP_SPIN_US", raising=False)
+    c = cluster_up(1, name=f"pin{os.getpid()}", tied=True, placement="pair")
+    mine = os.sched_getaffinity(0)
+    try:
+        cpu = c.node(0).cpu
+        assert cpu in mine and c.extra["placement"] == "pair"
+        assert os.sched_getaffinity(node_status(c, 0)["pid"]) == {cpu}
+        dp = attach(node=0, run_dir=c.run_dir)
+        try:
+            assert dp.pinned and os.sched_getaffinity(0) == {cpu} and dp.spin_s == 0.0
+            fd = dp.sync.dp_open(3)
+            dp.sync.dp_target(fd, 0, 3)
+            dp.sync.dp_write(fd, b"on one core")
+            assert dp.sync.dp_read(fd) == b"on one core"
+        finally:
+            dp.detach()
+        assert os.sched_getaffinity(0) == mine
+        monkeypatch.setenv("DP_PIN", "0")
+        dp = attach(node=0, run_dir=c.run_dir)
+        assert not dp.pinned and os.sched_getaffinity(0) == mine
+        dp.detach()
+        monkeypatch.setenv("DP_PIN", "yes")
+        with pytest.raises(OSError) as e:
+            attach(node=0, run_dir=c.run_dir)
+        assert e.value.errno == errno.EINVAL
+        monkeypatch.delenv("DP_PIN")
+        if len(mine) > 1:
+            other = max(mine - {cpu})
+            assert main(["node", "stop", "0", "--cluster", c.path]) == 0
+            assert main(["node", "start", "--id", "0", "--cluster", c.path, "--detach", "--cpu", str(other)]) == 0
+            assert os.sched_getaffinity(node_status(c, 0)["pid"]) == {other}
+    finally:
+        cluster_down(c)
+    assert os.sched_getaffinity(0) == mine
 
 
 def test_cluster_down_after_a_crash_leaves_nothing(run_base):

@@ -809,3 +809,43 @@ def test_udp_echo_with_independent_process():
     finally:
         child.kill()
         port.close()
+
+
+# --------------------------------------------------------------------------- event rings, batched
+
+
+def test_event_ring_batched_posts_stay_invisible_until_published():
+    """A node's deliveries of one pass wake the process once: while batching, a posted record
+    is invisible to the consumer (the eventfd not readable) until publish_posts; the node's
+    own consumer side (a generic read) publishes first; turning batching off publishes."""
+    import select as _select
+    from kernelsim.daemon import EventRing, batch_posts, event_ring_bytes, publish_posts
+    memfd = os.memfd_create("t-events")
+    efd = os.eventfd(0, os.EFD_NONBLOCK)
+    os.ftruncate(memfd, event_ring_bytes(8))
+    node, user = EventRing(memfd, efd, 8), None
+    try:
+        user = EventRing(memfd, efd)
+        batch_posts(True)
+        try:
+            assert node.post(1, 10, 0, 5) and node.post(2, 20, 0, 5)
+            assert not user.pending() and _select.select([user.fileno()], [], [], 0)[0] == []
+            assert publish_posts() == 1 and publish_posts() == 0
+            assert _select.select([user.fileno()], [], [], 0)[0] == [user.fileno()]
+            assert user.pop() == (1, 10, 0, 5) and user.pop() == (2, 20, 0, 5) and user.pop() is None
+            assert _select.select([user.fileno()], [], [], 0)[0] == []      # drained: not readable
+            node.post(3, 30, 1, 6)
+            assert node.pop() == (3, 30, 1, 6)                  # the node's own read publishes first
+            for i in range(8):
+                assert node.post(i, 1, 0, 0)
+            assert not node.post(9, 1, 0, 0)                    # full counts the unpublished records
+        finally:
+            batch_posts(False)                                  # publishes what is pending
+        assert user.pending() and [user.pop()[0] for _ in range(8)] == list(range(8))
+        assert node.post(7, 7, 7, 7) and user.pending()         # not batching: visible at once
+    finally:
+        if user is not None:
+            user.close()
+        node.close()
+        os.close(memfd)
+        os.close(efd)

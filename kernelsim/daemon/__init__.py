@@ -13,11 +13,11 @@ through ``export_to(owner)``.
 """
 from kernelsim.daemon._passthrough import Passthrough
 from kernelsim.daemon._regions import MemfdRegion, map_readonly
-from kernelsim.daemon._rings import EventRing, event_ring_bytes
+from kernelsim.daemon._rings import EventRing, batch_posts, event_ring_bytes, publish_posts
 from kernelsim.daemon._server import (ERROR_WORD_OFFSET, GATE_CALL, GATE_FILEOP, GATE_SLOT_BYTES, GATE_SLOTS,
                                       NodeServer, default_spin)
 from kernelsim.daemon._wire import BYTES, pack_args, recv_msg, send_msg, unpack_args
 
-__all__ = ["NodeServer", "Passthrough", "MemfdRegion", "map_readonly", "EventRing", "event_ring_bytes", "GATE_CALL", "GATE_FILEOP",
+__all__ = ["NodeServer", "Passthrough", "MemfdRegion", "map_readonly", "EventRing", "event_ring_bytes", "batch_posts", "publish_posts", "GATE_CALL", "GATE_FILEOP",
            "GATE_SLOTS", "GATE_SLOT_BYTES", "ERROR_WORD_OFFSET", "default_spin", "BYTES", "pack_args", "recv_msg", "send_msg",
            "unpack_args"]

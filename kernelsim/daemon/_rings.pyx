@@ -29,6 +29,16 @@ Whichever of the two runs its exchange second sees the other's store, so a recor
 never waiting while the eventfd reads empty, and an empty ring never leaves it readable
 for longer than the consumer takes to notice. The consumer's side also runs in the node
 (a generic ``read()`` consumes on the blocked process's behalf); both never at once.
+
+**One wake-up per node pass, not per record** (`batch_posts`): a node that delivers a
+burst of frames in one pass would otherwise wake the consumer at the first record -- and
+a woken consumer on the node's own core preempts it, takes that one record and sleeps
+again, once per message. While batching is on, ``post`` writes the record but keeps the
+new head to itself; `publish_posts` (the node calls it at the end of every pass, before
+it polls again or sleeps) stores each ring's head once and wakes its consumer once. An
+unpublished record is invisible to the consumer, so the readiness protocol above is
+unchanged: the producer's "head = h + 1" is just done for several records at a time.
+The node's own consumer side (``pop`` for a generic ``read()``) publishes first.
 """
 from libc.stdint cimport uint32_t, uint64_t
 from libc.errno cimport errno, EINTR
@@ -81,6 +91,31 @@ cdef extern from *:
 DEF REC = 16
 HEADER_BYTES = 320
 
+cdef bint _batching = False
+cdef list _unpublished = []         # rings with records posted but not yet published (batching)
+
+
+def batch_posts(bint on):
+    """Batch every ring's posts in this process until `publish_posts` (see the essay); off:
+    publish what is pending and post record by record again."""
+    global _batching
+    if not on:
+        publish_posts()
+    _batching = on
+
+
+def publish_posts():
+    """Publish every ring's batched records and wake each consumer once; the rings published."""
+    global _unpublished
+    cdef EventRing r
+    cdef list todo = _unpublished
+    if not todo:
+        return 0
+    _unpublished = []
+    for r in todo:
+        r._publish()
+    return len(todo)
+
 
 def event_ring_bytes(Py_ssize_t slots):
     """Bytes an event ring of `slots` records takes."""
@@ -114,6 +149,8 @@ cdef class EventRing:
     cdef uint64_t _mask
     cdef readonly uint32_t slots
     cdef int _efd
+    cdef uint64_t _local_head           # batching: the head after the records not yet published
+    cdef bint _queued                   # batching: in _unpublished
 
     def __cinit__(self, int fd, int efd, Py_ssize_t slots=0):
         cdef Py_ssize_t size = os.fstat(fd).st_size
@@ -177,24 +214,41 @@ cdef class EventRing:
     # -- producer --------------------------------------------------------------------------
 
     cpdef bint post(self, uint32_t a, uint32_t b, uint32_t c, uint32_t d) except -1:
-        """Append a record; False if the ring is full (the caller decides what that means)."""
+        """Append a record; False if the ring is full (the caller decides what that means).
+        While batching (`batch_posts`) it is published by the next `publish_posts`."""
         cdef ev_hdr* h = self._h
         cdef uint64_t head
         cdef uint32_t* r
         if h == NULL:
             raise ValueError("event ring is closed")
-        head = ev_ld_rlx(&h.head)
+        head = self._local_head if self._queued else ev_ld_rlx(&h.head)
         if head - ev_ld_acq(&h.tail) >= self.slots:
             h.full += 1
             return False
         r = self._recs + (head & self._mask) * 4
         r[0] = a; r[1] = b; r[2] = c; r[3] = d
         h.posted += 1
-        ev_st_rel(&h.head, head + 1)
+        if _batching:
+            self._local_head = head + 1
+            if not self._queued:
+                self._queued = True
+                _unpublished.append(self)
+            return True
+        self._publish_head(head + 1)
+        return True
+
+    cdef void _publish(self):
+        if self._queued:
+            self._queued = False
+            if self._h != NULL:
+                self._publish_head(self._local_head)
+
+    cdef void _publish_head(self, uint64_t head):
+        cdef ev_hdr* h = self._h
+        ev_st_rel(&h.head, head)
         ev_fence()
         if ev_ld32(&h.armed) == 0 and ev_xchg(&h.armed, 1) == 0:
             _kick(self._efd)
-        return True
 
     # -- consumer --------------------------------------------------------------------------
 
@@ -210,6 +264,8 @@ cdef class EventRing:
         cdef object out
         if h == NULL:
             raise ValueError("event ring is closed")
+        if self._queued:                       # the node consuming its own batch: publish it first
+            self._publish()
         tail = ev_ld_rlx(&h.tail)
         head = ev_ld_acq(&h.head)
         if head == tail:

@@ -58,3 +58,5 @@ cdef class Tb2Adapter(NicModel):
     cdef _send_entry(self, int entry, Py_ssize_t nbytes, int slot, double ready, bint free)
     cdef _tx_free_entry(self, int entry)
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok)
+    cdef _rx_bytes(self, bytes frame, bint crc_ok)
+    cdef _rx(self, const unsigned char* frame, Py_ssize_t n, object whole, bint crc_ok)

@@ -57,7 +57,18 @@ charged in the host-side paths (``fifos.pyx``), not here.
 import errno
 
 from kernelsim._engine cimport Engine
-from kernelsim._physmem cimport PhysMem
+from kernelsim._physmem cimport PhysMem, span_check, span_ok
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.string cimport memcpy
+
+
+cdef inline int _copy_in(PhysMem mem, Py_ssize_t addr, bytes data) except -1:
+    """``mem.write(addr, data)`` of a packet's bytes: the same check, no buffer view per packet."""
+    cdef Py_ssize_t n = len(data)
+    if not span_ok(addr, n, mem.size):
+        span_check(addr, n, mem.size, "physical memory")
+    memcpy(&mem.buf[addr], PyBytes_AS_STRING(data), n)
+    return 0
 from nic_drivers._nic cimport NicModel
 
 # -- packet format (SP-A21, SP-A22): 32-byte header, 224 bytes of data -----------------
@@ -97,6 +108,19 @@ INT_RX = 1
 LEN_ARRAY_MAX = 256      # bytes of adapter memory given to the length array
 LEN_UNIT = 4             # a length byte counts 32-bit words of header + data
 MAX_FIFO_SLOTS = 64      # bound of the MSMU FIFO model (packets)
+
+# The same layout as C constants, for the per-packet code below.
+cdef enum:
+    C_ENTRY_BYTES = 256
+    C_HDR_BYTES = 32
+    C_DATA_MAX = 224
+    C_H_DST = 0
+    C_H_SRC = 4
+    C_H_LEN = 6
+    C_H_STATUS = 28
+    C_CTL_ENABLE = 1
+assert (ENTRY_BYTES, HDR_BYTES, DATA_MAX, H_DST, H_SRC, H_LEN, H_STATUS, CTL_ENABLE) == \
+    (C_ENTRY_BYTES, C_HDR_BYTES, C_DATA_MAX, C_H_DST, C_H_SRC, C_H_LEN, C_H_STATUS, C_CTL_ENABLE)
 
 # What each engine event of the card is (EventTarget.on_event's `what`).
 cdef enum:
@@ -380,22 +404,30 @@ cdef class Tb2Adapter(NicModel):
         """Stamp the source and hand the packet to the switch (its last byte leaves no
         earlier than `ready`, when the DMA has brought it all in)."""
         cdef Py_ssize_t dlen, addr
-        cdef bytearray pkt
-        addr = self.send_base + <Py_ssize_t> entry * ENTRY_BYTES
-        pkt = bytearray(self.mem.buf[addr:addr + nbytes])
-        dlen = (pkt[H_LEN] << 8) | pkt[H_LEN + 1]
+        cdef const unsigned char* src
+        cdef unsigned char* p
+        cdef bytes pkt = None
+        addr = self.send_base + <Py_ssize_t> entry * C_ENTRY_BYTES
+        if not span_ok(addr, nbytes, self.mem.size):
+            span_check(addr, nbytes, self.mem.size, "TB2 send entry")
+        src = &self.mem.buf[addr]
+        dlen = (src[C_H_LEN] << 8) | src[C_H_LEN + 1]
+        if dlen <= C_DATA_MAX and C_HDR_BYTES + dlen <= nbytes:
+            # The packet as the MSMU sends it, copied out of the entry before it is freed.
+            pkt = PyBytes_FromStringAndSize(<const char*> src, C_HDR_BYTES + dlen)
+            p = <unsigned char*> PyBytes_AS_STRING(pkt)
+            p[C_H_SRC] = (self.nid >> 8) & 0xFF
+            p[C_H_SRC + 1] = self.nid & 0xFF
+            p[C_H_STATUS] = p[C_H_STATUS + 1] = p[C_H_STATUS + 2] = p[C_H_STATUS + 3] = 0
         if free:
             self._tx_free_entry(entry)
-        if dlen > DATA_MAX or HDR_BYTES + dlen > nbytes:
+        if pkt is None:
             self.tx_errors += 1               # header and length array disagree: not sent
             return
-        pkt[H_SRC] = (self.nid >> 8) & 0xFF
-        pkt[H_SRC + 1] = self.nid & 0xFF
-        pkt[H_STATUS:H_STATUS + 4] = b"\0\0\0\0"
         if self.port is None:
             self.tx_errors += 1
             return
-        start, end = self.port.transmit(bytes(pkt[:HDR_BYTES + dlen]), self.engine.now, ready)
+        start, end = self.port.transmit(pkt, self.engine.now, ready)
         self.fifo_out[slot] = end             # the slot is empty once the link has taken it all
         self.tx_packets += 1
         self.tx_bytes += dlen
@@ -410,23 +442,30 @@ cdef class Tb2Adapter(NicModel):
 
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok):
         """A packet from the switch. Everything that cannot be delivered is counted."""
-        cdef Py_ssize_t n = frame.shape[0]
+        return self._rx(&frame[0] if frame.shape[0] else NULL, frame.shape[0], None, crc_ok)
+
+    cdef _rx_bytes(self, bytes frame, bint crc_ok):
+        """`rx_frame` of a packet the switch delivers as bytes (no buffer view per packet)."""
+        return self._rx(<const unsigned char*> PyBytes_AS_STRING(frame), len(frame), frame, crc_ok)
+
+    cdef _rx(self, const unsigned char* frame, Py_ssize_t n, object whole, bint crc_ok):
+        """`rx_frame` of the `n` bytes at `frame` (`whole`: the same bytes as an object, or None)."""
         cdef Py_ssize_t dlen
         cdef double t
-        if not self.control & CTL_ENABLE:
+        if not self.control & C_CTL_ENABLE:
             self.rx_disabled += 1
             return
         if not crc_ok:
             self.rx_crc_errors += 1
             return
-        if n < HDR_BYTES or n > ENTRY_BYTES:
+        if n < C_HDR_BYTES or n > C_ENTRY_BYTES:
             self.rx_malformed += 1
             return
-        dlen = _be16(frame, H_LEN)
-        if dlen > DATA_MAX or HDR_BYTES + dlen > n:
+        dlen = (frame[C_H_LEN] << 8) | frame[C_H_LEN + 1]
+        if dlen > C_DATA_MAX or C_HDR_BYTES + dlen > n:
             self.rx_malformed += 1
             return
-        if <int> _be16(frame, H_DST) != self.nid:
+        if <int> ((frame[C_H_DST] << 8) | frame[C_H_DST + 1]) != self.nid:
             self.rx_misrouted += 1
             return
         t = self.engine.now
@@ -435,7 +474,9 @@ cdef class Tb2Adapter(NicModel):
         else:
             t = self.i860_free
         self.i860_free = t + self.i860_rx_s
-        self.engine.post(t, self, EV_RX_TAKE, (self.epoch, bytes(frame[:HDR_BYTES + dlen]), dlen))
+        if whole is None or C_HDR_BYTES + dlen != n:
+            whole = PyBytes_FromStringAndSize(<const char*> frame, C_HDR_BYTES + dlen)
+        self.engine.post(t, self, EV_RX_TAKE, (self.epoch, whole, dlen))
 
     cdef _rx_take(self, arg):
         """The i860 takes the packet: a free receive entry, or the packet is lost."""
@@ -443,7 +484,7 @@ cdef class Tb2Adapter(NicModel):
         cdef Py_ssize_t dlen, entry, nbytes
         cdef double start, t
         epoch, pkt, dlen = arg
-        if epoch != self.epoch or not self.control & CTL_ENABLE:
+        if epoch != self.epoch or not self.control & C_CTL_ENABLE:
             self.rx_disabled += 1
             return
         if self.rx_used >= self.recv_count:
@@ -452,7 +493,7 @@ cdef class Tb2Adapter(NicModel):
         entry = self.rx_tail
         self.rx_tail = (self.rx_tail + 1) % self.recv_count
         self.rx_used += 1
-        nbytes = HDR_BYTES + dlen
+        nbytes = C_HDR_BYTES + dlen
         start = self.engine.now + self.i860_rx_s
         if start < self.dma_rx_free:
             start = self.dma_rx_free
@@ -468,9 +509,9 @@ cdef class Tb2Adapter(NicModel):
         if epoch != self.epoch:
             self.rx_disabled += 1             # reset while the DMA ran: lost, but counted
             return
-        addr = self.recv_base + entry * ENTRY_BYTES
-        self.mem.write(addr, pkt)
-        self.mem.wr32(addr + H_STATUS, RX_VALID | <unsigned int> dlen)
+        addr = self.recv_base + entry * C_ENTRY_BYTES
+        _copy_in(self.mem, addr, pkt)
+        self.mem.wr32(addr + C_H_STATUS, RX_VALID | <unsigned int> dlen)
         self.rx_packets += 1
         self.rx_bytes += dlen
         self.int_status |= INT_RX

@@ -29,6 +29,10 @@ cdef class HostFifos:
     cpdef pop(self)
 
 
+cdef class Packet:
+    cdef public object src, data, proto, route, user
+
+
 cdef class UserFifos(OpenFile):
     cdef public object netdev, proc
     cdef public Tb2Adapter adapter

@@ -33,6 +33,7 @@ from kernelsim import WouldBlock
 from nic_drivers.tb2 import _model as hw
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from libc.string cimport memcpy, memset
+cimport cython
 
 # The entry layout (nic_drivers.tb2._model), as C constants for the per-packet code.
 DEF HDR_BYTES = 32
@@ -227,10 +228,9 @@ cdef inline bytes _as_bytes(data):
     return data if type(data) is bytes else bytes(data)
 
 
-class Packet:
+@cython.freelist(8)
+cdef class Packet:
     """One packet taken from the receive FIFO."""
-
-    __slots__ = ("src", "data", "proto", "route", "user")
 
     def __init__(self, src: int, data: bytes, proto: int, route: int, user: bytes):
         self.src = src
@@ -450,7 +450,8 @@ cdef class UserFifos(OpenFile):
     cpdef double look(self, object spun_since) except? -1.0:
         """A poll's look at the head: its cost (counting, after a spin, the empty polls made)."""
         cdef long long spun
-        self._check_open()
+        if self.closed:
+            self._check_open()
         if spun_since is None:
             return self.c_poll
         spun = <long long> ((self.node.engine.now - spun_since) / self.c_poll) if self.c_poll > 0 else 0
@@ -465,6 +466,7 @@ cdef class UserFifos(OpenFile):
         cdef PhysMem mem = f.mem
         cdef Py_ssize_t addr
         cdef unsigned int status, n
+        cdef Packet pkt
         self.polls += 1
         addr = f.recv_entry(f.rx_head)
         status = mem.rd32(addr + H_STATUS)
@@ -474,9 +476,12 @@ cdef class UserFifos(OpenFile):
         n = status & 0xFFFF
         if n > DATA_MAX:                         # cannot come from the adapter; never trust it
             n = DATA_MAX
-        pkt = Packet(mem.rd16be(addr + H_SRC), mem.read(addr + HDR_BYTES, n),
-                     mem.rd16be(addr + H_PROTO), mem.buf[addr + H_ROUTE],
-                     mem.read(addr + H_USER, USER_BYTES))
+        pkt = Packet.__new__(Packet)
+        pkt.src = mem.rd16be(addr + H_SRC)
+        pkt.data = mem.read(addr + HDR_BYTES, n)
+        pkt.proto = mem.rd16be(addr + H_PROTO)
+        pkt.route = mem.buf[addr + H_ROUTE]
+        pkt.user = mem.read(addr + H_USER, USER_BYTES)
         f.consume(addr)
         self.rx_cost = self.c_recv + f.flush_cost(HDR_BYTES + n) + (self.costs.copy(n) if n else 0.0)
         return pkt

@@ -82,7 +82,10 @@ cdef class SwitchPort(EventTarget):
         """A packet's last byte reaches the adapter (one engine event, bound once)."""
         if self.device is not None:
             if type(self.device) is Tb2Adapter:
-                (<Tb2Adapter> self.device).rx_frame(item[0], item[1])
+                if type(item[0]) is bytes:
+                    (<Tb2Adapter> self.device)._rx_bytes(item[0], item[1])
+                else:
+                    (<Tb2Adapter> self.device).rx_frame(item[0], item[1])
             else:
                 self.device.rx_frame(item[0], item[1])
         return 0

@@ -16,7 +16,7 @@ MAX_HANDLERS = 256
 U32 = 0xFFFFFFFF
 
 
-def handler_index(h) -> int:
+cpdef int handler_index(object h) except -1:
     if type(h) is int and 0 <= h < MAX_HANDLERS:
         return h
     if not isinstance(h, int) or isinstance(h, bool) or not 0 <= h < MAX_HANDLERS:
@@ -24,7 +24,7 @@ def handler_index(h) -> int:
     return h
 
 
-def word(a) -> int:
+cpdef object word(object a):
     """An argument word: an unsigned 32-bit value (SP-A34), as a handler receives it."""
     if type(a) is int and 0 <= a <= U32:
         return a
@@ -33,7 +33,7 @@ def word(a) -> int:
     return a
 
 
-def pack_words(args) -> bytes:
+cpdef bytes pack_words(object args):
     """The argument words as they travel: big-endian u32s."""
     cdef Py_ssize_t n = len(args), i
     cdef unsigned char b[16]
@@ -49,11 +49,11 @@ def pack_words(args) -> bytes:
     return PyBytes_FromStringAndSize(<char*> b, 4 * n)
 
 
-def check_count(n) -> None:
+cpdef check_count(object n):
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise OSError(errno.EINVAL, f"byte count must be a non-negative int, not {n!r}")
 
 
-def check_remote(raddr, nbytes) -> None:
+cpdef check_remote(object raddr, object nbytes):
     if not isinstance(raddr, int) or isinstance(raddr, bool) or raddr < 0 or raddr + nbytes > U32:
         raise OSError(errno.EFAULT, f"remote address {raddr!r}+{nbytes} cannot name target memory")

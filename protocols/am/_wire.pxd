@@ -31,6 +31,10 @@ cdef class Msg:
     cdef public object xfer          # the Transfer a chunk or get request belongs to
 
 
+cdef Msg new_msg(int kind, int flags, int handler, object data, int npkts, int tail, unsigned int addr,
+                 unsigned int arg, long long src_off, object xfer, bint kept)
+
+
 cdef class TxChannel:
     cdef public int window, next_seq, inflight, resend
     cdef public list unacked          # Msg, oldest first; unacked[resend:] are still to be (re)sent

@@ -36,6 +36,7 @@ NACKed the current gap (one NACK per gap, so a lost packet in front of a 36-pack
 costs one go-back, not 36).
 """
 from collections import deque
+cimport cython
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.ref cimport Py_INCREF
@@ -280,6 +281,7 @@ cdef class Header:
         return 0
 
 
+@cython.freelist(16)
 cdef class Msg:
     """One sequenced message as its sender keeps it until acknowledged: a short message
     (its data kept), a chunk of a bulk transfer (its source read again on every send,
@@ -306,6 +308,27 @@ cdef class Msg:
 
     def __repr__(self):
         return f"<Msg kind={self.kind} seq={self.seq} npkts={self.npkts} sends={self.sends}>"
+
+
+cdef Msg new_msg(int kind, int flags, int handler, object data, int npkts, int tail, unsigned int addr,
+                 unsigned int arg, long long src_off, object xfer, bint kept):
+    """``Msg(...)`` with every field given, for the endpoint's per-message code (no
+    argument parsing of a Python call)."""
+    cdef Msg m = Msg.__new__(Msg)
+    m.seq = -1
+    m.kind = kind
+    m.flags = flags
+    m.handler = handler
+    m.data = data
+    m.npkts = npkts
+    m.tail = tail
+    m.addr = addr
+    m.arg = arg
+    m.src_off = src_off
+    m.xfer = xfer
+    m.sends = 0
+    m.kept = kept
+    return m
 
 
 cdef class TxChannel:
@@ -483,3 +506,12 @@ cdef class Peer:
 
     def __repr__(self):
         return f"<Peer node {self.nid}>"
+
+
+# The same values as C constants for the endpoint chain's per-packet code (_codes.pxd).
+cimport protocols.am._codes as _C
+assert (K_REQ, K_REP, K_STORE, K_GETREQ, K_GETDATA, K_ACK, K_NACK, K_KEEPALIVE, K_REJECT, K_NOP, F_FIRST, F_LAST,
+        F_REPCH, AM_HDR, CHECKSUM_BYTES, HERE, AHEAD, BEHIND, PART, COMPLETE, DUP, BAD) == \
+    (_C.K_REQ, _C.K_REP, _C.K_STORE, _C.K_GETREQ, _C.K_GETDATA, _C.K_ACK, _C.K_NACK, _C.K_KEEPALIVE, _C.K_REJECT,
+     _C.K_NOP, _C.F_FIRST, _C.F_LAST, _C.F_REPCH, _C.AM_HDR, _C.CHECKSUM_BYTES, _C.W_HERE, _C.W_AHEAD, _C.W_BEHIND,
+     _C.T_PART, _C.T_COMPLETE, _C.T_DUP, _C.T_BAD)

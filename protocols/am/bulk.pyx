@@ -33,9 +33,11 @@ from __future__ import annotations
 import errno
 
 from protocols.am import _wire as W
-from protocols.am._checks import check_count, check_remote, handler_index, pack_words, word
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
+from protocols.am._checks cimport check_count, check_remote, handler_index, pack_words, word
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg
+cimport cython
 from protocols.am.keepalive cimport KeepAlive
+from protocols.am._codes cimport *
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from cpython.bytes cimport PyBytes_AS_STRING
 from libc.string cimport memcpy
@@ -52,11 +54,9 @@ cdef inline int _write(PhysMem mem, Py_ssize_t addr, bytes data) except -1:
     return 0
 
 
-class Transfer:
+@cython.freelist(16)
+cdef class Transfer:
     """An am_store / am_store_async / am_get in progress (as its initiator sees it)."""
-
-    __slots__ = ("kind", "dest", "nbytes", "remote", "local", "handler", "arg", "on_done", "done_arg",
-                 "blocking", "done", "error")
 
     def __init__(self, kind, dest, nbytes, remote, local, handler, arg, on_done=None, done_arg=None, blocking=False):
         self.kind = kind
@@ -87,7 +87,8 @@ cdef class Bulk(KeepAlive):
     # -- the initiator ---------------------------------------------------------------------
 
     def store(self, dest, src, nbytes, raddr, handler, arg, on_done=None, done_arg=None, blocking=False) -> Transfer:
-        peer = self.peer(dest)
+        cdef Peer peer = self.peer(dest)
+        cdef Transfer x
         check_count(nbytes)
         handler = handler_index(handler)
         arg = word(arg)
@@ -98,14 +99,25 @@ cdef class Bulk(KeepAlive):
             data = bytes(src)
             if len(data) < nbytes:
                 raise OSError(errno.EFAULT, f"the source holds {len(data)} bytes, not {nbytes}")
-            read = (lambda off, n, d=data: d[off:off + n])
             local = None
         else:
             local = self.local_range(src, nbytes)
-            read = (lambda off, n, a=local, mem=self.mem: mem.read(a + off, n))
-        x = Transfer("store", dest, nbytes, raddr, local, handler, arg, on_done, done_arg, blocking)
-        self._chunks(peer.tx_req, W.K_STORE, handler, read, nbytes, raddr, arg, x)
-        self.stats_c["stores"] += 1
+        x = Transfer.__new__(Transfer)
+        x.kind, x.dest, x.nbytes, x.remote, x.local = "store", dest, nbytes, raddr, local
+        x.handler, x.arg, x.on_done, x.done_arg, x.blocking = handler, arg, on_done, done_arg, blocking
+        x.done, x.error = False, None
+        if nbytes <= self.pkt_data:
+            # One packet: not bulk -- its data copied now (`_chunks`), read straight from the source.
+            kept = data[:nbytes] if local is None else self.mem.read(local, nbytes)
+            peer.tx_req.pending.append(new_msg(K_STORE, F_FIRST | F_LAST, handler, kept, 1, nbytes, raddr, arg, 0, x,
+                                               True))
+        else:
+            if local is None:
+                read = (lambda off, n, d=data: d[off:off + n])
+            else:
+                read = (lambda off, n, a=local, mem=self.mem: mem.read(a + off, n))
+            self._chunks(peer.tx_req, K_STORE, handler, read, nbytes, raddr, arg, x)
+        self.counts[S_STORES] += 1
         return x
 
     def get(self, dest, raddr, lbuf, nbytes, handler, arg, blocking=False) -> Transfer:
@@ -116,13 +128,14 @@ cdef class Bulk(KeepAlive):
         check_remote(raddr, nbytes)
         local = self.local_range(lbuf, nbytes)
         x = Transfer("get", dest, nbytes, raddr, local, handler, arg, blocking=blocking)
-        m = W.Msg(W.K_GETREQ, 0, handler, pack_words((raddr, nbytes, local)), xfer=x)
+        m = new_msg(K_GETREQ, 0, handler, pack_words((raddr, nbytes, local)), 1, 0, 0, 0, 0, x, False)
         peer.tx_req.pending.append(m)
         peer.gets.append(x)
-        self.stats_c["gets"] += 1
+        self.counts[S_GETS] += 1
         return x
 
-    def _chunks(self, ch, kind, handler, read, nbytes, addr, arg, x, flags=0):
+    cdef int _chunks(self, TxChannel ch, int kind, int handler, object read, long long nbytes, unsigned int addr,
+                     unsigned int arg, object x, int flags=0) except -1:
         """Cut a transfer into chunks of 36 packets (SP-C06): each one message, one
         sequence number; FIRST/LAST mark the ends so the receiver can run the handler
         once all has landed. Every non-last chunk carries the transfer's end address,
@@ -131,35 +144,39 @@ cdef class Bulk(KeepAlive):
         A transfer that fits in one packet is not bulk: its data is copied now and it
         travels as a short message (acknowledged by the window's rules, its source free
         as soon as it is handed over)."""
-        pkt = self.pkt_data
+        cdef long long cb, count, end, off, c, j
+        cdef int pkt = self.pkt_data, npk, f
+        cdef bint last
         if nbytes <= pkt:
-            ch.pending.append(W.Msg(kind, flags | W.F_FIRST | W.F_LAST, handler, read(0, nbytes), 1, nbytes, addr,
-                                    arg, 0, x, True))
-            return
+            ch.pending.append(new_msg(kind, flags | F_FIRST | F_LAST, handler, read(0, nbytes), 1, <int> nbytes, addr,
+                                      arg, 0, x, True))
+            return 0
         cb = self.chunk_bytes
         count = -(-nbytes // cb)
         end = addr + nbytes
         for j in range(count):
             off = j * cb
             c = min(cb, nbytes - off)
-            npk = -(-c // pkt)
+            npk = <int> (-(-c // pkt))
             last = j == count - 1
-            f = flags | (W.F_FIRST if j == 0 else 0) | (W.F_LAST if last else 0)
-            ch.pending.append(W.Msg(kind, f, handler, read, npk, c - (npk - 1) * pkt, addr + off,
-                                    arg if last else end, off, x))
+            f = flags | (F_FIRST if j == 0 else 0) | (F_LAST if last else 0)
+            ch.pending.append(new_msg(kind, f, handler, read, npk, <int> (c - (npk - 1) * pkt), <unsigned int> (addr + off),
+                                      arg if last else <unsigned int> end, off, x, False))
+        return 0
 
-    def _finish(self, x: Transfer) -> None:
+    cdef int _finish(self, object x) except -1:
         """The store's source may be reused: its last chunk is acknowledged (the data
         has landed and the remote handler has run), or, for a one-packet store, its
         data has been copied and handed over. Run the completion function."""
         x.done = True
-        self.stats_c["stores_completed"] += 1
+        self.counts[S_STORES_COMPLETED] += 1
         if x.on_done is not None:
             self._handler_depth += 1
             try:
                 x.on_done(x.done_arg)
             finally:
                 self._handler_depth -= 1
+        return 0
 
     def _transfer_refused(self, peer, x: Transfer) -> None:
         """The target refused `x` (its remote memory is outside the target's segments)."""
@@ -184,70 +201,72 @@ cdef class Bulk(KeepAlive):
             self._refuse(peer, rx, 0, h.seq)
             return
         rx.advance(1)
-        self.stats_c["gets_served"] += 1
+        self.counts[S_GETS_SERVED] += 1
         read = (lambda off, n, a=raddr, mem=self.mem: mem.read(a + off, n))
-        self._chunks(peer.tx_rep, W.K_GETDATA, 0, read, nbytes, laddr, 0, None)
+        self._chunks(peer.tx_rep, K_GETDATA, 0, read, nbytes, laddr, 0, None)
 
-    def _rx_store(self, peer, rx, h, data):
+    cdef int _rx_store(self, Peer peer, RxChannel rx, Header h, bytes data) except -1:
         """A packet of a store chunk: checked against our segments before a byte is
-        written (the whole rest of the transfer at once), then placed by its offset."""
-        st = self.stats_c
+        written (the whole rest of the transfer at once), then placed by its offset.
+        1 when the handler it ran replied (the caller sends the reply)."""
+        cdef long long base, total
         if not self.in_segments(h.chunk_base, h.end):
             self._refuse(peer, rx, 0, h.seq)
-            return
+            return 0
         if not self._accept_chunk_packet(rx, h, data):
-            return
-        if h.npkts > 1 or not h.flags & W.F_FIRST or not h.flags & W.F_LAST:
+            return 0
+        if h.npkts > 1 or not h.flags & F_FIRST or not h.flags & F_LAST:
             rx.ack_owed = True                     # one acknowledgement per bulk chunk (SP-A31)
-        st["chunks_received"] += 1
-        if h.flags & W.F_FIRST or peer.in_base < 0:
+        self.counts[S_CHUNKS_RECEIVED] += 1
+        if h.flags & F_FIRST or peer.in_base < 0:
             peer.in_base = h.chunk_base
             peer.in_total = 0
         peer.in_total += h.chunk_len
-        if h.flags & W.F_LAST:
+        if h.flags & F_LAST:
             base, total = peer.in_base, peer.in_total
             peer.in_base = -1
-            st["stores_received"] += 1
-            st["bytes_stored"] += total
+            self.counts[S_STORES_RECEIVED] += 1
+            self.counts[S_BYTES_STORED] += total
             fn = self.handlers[h.handler]
             if fn is None:
                 self.malformed["bad_handler"] += 1
-                return
-            yield from self._run_handler(peer, fn, True, (base, total, h.arg))
+                return 0
+            return self._run_handler(peer, fn, True, (base, total, h.arg))
+        return 0
 
-    def _rx_getdata(self, peer, rx, h, data):
-        st = self.stats_c
+    cdef int _rx_getdata(self, Peer peer, RxChannel rx, Header h, bytes data) except -1:
         g = peer.gets[0] if peer.gets else None
         if g is None or h.chunk_base < g.local or h.end > g.local + g.nbytes:
             self.malformed["bad_offset"] += 1
-            return
+            return 0
         if not self._accept_chunk_packet(rx, h, data):
-            return
-        if h.npkts > 1 or not h.flags & W.F_FIRST or not h.flags & W.F_LAST:
+            return 0
+        if h.npkts > 1 or not h.flags & F_FIRST or not h.flags & F_LAST:
             rx.ack_owed = True                     # one acknowledgement per bulk chunk (SP-A31)
-        st["chunks_received"] += 1
-        if h.flags & W.F_LAST:
+        self.counts[S_CHUNKS_RECEIVED] += 1
+        if h.flags & F_LAST:
             peer.gets.popleft()
             g.done = True
-            st["gets_completed"] += 1
+            self.counts[S_GETS_COMPLETED] += 1
             fn = self.handlers[g.handler]
             if fn is None:
                 self.malformed["bad_handler"] += 1
-                return
-            yield from self._run_handler(peer, fn, False, (g.local, g.nbytes, g.arg))
+                return 0
+            return self._run_handler(peer, fn, False, (g.local, g.nbytes, g.arg))
+        return 0
 
-    def _accept_chunk_packet(self, rx, h, data) -> bool:
+    cdef bint _accept_chunk_packet(self, RxChannel rx, Header h, bytes data) except -1:
         """Place one packet of a chunk by its offset; True once the chunk is complete."""
-        r = rx.take(h.idx, h.npkts)
-        if r == W.DUP:
-            self.stats_c["duplicates"] += 1
+        cdef int r = rx.take(h.idx, h.npkts)
+        if r == T_DUP:
+            self.counts[S_DUPLICATES] += 1
             return False
-        if r == W.BAD:
+        if r == T_BAD:
             self.malformed["bad_offset"] += 1
             return False
         if data:
             _write(self.mem, h.addr, data)
-        if r != W.COMPLETE:
+        if r != T_COMPLETE:
             return False
         rx.advance(h.npkts)
         return True
@@ -258,4 +277,4 @@ cdef class Bulk(KeepAlive):
         if not rx.nacked:
             rx.nacked = True
             peer.ctl.append((W.K_REJECT, flags, seq, errno.EFAULT))
-            self.stats_c["rejects_sent"] += 1
+            self.counts[S_REJECTS_SENT] += 1

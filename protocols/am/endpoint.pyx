@@ -30,15 +30,25 @@ from collections import deque
 
 from kernelsim import WouldBlock
 from kernelsim._waits cimport WaitQueue
-from nic_drivers.tb2.fifos cimport HostFifos, UserFifos
+from nic_drivers.tb2.fifos cimport HostFifos, Packet, UserFifos
 
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
-from protocols.am._checks import MAX_HANDLERS, U32, handler_index, pack_words
+from protocols.am._checks import MAX_HANDLERS, U32
+from protocols.am._checks cimport handler_index, pack_words
 from protocols.am.bulk import Transfer
 from protocols.am.window import AM_PROTO, BLOCKED
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg, verify, words_of
 from protocols.am.bulk cimport Bulk
+from protocols.am._codes cimport *
+from protocols.am.window cimport Pump
+from kernelsim._path cimport Path
+from cpython.ref cimport PyObject
+cimport cython
+
+DEF H_STATUS = 28            # nic_drivers.tb2._model: the receive status word
+DEF RX_VALID = 0x80000000
+assert (hw.H_STATUS, hw.RX_VALID) == (H_STATUS, RX_VALID)
 
 __all__ = ["AmEndpoint", "Segment", "Token", "Transfer", "HandlerRuleError", "AM_PROTO", "MAX_HANDLERS",
            "STAT_KEYS"]
@@ -79,12 +89,15 @@ class Segment:
         return f"<Segment {self.addr:#x}+{self.size} on node {self.ep.node.nid}>"
 
 
-class Token:
+@cython.freelist(8)
+cdef class Token:
     """Who sent the message a handler is running for; the handle for its reply."""
+    cdef readonly object ep
+    cdef readonly int src
+    cdef readonly bint request
+    cdef public bint live, replied
 
-    __slots__ = ("ep", "src", "request", "live", "replied")
-
-    def __init__(self, ep, src: int, request: bool):
+    def __init__(self, ep, int src, bint request):
         self.ep = ep
         self.src = src
         self.request = request
@@ -141,26 +154,23 @@ cdef class AmEndpoint(Bulk):
         self.hdr.pkt_data = self.pkt_data
         self.segments = []                       # Segment, sorted by address
         self._starts = []
+        self._ends = []                          # each segment's end, in the same order
         self.events = WaitQueue(node.engine)
         self.polls = 0
         self._handler_depth = 0
         self.pending_errors = deque()
         self.closing = False
-        self.stats_c = {k: 0 for k in STAT_KEYS}
         self.malformed = {k: 0 for k in W.MALFORMED_NAMES[1:] + ("bad_handler", "bad_proto", "bad_source")}
         self._init_window(params)
         self._init_bulk(params)
         self._init_keepalive(params)
-        uf.adapter.on_rx = self._on_rx
+        uf.adapter.on_rx = (<object> self.events).wake     # an arrival wakes a waiting caller
         uf.adapter.on_tx_space = self._on_tx_space
 
     def __repr__(self):
         return f"AM endpoint of pid {self.proc.pid} on node {self.node.nid}"
 
     # -- adapter events: wake a waiting caller ---------------------------------------------
-
-    def _on_rx(self) -> None:
-        self.events.wake()
 
     def _on_tx_space(self) -> None:
         if self.tx_need:
@@ -173,8 +183,8 @@ cdef class AmEndpoint(Bulk):
         """Would the caller's very next poll find work? (Something may have arrived, or
         send-FIFO room appeared, while its last path was still busy sending: a spinning
         program sees it at once, so the caller must not wait for the next event.)"""
-        f = self.uf.fifos
-        if f.recv_base and self.mem.rd32(f.recv_entry(f.rx_head) + hw.H_STATUS) & hw.RX_VALID:
+        cdef HostFifos f = self.uf.fifos
+        if f.recv_base and self.mem.rd32(f.recv_entry(f.rx_head) + H_STATUS) & RX_VALID:
             return True
         if self.tx_need and f.send_count - ((f.tx_next - self.adapter.tx_done) & U32) >= self.tx_need:
             self.tx_need = 0
@@ -205,6 +215,7 @@ cdef class AmEndpoint(Bulk):
         seg = Segment(self, addr, nbytes)
         i = bisect.bisect(self._starts, addr)
         self._starts.insert(i, addr)
+        self._ends.insert(i, addr + nbytes)
         self.segments.insert(i, seg)
         return seg
 
@@ -214,16 +225,9 @@ cdef class AmEndpoint(Bulk):
         i = self.segments.index(seg)
         del self.segments[i]
         del self._starts[i]
+        del self._ends[i]
         seg.live = False
         self.mem.release(seg.addr)
-
-    def in_segments(self, lo: int, hi: int) -> bool:
-        """[lo, hi) lies inside one segment (an empty range: at or inside one)."""
-        i = bisect.bisect_right(self._starts, lo) - 1
-        if i < 0 or hi < lo:
-            return False
-        s = self.segments[i]
-        return hi <= s.addr + s.size and lo <= s.addr + s.size
 
     def local_range(self, buf, nbytes: int) -> int:
         """The address of a local buffer (a Segment or an address in one); EFAULT if not ours."""
@@ -250,63 +254,45 @@ cdef class AmEndpoint(Bulk):
     # -- building messages (no modeled time: the paths charge it when they send) --------------
 
     def request_msg(self, dest: int, handler: int, args) -> tuple:
-        peer = self.peer(dest)
-        return peer, W.Msg(W.K_REQ, 0, handler_index(handler), pack_words(args))
+        cdef Peer peer = self.peer(dest)
+        return peer, new_msg(K_REQ, 0, handler_index(handler), pack_words(args), 1, 0, 0, 0, 0, None, False)
 
-    def reply(self, token: Token, handler: int, args) -> None:
+    def reply(self, token, handler: int, args) -> None:
         """am_reply_M: only inside a request handler, at most once (GAM 1.1)."""
-        if not isinstance(token, Token) or token.ep is not self:
+        cdef Token tok
+        if not isinstance(token, Token) or (<Token> token).ep is not self:
             raise OSError(errno.EINVAL, f"not a token of this endpoint: {token!r}")
-        if not token.live:
+        tok = <Token> token
+        if not tok.live:
             raise HandlerRuleError(errno.EINVAL, "am_reply with a token whose handler has returned "
                                                  "(a reply is sent from inside the request handler)")
-        if not token.request:
+        if not tok.request:
             raise HandlerRuleError(errno.EDEADLK, "am_reply from a reply handler: replies cannot be answered "
                                                   "(Generic Active Messages 1.1)")
-        if token.replied:
+        if tok.replied:
             raise HandlerRuleError(errno.EINVAL, "a request handler replies at most once")
-        m = W.Msg(W.K_REP, 0, handler_index(handler), pack_words(args))
-        self.peers[token.src].tx_rep.pending.append(m)
-        token.replied = True
+        m = new_msg(K_REP, 0, handler_index(handler), pack_words(args), 1, 0, 0, 0, 0, None, False)
+        (<Peer> self.peers[tok.src]).tx_rep.pending.append(m)
+        tok.replied = True
 
     # -- paths: the calls ---------------------------------------------------------------------
+    #
+    # Each call's path is an `AmPath` (a C state machine, below): the call's own sending,
+    # then a poll, then the call's verdict, with the same yields at the same instants as
+    # the generators they were (request > poll > receive > handler > pump > send).
 
     def request_path(self, peer, msg, since=None):
         """am_request_M: queue, send if the window allows, poll (every request polls)."""
-        if since is None:
-            peer.tx_req.pending.append(msg)
-            self.stats_c["requests"] += 1
-            self._kick(peer)
-            yield from self._pump_peer(peer)
-        n = yield from self.poll_path(since)
-        if msg.sends == 0:
-            return self.blocked("AM request window full")
-        return n
+        return _call_path(self, A_REQUEST, since, peer, msg, True, False)
 
     def transfer_path(self, x: Transfer, since=None, wait: bool = False):
         """am_store / am_store_async / am_get: the request's bookkeeping, send what the
         window allows, poll; a blocking store waits for its last acknowledgement."""
-        if since is None:
-            if x.kind == "store":
-                yield self.c_request                # a get's request is charged as its GETREQ leaves
-            peer = self.peers[x.dest]
-            self._kick(peer)
-            yield from self._pump_peer(peer)
-        n = yield from self.poll_path(since, raise_errors=not wait)
-        if wait:
-            if not x.done:
-                return self.blocked("AM store in flight")
-            if x.error is not None:
-                raise x.error
-            self._raise_pending()
-        return n
+        return _call_path(self, A_TRANSFER, since, x, None, not wait, wait)
 
     def wait_path(self, pred, since=None):
         """Poll until `pred()` holds (a program's ``while (!flag) am_poll();``)."""
-        n = yield from self.poll_path(since)
-        if not pred():
-            return self.blocked("waiting for AM progress")
-        return n
+        return _call_path(self, A_WAIT, since, pred, None, True, False)
 
     def close_path(self, since=None):
         """Before the FIFOs go: acknowledge what we hold and wait for our own messages'
@@ -338,47 +324,7 @@ cdef class AmEndpoint(Bulk):
     def poll_path(self, since=None, raise_errors: bool = True):
         """am_poll: take every packet waiting (SP-C04), run their handlers, then send
         what is owed: replies, retransmissions, acks, NACKs, keep-alives."""
-        cdef UserFifos uf = self.uf
-        cdef HostFifos f = uf.fifos
-        cdef double cost
-        cdef int n, limit
-        self._check_open()
-        if since is not None:
-            spun = int((self.engine.now - since) / self.full_poll + 1e-9) if self.full_poll > 0 else 0
-            self.polls += spun
-            self.stats_c["idle_polls"] += spun
-            yield 0.5 * self.c_poll_own
-        else:
-            yield self.c_poll_own
-        self.polls += 1
-        if self.wall_clock:
-            self._tick_wall_clock()
-        self.stats_c["polls"] += 1
-        limit = f.recv_count
-        n = 0
-        while n < limit:
-            # uf.poll_path(since), inlined: a look at the head, then the packet
-            yield uf.look(since)
-            since = None
-            pkt = uf.take()
-            if pkt is None:
-                break
-            cost = uf.rx_cost
-            if f.pop_due():
-                yield cost + self.costs.pci_write
-                cost = 0.0
-                f.pop()
-            uf.received += 1
-            yield cost
-            n += 1
-            yield self.c_dispatch
-            yield from self._rx(pkt)
-        if n == 0:
-            self.stats_c["empty_polls"] += 1
-        yield from self._pump_path()
-        if raise_errors:
-            self._raise_pending()
-        return n
+        return _call_path(self, A_POLL, since, None, None, raise_errors, False)
 
     def _raise_pending(self) -> None:
         if self.pending_errors:
@@ -389,107 +335,87 @@ cdef class AmEndpoint(Bulk):
     def rx_packet_path(self, src: int, proto: int, user: bytes, data: bytes):
         """The receive entry point for one packet as taken from the FIFO (also what tests
         feed with arbitrary bytes: whatever it is, it is dropped and counted or handled)."""
-        from nic_drivers.tb2.fifos import Packet
-        yield from self._rx(Packet(src, bytes(data), proto, 0, bytes(user)))
+        cdef AmPath path = _call_path(self, A_RX_ONE, None, None, None, False, False)
+        path.pkt = Packet(src, bytes(data), proto, 0, bytes(user))
+        path.state = ST_RX
+        return path
 
-    def _rx(self, pkt):
-        """One packet from the receive FIFO: its acks, then what it is."""
-        if pkt.proto != AM_PROTO:
-            self.malformed["bad_proto"] += 1
-            return
-        data = pkt.data
-        if self.checksum:
-            # Before a single field is read: a damaged packet is a lost packet (_wire.pyx).
-            yield self.c_sum_packet + self.c_sum_byte * (W.AM_HDR + len(data))
-            if not W.verify(pkt.src, self.node.nid, pkt.user, data):
-                self.stats_c["checksum_errors"] += 1
-                return
-            data = data[:-W.CHECKSUM_BYTES]
-        peer = self.peers.get(pkt.src)
-        if peer is None:
-            peer = self._new_peer(pkt.src) if isinstance(pkt.src, int) and pkt.src != self.node.nid else None
-            if peer is None:
-                self.malformed["bad_source"] += 1
-                return
-        h = self.hdr
-        bad = h.parse_bytes(pkt.user, len(data), self.chunk_packets)
-        if bad:
-            self.malformed[W.MALFORMED_NAMES[bad]] += 1
-            return
-        try:
-            yield from self._rx_packet(peer, h, data)
-        finally:
-            if peer.busy():                       # it owes an answer, a resend, an ack...
-                self._kick(peer)
-
-    def _rx_packet(self, peer, h, data):
-        st = self.stats_c
-        st["rx_packets"] += 1
+    cdef int _rx_packet(self, Peer peer, Header h, bytes data) except -1:
+        """One well-formed packet from `peer`: its acks, then what it is. 1 when a handler
+        it ran replied (the caller then sends what the peer is owed)."""
+        cdef int kind, w
+        cdef bint repch
+        cdef RxChannel rx
+        self.counts[S_RX_PACKETS] += 1
         peer.keepalives = 0
         self.heard = self.polls
         # Every packet carries both acks (SP-C05: piggybacked where possible).
         self._acked(peer, peer.tx_req, h.ack_req)
         self._acked(peer, peer.tx_rep, h.ack_rep)
         kind = h.kind
-        if kind == W.K_ACK:
-            st["acks_received"] += 1
-            return
-        if kind == W.K_NACK:
+        if kind == K_ACK:
+            self.counts[S_ACKS_RECEIVED] += 1
+            return 0
+        if kind == K_NACK:
             self._nacked(peer, h)
-            return
-        if kind == W.K_KEEPALIVE:
+            return 0
+        if kind == K_KEEPALIVE:
             self._rx_keepalive(peer, h)
-            return
-        if kind == W.K_REJECT:
-            st["rejects_received"] += 1
-            self._rejected(peer, peer.tx_rep if h.flags & W.F_REPCH else peer.tx_req, h.seq, h.arg)
-            return
-        repch = kind == W.K_REP or kind == W.K_GETDATA or (kind == W.K_NOP and h.flags & W.F_REPCH)
+            return 0
+        if kind == K_REJECT:
+            self.counts[S_REJECTS_RECEIVED] += 1
+            self._rejected(peer, peer.tx_rep if h.flags & F_REPCH else peer.tx_req, h.seq, h.arg)
+            return 0
+        repch = kind == K_REP or kind == K_GETDATA or (kind == K_NOP and h.flags & F_REPCH)
         rx = peer.rx_rep if repch else peer.rx_req
         w = rx.where(h.seq)
-        if w == W.BEHIND:
+        if w == W_BEHIND:
             # A duplicate of what we have: our ack may have been lost; say it again.
-            st["duplicates"] += 1
+            self.counts[S_DUPLICATES] += 1
             rx.ack_owed = True
-            return
-        if w == W.AHEAD:
+            return 0
+        if w == W_AHEAD:
             # A gap: drop, and NACK once per gap (SP-C05: go back to what we expect).
-            st["out_of_order"] += 1
+            self.counts[S_OUT_OF_ORDER] += 1
             if not rx.nacked:
                 rx.nacked = True
-                peer.ctl.append((W.K_NACK, W.F_REPCH if repch else 0, rx.expected, 0))
-                st["nacks_sent"] += 1
-            return
-        if kind == W.K_REQ or kind == W.K_REP:
+                peer.ctl.append((K_NACK, F_REPCH if repch else 0, rx.expected, 0))
+                self.counts[S_NACKS_SENT] += 1
+            return 0
+        if kind == K_REQ or kind == K_REP:
             rx.advance(1)
             fn = self.handlers[h.handler]
             if fn is None:
                 self.malformed["bad_handler"] += 1
-                return
-            yield from self._run_handler(peer, fn, kind == W.K_REQ, W.words_of(data))
-        elif kind == W.K_STORE:
-            yield from self._rx_store(peer, rx, h, data)
-        elif kind == W.K_GETDATA:
-            yield from self._rx_getdata(peer, rx, h, data)
-        elif kind == W.K_GETREQ:
+                return 0
+            return self._run_handler(peer, fn, kind == K_REQ, words_of(data))
+        elif kind == K_STORE:
+            return self._rx_store(peer, rx, h, data)
+        elif kind == K_GETDATA:
+            return self._rx_getdata(peer, rx, h, data)
+        elif kind == K_GETREQ:
             self._rx_getreq(peer, rx, h, data)
         else:                                     # K_NOP: a cancelled message keeps its number
             rx.advance(1)
             if not repch:
                 peer.in_base = -1
+        return 0
 
-    def _run_handler(self, peer, fn, request: bool, args):
-        tok = Token(self, peer.nid, request)
+    cdef int _run_handler(self, Peer peer, object fn, bint request, tuple args) except -1:
+        """Run a handler (inside the poll); 1 if it replied: the reply leaves as it returns."""
+        cdef Token tok = Token.__new__(Token)
+        tok.ep = self
+        tok.src = peer.nid
+        tok.request = request
+        tok.live = True
         self._handler_depth += 1
         try:
             fn(tok, *args)
         finally:
             self._handler_depth -= 1
             tok.live = False
-        self.stats_c["handlers_run"] += 1
-        if tok.replied:
-            self._kick(peer)
-            yield from self._pump_peer(peer)     # a reply leaves as the handler returns
+        self.counts[S_HANDLERS_RUN] += 1
+        return tok.replied
 
     # -- close -------------------------------------------------------------------------------
 
@@ -502,7 +428,7 @@ cdef class AmEndpoint(Bulk):
         self._cancel_timer()
         for p in self.peers.values():
             for ch in (p.tx_req, p.tx_rep):
-                self.stats_c["abandoned"] += len(ch.unacked) + len(ch.pending)
+                self.counts[S_ABANDONED] += len(ch.unacked) + len(ch.pending)
         if not self.uf.closed:
             self.uf.close()
         for seg in list(self.segments):
@@ -510,8 +436,19 @@ cdef class AmEndpoint(Bulk):
         self.service.endpoint_closed(self)
         self.events.wake()
 
+    @property
+    def stats_c(self) -> dict:
+        """The counters (STAT_KEYS), as they stand."""
+        cdef int i
+        return {STAT_KEYS[i]: self.counts[i] for i in range(N_STATS)}
+
+    @property
+    def handlers_run(self) -> int:
+        """Handlers run so far (what a program polling for requests counts)."""
+        return self.counts[S_HANDLERS_RUN]
+
     def stats(self) -> dict:
-        out = dict(self.stats_c)
+        out = self.stats_c
         out["malformed"] = dict(self.malformed)
         out["peers"] = {p.nid: {"req_next_seq": p.tx_req.next_seq, "req_unacked": len(p.tx_req.unacked),
                                 "rep_next_seq": p.tx_rep.next_seq, "rep_unacked": len(p.tx_rep.unacked),
@@ -527,3 +464,302 @@ STAT_KEYS = ("requests", "stores", "gets", "polls", "empty_polls", "idle_polls",
              "keepalives_sent", "keepalives_received", "rejects_sent", "rejects_received", "duplicates",
              "out_of_order", "handlers_run", "chunks_received", "stores_received", "bytes_stored",
              "stores_completed", "gets_served", "gets_completed", "fifo_full", "abandoned", "checksum_errors")
+
+
+# -- the calls' paths as C state machines ------------------------------------------------------
+
+cdef enum:
+    # what the path is (`_call_path`)
+    A_POLL = 0          # am_poll
+    A_REQUEST = 1       # am_request_M: queue, pump the peer, poll; BLOCKED while the window is full
+    A_TRANSFER = 2      # am_store / am_store_async / am_get: pump the peer, poll (a blocking store waits)
+    A_WAIT = 3          # poll until a predicate holds
+    A_RX_ONE = 4        # one packet handed in from outside (`rx_packet_path`)
+    # where it is
+    ST_BEGIN = 0
+    ST_TRANSFER = 1     # a store's request bookkeeping is paid: pump its peer
+    ST_OWN_PUMP = 2     # the call's own peer is being pumped, before the poll
+    ST_POLL = 3
+    ST_POLLED = 4
+    ST_LOOK = 5
+    ST_TAKE = 6
+    ST_POP = 7
+    ST_TAKEN = 8
+    ST_DISPATCH = 9
+    ST_RX = 10
+    ST_RX_SUM = 11
+    ST_RX_WORK = 12
+    ST_RX_PUMP = 13     # a handler replied: its peer is being pumped
+    ST_PUMP_ALL = 14
+    ST_PUMP_NEXT = 15
+    ST_PUMP_RUN = 16
+    ST_END = 17
+
+cdef int _AM_PROTO = AM_PROTO
+
+
+cdef AmPath _call_path(AmEndpoint ep, int what, object since, object a, object b, bint raise_errors, bint wait):
+    cdef AmPath p = AmPath.__new__(AmPath)
+    p.ep = ep
+    p.what = what
+    p.since = since
+    p.a = a
+    p.b = b
+    p.raise_errors = raise_errors
+    p.wait = wait
+    p.state = ST_BEGIN
+    return p
+
+
+@cython.freelist(8)
+cdef class AmPath(Path):
+    """One call of an SP AM endpoint as a C state machine (`kernelsim._path.Path`): for a
+    request or a transfer, its own sending; then am_poll -- a look at the receive FIFO's
+    head per packet, taking it (popping the entries every `pop_every`), dispatching it,
+    its acks, its handler and the reply the handler gave; then sending what the peers on
+    the work queue are owed (`Pump`) -- and last, the call's verdict: its value, or
+    `BLOCKED` while it cannot finish (the caller waits on the endpoint's events and
+    runs the continuation, ``since`` the time it started to wait).
+
+    The costs and effects are those of the generators it replaces, in the same order at
+    the same instants; a packet's receive runs as C calls, with no generator per level."""
+    cdef AmEndpoint ep
+    cdef int what, state, n, limit
+    cdef object since, a, b
+    cdef bint raise_errors, wait
+    cdef double c
+    cdef Packet pkt
+    cdef bytes data
+    cdef Peer peer
+    cdef Pump pump
+    cdef int pump_return
+
+    cdef Pump _pump(self, Peer peer):
+        if self.pump is None:
+            self.pump = Pump.__new__(Pump)
+        self.pump.start(self.ep, peer)
+        return self.pump
+
+    cdef int step(self, double* cost) except -1:
+        cdef AmEndpoint ep = self.ep
+        cdef UserFifos uf
+        cdef HostFifos f
+        cdef Peer peer
+        cdef long long spun
+        cdef int bad, replied
+        while True:
+            if self.state == ST_BEGIN:
+                if self.since is not None:
+                    self.state = ST_POLL
+                elif self.what == A_REQUEST:
+                    peer = <Peer> self.a
+                    peer.tx_req.pending.append(self.b)
+                    ep.counts[S_REQUESTS] += 1
+                    ep._kick(peer)
+                    self._pump(peer)
+                    self.state = ST_OWN_PUMP
+                elif self.what == A_TRANSFER:
+                    self.state = ST_TRANSFER
+                    if self.a.kind == "store":
+                        cost[0] = ep.c_request      # a get's request is charged as its GETREQ leaves
+                        return 1
+                else:
+                    self.state = ST_POLL
+            elif self.state == ST_TRANSFER:
+                peer = <Peer> ep.peers[self.a.dest]
+                ep._kick(peer)
+                self._pump(peer)
+                self.state = ST_OWN_PUMP
+            elif self.state == ST_OWN_PUMP:
+                if self.pump.step(cost):
+                    return 1
+                self.state = ST_POLL
+            elif self.state == ST_POLL:
+                if ep.closed:
+                    ep._check_open()
+                self.state = ST_POLLED
+                if self.since is not None:
+                    spun = <long long> ((ep.engine.now - <double> self.since) / ep.full_poll + 1e-9) \
+                        if ep.full_poll > 0 else 0
+                    ep.polls += spun
+                    ep.counts[S_IDLE_POLLS] += spun
+                    cost[0] = 0.5 * ep.c_poll_own
+                else:
+                    cost[0] = ep.c_poll_own
+                return 1
+            elif self.state == ST_POLLED:
+                ep.polls += 1
+                if ep.wall_clock:
+                    ep._tick_wall_clock()
+                ep.counts[S_POLLS] += 1
+                self.limit = ep.uf.fifos.recv_count
+                self.n = 0
+                self.state = ST_LOOK
+            elif self.state == ST_LOOK:
+                if self.n >= self.limit:
+                    self.state = ST_PUMP_ALL
+                    continue
+                # uf.poll_path(since), inlined: a look at the head, then the packet
+                cost[0] = ep.uf.look(self.since)
+                self.since = None
+                self.state = ST_TAKE
+                return 1
+            elif self.state == ST_TAKE:
+                uf = ep.uf
+                self.pkt = uf.take()
+                if self.pkt is None:
+                    self.state = ST_PUMP_ALL
+                    continue
+                self.c = uf.rx_cost
+                self.state = ST_TAKEN
+                if uf.fifos.pop_due():
+                    cost[0] = self.c + ep.costs.pci_write
+                    self.c = 0.0
+                    self.state = ST_POP
+                    return 1
+            elif self.state == ST_POP:
+                ep.uf.fifos.pop()
+                self.state = ST_TAKEN
+            elif self.state == ST_TAKEN:
+                ep.uf.received += 1
+                self.state = ST_DISPATCH
+                cost[0] = self.c
+                return 1
+            elif self.state == ST_DISPATCH:
+                self.n += 1
+                self.state = ST_RX
+                cost[0] = ep.c_dispatch
+                return 1
+            elif self.state == ST_RX:
+                # One packet from the receive FIFO: its acks, then what it is.
+                if self.pkt.proto != _AM_PROTO:
+                    ep.malformed["bad_proto"] += 1
+                    self.state = ST_LOOK
+                    continue
+                self.data = self.pkt.data
+                self.state = ST_RX_WORK
+                if ep.checksum:
+                    # Before a single field is read: a damaged packet is a lost packet (_wire.pyx).
+                    self.state = ST_RX_SUM
+                    cost[0] = ep.c_sum_packet + ep.c_sum_byte * (AM_HDR + len(self.data))
+                    return 1
+            elif self.state == ST_RX_SUM:
+                if not verify(self.pkt.src, ep.node.nid, self.pkt.user, self.data):
+                    ep.counts[S_CHECKSUM_ERRORS] += 1
+                    self.state = ST_LOOK
+                    continue
+                self.data = self.data[:-CHECKSUM_BYTES]
+                self.state = ST_RX_WORK
+            elif self.state == ST_RX_WORK:
+                self.state = ST_LOOK if self.what != A_RX_ONE else ST_END
+                src = self.pkt.src
+                peer = ep.peers.get(src)
+                if peer is None:
+                    peer = ep._new_peer(src) if isinstance(src, int) and src != ep.node.nid else None
+                    if peer is None:
+                        ep.malformed["bad_source"] += 1
+                        continue
+                bad = ep.hdr.parse_bytes(self.pkt.user, len(self.data), ep.chunk_packets)
+                if bad:
+                    ep.malformed[W.MALFORMED_NAMES[bad]] += 1
+                    continue
+                try:
+                    replied = ep._rx_packet(peer, ep.hdr, self.data)
+                except BaseException:
+                    if peer.busy():
+                        ep._kick(peer)
+                    raise
+                if replied:
+                    ep._kick(peer)
+                    self._pump(peer)             # a reply leaves as the handler returns
+                    self.peer = peer
+                    self.pump_return = self.state
+                    self.state = ST_RX_PUMP
+                elif peer.busy():                # it owes an answer, a resend, an ack...
+                    ep._kick(peer)
+            elif self.state == ST_RX_PUMP:
+                peer = self.peer
+                try:
+                    if self.pump.step(cost):
+                        return 1
+                except BaseException:
+                    if peer.busy():
+                        ep._kick(peer)
+                    raise
+                if peer.busy():
+                    ep._kick(peer)
+                self.peer = None
+                self.state = self.pump_return
+            elif self.state == ST_PUMP_ALL:
+                # Send what the peers on the work queue are owed (stop when the send FIFO is full).
+                if self.what == A_RX_ONE:
+                    self.state = ST_END
+                    continue
+                ep._keepalive_check()
+                self.state = ST_PUMP_NEXT
+            elif self.state == ST_PUMP_NEXT:
+                work = ep.work
+                if not work:
+                    self.state = ST_END
+                    continue
+                peer = <Peer> work.popleft()
+                peer.queued = False
+                self._pump(peer)
+                self.peer = peer
+                self.state = ST_PUMP_RUN
+            elif self.state == ST_PUMP_RUN:
+                if self.pump.step(cost):
+                    return 1
+                peer = self.peer
+                self.peer = None
+                self.state = ST_PUMP_NEXT
+                if not self.pump.value:
+                    if not peer.queued:
+                        peer.queued = True
+                        ep.work.appendleft(peer)
+                    self.state = ST_END
+            else:
+                return self._end()
+
+    cdef int _end(self) except -1:
+        """The poll is over: the call's verdict."""
+        cdef AmEndpoint ep = self.ep
+        if self.what == A_RX_ONE:
+            self.value = None
+            return 0
+        if self.n == 0:
+            ep.counts[S_EMPTY_POLLS] += 1
+        if self.raise_errors and ep.pending_errors:
+            ep._raise_pending()
+        self.value = self.n
+        if self.what == A_REQUEST:
+            if (<Msg> self.b).sends == 0:
+                self.value = ep.blocked("AM request window full")
+        elif self.what == A_TRANSFER:
+            if self.wait:
+                x = self.a
+                if not x.done:
+                    self.value = ep.blocked("AM store in flight")
+                elif x.error is not None:
+                    raise x.error
+                elif ep.pending_errors:
+                    ep._raise_pending()
+        elif self.what == A_WAIT:
+            if not self.a():
+                self.value = ep.blocked("waiting for AM progress")
+        return 0
+
+
+# The C counters' indices (_codes.pxd) name the same statistics as STAT_KEYS.
+assert len(STAT_KEYS) == N_STATS and all(STAT_KEYS[i] == k for i, k in (
+    (S_REQUESTS, "requests"), (S_STORES, "stores"), (S_GETS, "gets"), (S_POLLS, "polls"), (S_EMPTY_POLLS,
+    "empty_polls"), (S_IDLE_POLLS, "idle_polls"), (S_RX_PACKETS, "rx_packets"), (S_PACKETS_SENT,
+    "packets_sent"), (S_RETRANSMITTED_PACKETS, "retransmitted_packets"), (S_GOBACKS, "gobacks"),
+    (S_NACKS_SENT, "nacks_sent"), (S_NACKS_RECEIVED, "nacks_received"), (S_ACKS_SENT, "acks_sent"),
+    (S_ACKS_RECEIVED, "acks_received"), (S_KEEPALIVES_SENT, "keepalives_sent"), (S_KEEPALIVES_RECEIVED,
+    "keepalives_received"), (S_REJECTS_SENT, "rejects_sent"), (S_REJECTS_RECEIVED, "rejects_received"),
+    (S_DUPLICATES, "duplicates"), (S_OUT_OF_ORDER, "out_of_order"), (S_HANDLERS_RUN, "handlers_run"),
+    (S_CHUNKS_RECEIVED, "chunks_received"), (S_STORES_RECEIVED, "stores_received"), (S_BYTES_STORED,
+    "bytes_stored"), (S_STORES_COMPLETED, "stores_completed"), (S_GETS_SERVED, "gets_served"),
+    (S_GETS_COMPLETED, "gets_completed"), (S_FIFO_FULL, "fifo_full"), (S_ABANDONED, "abandoned"),
+    (S_CHECKSUM_ERRORS, "checksum_errors")))

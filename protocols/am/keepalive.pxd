@@ -1,6 +1,10 @@
 # The keep-alive's part of the SP AM endpoint chain (fields: window.pxd).
+from protocols.am._wire cimport Peer
 from protocols.am.window cimport Window
 
 
 cdef class KeepAlive(Window):
-    pass
+    cdef int _settled(self, Peer peer) except -1
+    cdef int _unsettled(self, Peer peer) except -1
+    cdef int _keepalive_check(self) except -1
+    cdef int _keepalive_due(self, Peer peer) except -1

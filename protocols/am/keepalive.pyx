@@ -40,6 +40,7 @@ from time import perf_counter as _wall
 
 from protocols.am import _wire as W
 from protocols.am._wire cimport Peer
+from protocols.am._codes cimport *
 from protocols.am.window cimport Window
 
 __all__ = ["KeepAlive"]
@@ -65,6 +66,7 @@ cdef class KeepAlive(Window):
         self.gone = set()                     # nodes a call has reported ETIMEDOUT for
         self.linger_polls = params["close_linger"] * self.keepalive_polls
         self.heard = -1                       # the poll count at the last packet from a peer
+        self._on_timer = self._timer_fired    # bound once: a caller arms the timer before every wait
 
     def _tick_wall_clock(self) -> None:
         """Real time: the poll count is at least the wall time since open, in polls of
@@ -74,18 +76,20 @@ cdef class KeepAlive(Window):
         if p > self.polls:
             self.polls = p
 
-    def _unsettled(self, peer) -> None:
+    cdef int _unsettled(self, Peer peer) except -1:
         """`peer` is about to have its first unacknowledged message."""
+        cdef long long due = self.polls + self.keepalive_polls
         self.settling[peer] = None
-        due = self.polls + self.keepalive_polls
         if due < self._ka_due:
             self._ka_due = due
+        return 0
 
-    def _settled(self, peer) -> None:
+    cdef int _settled(self, Peer peer) except -1:
         """Every message to `peer` is acknowledged."""
         self.settling.pop(peer, None)
         if not self.settling:
             self._ka_due = _NEVER
+        return 0
 
     def _next_due(self) -> float:
         """The exact poll count at which the first peer falls due (and the new bound)."""
@@ -98,52 +102,47 @@ cdef class KeepAlive(Window):
         self._ka_due = due
         return due
 
-    def _keepalive_check(self) -> None:
+    cdef int _keepalive_check(self) except -1:
         """In a pump: queue every peer that is due (they send a keep-alive when pumped)."""
+        cdef Peer peer
         if self.polls < self._ka_due:
-            return
+            return 0
         k = self.keepalive_polls
         for peer in self.settling:
             if self.polls - peer.mark >= k:
                 self._kick(peer)
         self._next_due()
+        return 0
 
     def reported_gone(self, peer) -> bool:
         """A call has failed with ETIMEDOUT for `peer`, and it has not been heard from since."""
         return peer.keepalives >= self.max_keepalives and peer.nid in self.gone
 
-    def _keepalive_path(self, peer):
-        """The end of a peer's pump: a keep-alive if one is due (SP-C08)."""
+    cdef int _keepalive_due(self, Peer peer) except -1:
+        """The end of a peer's pump: is a keep-alive due (SP-C08)? 1: the pump sends it
+        (and then marks the peer: `Pump`); ETIMEDOUT once `max_keepalives` went unanswered."""
         if not peer.unacked() or self.polls - peer.mark < self.keepalive_polls:
-            return True
+            return 0
         if peer.keepalives >= self.max_keepalives:
             if self.closing and peer.nid in self.gone:
-                return True                     # said once already: closing abandons what it holds for it
+                return 0                        # said once already: closing abandons what it holds for it
             self.gone.add(peer.nid)
             raise OSError(errno.ETIMEDOUT, f"node {peer.nid} has not answered {peer.keepalives} keep-alives "
                                            "(SP AM does not recover from crashes or partitions)")
-        ok = yield from self._send_ctl(peer, W.K_KEEPALIVE, 0, 0, 0,
-                                       (peer.tx_req.next_seq << 8) | peer.tx_rep.next_seq)
-        if not ok:
-            return False
-        peer.mark = self.polls
-        peer.keepalives += 1
-        self.stats_c["keepalives_sent"] += 1
-        return True
+        return 1
 
     def _rx_keepalive(self, peer, h) -> None:
         """A keep-alive carries the sender's next sequence numbers, so whatever it sent
         before it and we lack is a gap: NACK what we expect (it is resent from there).
         No gap: an ack is all it needs. Cleared suppression lets a refused chunk be
         refused again if the first refusal was lost."""
-        st = self.stats_c
-        st["keepalives_received"] += 1
+        self.counts[S_KEEPALIVES_RECEIVED] += 1
         gap = False
-        for rx, fl, horizon in ((peer.rx_req, 0, h.addr >> 8 & 0xFF), (peer.rx_rep, W.F_REPCH, h.addr & 0xFF)):
+        for rx, fl, horizon in ((peer.rx_req, 0, h.addr >> 8 & 0xFF), (peer.rx_rep, F_REPCH, h.addr & 0xFF)):
             rx.nacked = False
             if rx.expected != horizon:
                 peer.ctl.append((W.K_NACK, fl, rx.expected, 0))
-                st["nacks_sent"] += 1
+                self.counts[S_NACKS_SENT] += 1
                 gap = True
         if not gap:
             peer.rx_req.ack_owed = True
@@ -168,7 +167,7 @@ cdef class KeepAlive(Window):
         if due == _NEVER:
             return
         left = due - self.polls
-        self._timer = self.engine.after(max(1, left) * self.full_poll, self._timer_fired, None)
+        self._timer = self.engine.after(max(1, left) * self.full_poll, self._on_timer, None)
 
     def _timer_fired(self, _arg) -> None:
         self._timer = -1

@@ -9,6 +9,8 @@ from kernelsim._waits cimport WaitQueue
 from nic_drivers.tb2._model cimport Tb2Adapter
 from nic_drivers.tb2.fifos cimport HostFifos, UserFifos
 from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
+from kernelsim._path cimport Path
+from protocols.am._codes cimport N_STATS
 
 
 cdef class Window(OpenFile):
@@ -23,12 +25,13 @@ cdef class Window(OpenFile):
     cdef public int fd, pkt_data, _handler_depth
     cdef public double c_poll_own, c_dispatch, c_hdr, c_word, c_post, c_request, c_bulk, full_poll
     cdef public double c_sum_byte, c_sum_packet
-    cdef public list handlers, segments, _starts
+    cdef public list handlers, segments, _starts, _ends
     cdef public Header hdr
     cdef public WaitQueue events
     cdef public long long polls
     cdef public object pending_errors          # collections.deque of OSError
-    cdef public dict stats_c, malformed
+    cdef long long counts[N_STATS]             # the statistics (endpoint.STAT_KEYS), as C counters
+    cdef public dict malformed
     # window.pyx
     cdef public int req_window, rep_window, ack_div, tx_need
     cdef public dict peers                     # node id -> Peer, made on first contact
@@ -39,8 +42,41 @@ cdef class Window(OpenFile):
     cdef public long long keepalive_polls, max_keepalives, linger_polls, heard, _timer
     cdef public dict settling                  # peers with unacked messages (an ordered set)
     cdef public set gone
+    cdef object _on_timer
     # bulk.pyx
     cdef public int chunk_packets, chunk_bytes
 
+    cpdef Peer peer(self, object dest)
     cdef int _kick(self, Peer peer) except -1
     cdef object blocked(self, str why)
+    cdef int _acked(self, Peer peer, TxChannel ch, int cum) except -1
+    cpdef bint in_segments(self, object lo, object hi) except -1
+    # implemented further down the chain (keepalive.pyx, bulk.pyx), called from window.pyx
+    cdef int _settled(self, Peer peer) except -1
+    cdef int _unsettled(self, Peer peer) except -1
+    cdef int _keepalive_check(self) except -1
+    cdef int _keepalive_due(self, Peer peer) except -1
+    cdef int _finish(self, object x) except -1
+    cdef int _run_handler(self, Peer peer, object fn, bint request, tuple args) except -1
+
+
+cdef class Pump(Path):
+    # Sends what one peer is owed (window.pyx): a C state machine a poll steps.
+    cdef Window ep
+    cdef Peer peer
+    cdef int phase, ss, what
+    cdef TxChannel ch
+    cdef Msg m                       # the message being sent (None: a control packet)
+    cdef bytes hdr, data
+    cdef double pre, post
+    cdef bint first
+    cdef int idx, units
+    cdef object gen                  # a bulk chunk's send (Window._send_chunk)
+
+    cdef int start(self, Window ep, Peer peer) except -1
+    cdef int _ctl(self, int kindflags, int seq, unsigned int arg, unsigned int addr) except -1
+    cdef int _msg(self, TxChannel ch, Msg m) except -1
+    cdef int _choose(self) except -1
+    cdef int _write(self, double* cost) except -1
+    cdef int _handed_over(self) except -1
+    cdef int _sent(self) except -1

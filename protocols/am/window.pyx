@@ -35,7 +35,12 @@ from kernelsim import WouldBlock
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import U32
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, pack, trailer
+from protocols.am._codes cimport *
+from kernelsim._path cimport Path
+cimport cython
+from kernelsim._pyiter cimport resume
+from cpython.ref cimport PyObject, Py_XDECREF
 
 __all__ = ["Window", "AM_PROTO", "BLOCKED"]
 
@@ -83,7 +88,7 @@ cdef class Window(OpenFile):
 
     # -- peers -----------------------------------------------------------------------------
 
-    def peer(self, dest) -> W.Peer:
+    cpdef Peer peer(self, object dest):
         """The Peer for node `dest` (EINVAL for a bad node id, EHOSTUNREACH off the switch)."""
         if not isinstance(dest, int) or isinstance(dest, bool):
             raise OSError(errno.EINVAL, f"destination node must be an int, not {dest!r}")
@@ -111,12 +116,33 @@ cdef class Window(OpenFile):
             self.work.append(peer)
         return 0
 
+    # -- memory ---------------------------------------------------------------------------
+
+    cpdef bint in_segments(self, object lo, object hi) except -1:
+        """[lo, hi) lies inside one segment (an empty range: at or inside one). The
+        segments (endpoint.pyx) are kept sorted by address, with their ends beside."""
+        cdef list starts = self._starts
+        cdef Py_ssize_t a = 0, b = len(starts), mid
+        if hi < lo:
+            return False
+        while a < b:                                # bisect_right(starts, lo)
+            mid = (a + b) >> 1
+            if lo < starts[mid]:
+                b = mid
+            else:
+                a = mid + 1
+        if a == 0:
+            return False
+        end = self._ends[a - 1]
+        return hi <= end and lo <= end
+
     # -- acknowledgements, NACKs, refusals on the sending side ---------------------------------
 
-    def _acked(self, peer, ch, cum) -> None:
-        done = ch.ack(cum)
+    cdef int _acked(self, Peer peer, TxChannel ch, int cum) except -1:
+        cdef list done = ch.ack(cum)
+        cdef Msg m
         if not done:
-            return
+            return 0
         peer.mark = self.polls
         if not peer.unacked():
             self._settled(peer)
@@ -124,18 +150,39 @@ cdef class Window(OpenFile):
             self._kick(peer)                        # the window has room again
         for m in done:
             x = m.xfer
-            if x is not None and m.kind == W.K_STORE and m.flags & W.F_LAST and not x.done:
+            if x is not None and m.kind == K_STORE and m.flags & F_LAST and not x.done:
                 self._finish(x)
+        return 0
 
-    def _nacked(self, peer, h) -> None:
+    # What the rest of the chain implements (keepalive.pyx, bulk.pyx), called from here as C.
+
+    cdef int _settled(self, Peer peer) except -1:
+        raise NotImplementedError
+
+    cdef int _unsettled(self, Peer peer) except -1:
+        raise NotImplementedError
+
+    cdef int _keepalive_check(self) except -1:
+        raise NotImplementedError
+
+    cdef int _keepalive_due(self, Peer peer) except -1:
+        raise NotImplementedError
+
+    cdef int _finish(self, object x) except -1:
+        raise NotImplementedError
+
+    cdef int _run_handler(self, Peer peer, object fn, bint request, tuple args) except -1:
+        raise NotImplementedError
+
+    def _nacked(self, Peer peer, Header h) -> None:
         """A NACK: everything before `h.seq` arrived; go back and resend from it."""
-        self.stats_c["nacks_received"] += 1
-        ch = peer.tx_rep if h.flags & W.F_REPCH else peer.tx_req
+        self.counts[S_NACKS_RECEIVED] += 1
+        ch = peer.tx_rep if h.flags & F_REPCH else peer.tx_req
         self._acked(peer, ch, h.seq)
         if ch.go_back(h.seq):
-            self.stats_c["gobacks"] += 1
+            self.counts[S_GOBACKS] += 1
 
-    def _rejected(self, peer, ch, seq, _err) -> None:
+    def _rejected(self, Peer peer, TxChannel ch, int seq, _err) -> None:
         """The target refused message `seq` (its memory is not in the target's segments;
         REJECT carries EFAULT, the only refusal there is): everything before it arrived;
         it and the rest of its transfer become NOPs, which keep their sequence numbers,
@@ -145,10 +192,10 @@ cdef class Window(OpenFile):
             return                                  # stale: already handled
         m = ch.unacked[0]
         x = m.xfer
-        if x is None or m.kind == W.K_NOP:
+        if x is None or m.kind == K_NOP:
             return
         for m2 in ch.unacked:
-            if m2.xfer is x and m2.kind != W.K_NOP:
+            if m2.xfer is x and m2.kind != K_NOP:
                 ch.nop(m2)
         ch.pending = deque(m2 for m2 in ch.pending if m2.xfer is not x)
         ch.resend = 0                               # the receiver dropped everything after seq
@@ -156,146 +203,29 @@ cdef class Window(OpenFile):
 
     # -- send -----------------------------------------------------------------------------
 
-    def _pump_path(self):
-        """Send what the peers on the work queue are owed; False when the send FIFO is full."""
-        self._keepalive_check()
-        work = self.work
-        while work:
-            peer = work.popleft()
-            peer.queued = False
-            ok = yield from self._pump_peer(peer)
-            if not ok:
-                if not peer.queued:
-                    peer.queued = True
-                    work.appendleft(peer)
-                return False
-        return True
-
-    def _pump_peer(self, peer):
-        """Send what this peer is owed, in order: control packets, the reply channel
-        (resends, then new messages the window admits), the request channel, an
-        explicit ack if one is still owed, a keep-alive if one is due."""
-        st = self.stats_c
-        while peer.ctl:
-            kind, flags, seq, arg = peer.ctl[0]
-            ok = yield from self._send_ctl(peer, kind, flags, seq, arg)
-            if not ok:
-                return False
-            peer.ctl.popleft()
-        for ch in (peer.tx_rep, peer.tx_req):
-            while ch.resend < len(ch.unacked):
-                ok = yield from self._send_msg(peer, ch, ch.unacked[ch.resend])
-                if not ok:
-                    return False
-                ch.resend += 1
-            pending = ch.pending
-            while pending and ch.can_send(pending[0].npkts):
-                m = pending.popleft()
-                if not peer.unacked():
-                    self._unsettled(peer)
-                if not ch.unacked:
-                    peer.mark = self.polls
-                ch.assign(m)
-                ok = yield from self._send_msg(peer, ch, m)
-                if not ok:
-                    return False
-                ch.resend += 1
-        if peer.rx_req.ack_owed or peer.rx_rep.ack_owed:
-            ok = yield from self._send_ctl(peer, W.K_ACK, 0, 0, 0)
-            if not ok:
-                return False
-            st["acks_sent"] += 1
-        return (yield from self._keepalive_path(peer))
-
-    def _send_ctl(self, Peer peer, kind, flags, seq, arg, addr=0):
-        hdr = W.pack(kind | flags, 0, seq, peer.rx_req.expected, peer.rx_rep.expected, 0, 1, 0, addr, arg)
-        ok = yield from self._send_one(peer, hdr, b"", self.c_hdr)
-        if ok:
-            peer.rx_req.acked()
-            peer.rx_rep.acked()
-        return ok
-
-    def _send_msg(self, Peer peer, TxChannel ch, Msg m):
+    def _send_chunk(self, Peer peer, TxChannel ch, Msg m):
+        """Send one chunk of a bulk transfer (a store's or a get reply's, of more than one
+        packet: `Pump` sends every other message itself): its packets read from the source
+        again on every send (the sender keeps no copy of bulk data, SP-C06)."""
+        cdef int ack_req = peer.rx_req.expected, ack_rep = peer.rx_rep.expected
         first = m.sends == 0
-        ack_req, ack_rep = peer.rx_req.expected, peer.rx_rep.expected
-        kind = m.kind
-        post = 0.0
-        if (kind == W.K_STORE or kind == W.K_GETDATA) and not m.kept:
-            read, npk, base, off, flags, tail = m.data, m.npkts, m.addr, m.src_off, kind | m.flags, m.tail
-            full = self.pkt_data
+        read, npk, base, off, flags, tail = m.data, m.npkts, m.addr, m.src_off, m.kind | m.flags, m.tail
+        full = self.pkt_data
 
-            def packet(i):
-                n = full if i < npk - 1 else tail
-                return (W.pack(flags, m.handler, m.seq, ack_req, ack_rep, i, npk, tail, base + i * full, m.arg),
-                        read(off + i * full, n))
+        def packet(i):
+            n = full if i < npk - 1 else tail
+            return (pack(flags, m.handler, m.seq, ack_req, ack_rep, i, npk, tail, base + i * full, m.arg),
+                    read(off + i * full, n))
 
-            ok = yield from self._send_packets(peer, npk, packet, 0.0, self.c_bulk)
-        else:
-            data = m.data
-            if m.kept:                              # a one-packet store or get reply
-                hdr = W.pack(kind | m.flags, m.handler, m.seq, ack_req, ack_rep, 0, 1, m.tail, m.addr, m.arg)
-                pre = self.c_bulk
-                if first:
-                    post = self.costs.copy(W.AM_HDR + len(data))      # the copy kept for retransmission
-            else:
-                hdr = W.pack(kind | m.flags, m.handler, m.seq, ack_req, ack_rep, 0, 1, 0, 0, 0)
-                words = len(data) >> 2
-                pre = self.c_hdr + (self.c_word * (words - 1) if words > 1 else 0.0)
-                if first and kind != W.K_NOP:
-                    # After the length store: keep the packet for retransmission (SP-C05)
-                    # and do the window bookkeeping; a request does more of it (SP-A37).
-                    post = self.costs.copy(W.AM_HDR + len(data)) + self.c_post
-                    if kind != W.K_REP:
-                        post += self.c_request
-            ok = yield from self._send_one(peer, hdr, data, pre)
+        ok = yield from self._send_packets(peer, npk, packet, 0.0, self.c_bulk)
         if not ok:
             return False
         peer.rx_req.acked()
         peer.rx_rep.acked()
         if not first:
-            self.stats_c["retransmitted_packets"] += m.npkts
+            self.counts[S_RETRANSMITTED_PACKETS] += m.npkts
             ch.retransmitted += m.npkts
         m.sends += 1
-        if post:
-            yield post
-        if first and m.kept and kind == W.K_STORE and m.xfer is not None and not m.xfer.done:
-            self._finish(m.xfer)                    # its data is copied: the source is free
-        return True
-
-    def _send_one(self, Peer peer, bytes hdr, bytes data, double pre):
-        """`_send_packets` of one packet (a short message, a control packet, a kept store):
-        the same work and costs, in the same order, without a closure and lists per packet."""
-        cdef UserFifos uf = self.uf
-        cdef HostFifos f = uf.fifos
-        cdef Costs costs = self.costs
-        cdef double cost, each = 0.0, sum_byte = 0.0
-        cdef Py_ssize_t n
-        cdef int units, idx
-        if uf.closed:
-            raise OSError(errno.EBADF, "the TB2 FIFOs are closed")
-        if f.free_entries() < 1:
-            try:
-                yield from uf._room_path(1)
-            except WouldBlock:
-                self.tx_need = 1
-                self.stats_c["fifo_full"] += 1
-                return False
-        if self.checksum:                          # the end-to-end trailer (_wire.pyx), summed as it is built
-            data = W.trailer(self.node.nid, peer.nid, hdr, data)
-            sum_byte = self.c_sum_byte
-            each += self.c_sum_packet + sum_byte * W.AM_HDR
-        idx = f.tx_next % f.send_count
-        units = uf.write_entry(f.send_entry(), peer.nid, peer.route, AM_PROTO, hdr, data)
-        n = len(data)
-        cost = pre
-        cost += each + uf.c_send + f.flush_cost(HDR_BYTES + n) + (costs.copy(n) if n else 0.0)
-        if sum_byte:
-            cost += sum_byte * (n - W.CHECKSUM_BYTES)
-        f.tx_next += 1
-        yield cost + f.c_sync + costs.pci_write
-        self.adapter.reg_write(REG_LEN + idx, units, 1)       # one length byte: one MicroChannel store
-        uf.sent += 1
-        self.stats_c["packets_sent"] += 1
         return True
 
     def _send_packets(self, peer, k: int, packet, pre: float, each: float):
@@ -319,13 +249,13 @@ cdef class Window(OpenFile):
                 yield from uf._room_path(k)
             except WouldBlock:
                 self.tx_need = k
-                self.stats_c["fifo_full"] += 1
+                self.counts[S_FIFO_FULL] += 1
                 return False
         dest, route = peer.nid, peer.route
         pkts = [packet(i) for i in range(k)]
         if self.checksum:                          # the end-to-end trailer (_wire.pyx), summed as it is built
             me = self.node.nid
-            pkts = [(h, W.trailer(me, dest, h, d)) for h, d in pkts]
+            pkts = [(h, trailer(me, dest, h, d)) for h, d in pkts]
             sum_byte = self.c_sum_byte
             each += self.c_sum_packet + sum_byte * W.AM_HDR
         units = [(hw.HDR_BYTES + len(d) + hw.LEN_UNIT - 1) // hw.LEN_UNIT for _h, d in pkts]
@@ -345,5 +275,267 @@ cdef class Window(OpenFile):
             self.adapter.reg_write(off, value, width)
             i += width
         uf.sent += k
-        self.stats_c["packets_sent"] += k
+        self.counts[S_PACKETS_SENT] += k
         return True
+
+
+# -- the pump: what a peer is owed, sent as a C state machine ---------------------------------
+
+cdef enum:
+    # what the pump is on (in this order: `Pump`'s docstring)
+    P_CTL = 0
+    P_REP_RESEND = 1
+    P_REP_NEW = 2
+    P_REQ_RESEND = 3
+    P_REQ_NEW = 4
+    P_ACK = 5
+    P_KEEPALIVE = 6
+    P_END = 7
+    # where the packet being sent is
+    S_IDLE = 0       # none: choose the next
+    S_START = 1      # chosen, not yet written (room in the send FIFO to check)
+    S_ROOM = 2       # the transmit-done counter is being read across the bus
+    S_SENT = 3       # written and flushed: the length store is due
+    S_POST = 4       # handed over; the retransmission copy and window bookkeeping are being paid
+    S_CHUNK = 5      # a bulk chunk: `Window._send_chunk` runs it
+
+
+@cython.freelist(8)
+cdef class Pump(Path):
+    """Send what one peer is owed, in order: its control packets (NACKs, REJECTs), the
+    reply channel (resends, then new messages the window admits), the request channel
+    likewise, an explicit ack if one is still owed, a keep-alive if one is due. The
+    value is False when the send FIFO is full (``tx_need`` says how much room the
+    caller waits for), else True.
+
+    A C state machine (`kernelsim._path.Path`): the same work, costs and effects at the
+    same instants as the generators it replaces (pump > send message > send one packet),
+    without a generator per level and a resume through each of them per packet. A
+    packet's costs are yielded as they were: AM's header work, the entry's copy and
+    flush, the sync and the length store before the length reaches the card; after it,
+    for a new message, the retransmission copy and the window bookkeeping (costs.py).
+    Bulk chunks run `Window._send_chunk` (many packets, few of them per poll)."""
+
+    cdef int start(self, Window ep, Peer peer) except -1:
+        self.ep = ep
+        self.peer = peer
+        self.phase = P_CTL
+        self.ss = S_IDLE
+        self.m = None
+        self.ch = None
+        self.gen = None
+        return 0
+
+    cdef int _ctl(self, int kindflags, int seq, unsigned int arg, unsigned int addr) except -1:
+        """Choose a control packet (no sequence number of its own; both acks ride on it)."""
+        cdef Peer peer = self.peer
+        self.m = None
+        self.hdr = pack(kindflags, 0, seq, peer.rx_req.expected, peer.rx_rep.expected, 0, 1, 0, addr, arg)
+        self.data = b""
+        self.pre = self.ep.c_hdr
+        self.post = 0.0
+        self.ss = S_START
+        return 0
+
+    cdef int _msg(self, TxChannel ch, Msg m) except -1:
+        """Choose message `m` of channel `ch` (its first send or a resend)."""
+        cdef Window ep = self.ep
+        cdef Peer peer = self.peer
+        cdef int kind = m.kind, words
+        cdef bytes data
+        self.ch = ch
+        self.m = m
+        self.first = m.sends == 0
+        self.post = 0.0
+        if (kind == K_STORE or kind == K_GETDATA) and not m.kept:
+            self.gen = ep._send_chunk(peer, ch, m)
+            self.ss = S_CHUNK
+            return 0
+        data = m.data
+        self.data = data
+        if m.kept:                                  # a one-packet store or get reply
+            self.hdr = pack(kind | m.flags, m.handler, m.seq, peer.rx_req.expected, peer.rx_rep.expected,
+                              0, 1, m.tail, m.addr, m.arg)
+            self.pre = ep.c_bulk
+            if self.first:
+                self.post = ep.costs.copy(AM_HDR + len(data))     # the copy kept for retransmission
+        else:
+            self.hdr = pack(kind | m.flags, m.handler, m.seq, peer.rx_req.expected, peer.rx_rep.expected,
+                              0, 1, 0, 0, 0)
+            words = len(data) >> 2
+            self.pre = ep.c_hdr + (ep.c_word * (words - 1) if words > 1 else 0.0)
+            if self.first and kind != K_NOP:
+                # After the length store: keep the packet for retransmission (SP-C05)
+                # and do the window bookkeeping; a request does more of it (SP-A37).
+                self.post = ep.costs.copy(AM_HDR + len(data)) + ep.c_post
+                if kind != K_REP:
+                    self.post += ep.c_request
+        self.ss = S_START
+        return 0
+
+    cdef int _choose(self) except -1:
+        """Choose the next packet: 1, or 0 when the peer is owed nothing more."""
+        cdef Window ep = self.ep
+        cdef Peer peer = self.peer
+        cdef TxChannel ch
+        cdef Msg m
+        cdef tuple c
+        while True:
+            if self.phase == P_CTL:
+                if peer.ctl:
+                    c = peer.ctl[0]
+                    self.what = P_CTL
+                    self._ctl(c[0] | c[1], c[2], c[3], 0)
+                    return 1
+                self.phase = P_REP_RESEND
+            elif self.phase == P_REP_RESEND or self.phase == P_REQ_RESEND:
+                ch = peer.tx_rep if self.phase == P_REP_RESEND else peer.tx_req
+                if ch.resend < len(ch.unacked):
+                    self._msg(ch, <Msg> ch.unacked[ch.resend])
+                    return 1
+                self.phase += 1
+            elif self.phase == P_REP_NEW or self.phase == P_REQ_NEW:
+                ch = peer.tx_rep if self.phase == P_REP_NEW else peer.tx_req
+                pending = ch.pending
+                if pending and ch.can_send((<Msg> pending[0]).npkts):
+                    m = <Msg> pending.popleft()
+                    if not peer.unacked():
+                        ep._unsettled(peer)
+                    if not ch.unacked:
+                        peer.mark = ep.polls
+                    ch.assign(m)
+                    self._msg(ch, m)
+                    return 1
+                self.phase += 1
+            elif self.phase == P_ACK:
+                self.phase = P_KEEPALIVE
+                if peer.rx_req.ack_owed or peer.rx_rep.ack_owed:
+                    self.what = P_ACK
+                    self._ctl(K_ACK, 0, 0, 0)
+                    return 1
+            elif self.phase == P_KEEPALIVE:
+                self.phase = P_END
+                if ep._keepalive_due(peer):
+                    self.what = P_KEEPALIVE
+                    self._ctl(K_KEEPALIVE, 0, 0, (peer.tx_req.next_seq << 8) | peer.tx_rep.next_seq)
+                    return 1
+            else:
+                return 0
+
+    cdef int _write(self, double* cost) except -1:
+        """Write the chosen packet into the next send entry; its cost up to the length store."""
+        cdef Window ep = self.ep
+        cdef UserFifos uf = ep.uf
+        cdef HostFifos f = uf.fifos
+        cdef Costs costs = ep.costs
+        cdef double c, each = 0.0, sum_byte = 0.0
+        cdef Py_ssize_t n
+        cdef bytes data = self.data
+        if ep.checksum:                            # the end-to-end trailer (_wire.pyx), summed as it is built
+            data = trailer(ep.node.nid, self.peer.nid, self.hdr, data)
+            sum_byte = ep.c_sum_byte
+            each += ep.c_sum_packet + sum_byte * AM_HDR
+        self.idx = f.tx_next % f.send_count
+        self.units = uf.write_entry(f.send_entry(), self.peer.nid, self.peer.route, AM_PROTO, self.hdr, data)
+        n = len(data)
+        c = self.pre
+        c += each + uf.c_send + f.flush_cost(HDR_BYTES + n) + (costs.copy(n) if n else 0.0)
+        if sum_byte:
+            c += sum_byte * (n - CHECKSUM_BYTES)
+        f.tx_next += 1
+        cost[0] = c + f.c_sync + costs.pci_write
+        self.ss = S_SENT
+        return 0
+
+    cdef int _handed_over(self) except -1:
+        """The packet's length is stored: the card has it. What follows its send."""
+        cdef Window ep = self.ep
+        cdef Peer peer = self.peer
+        cdef Msg m = self.m
+        ep.adapter.reg_write(REG_LEN + self.idx, self.units, 1)   # one length byte: one MicroChannel store
+        ep.uf.sent += 1
+        ep.counts[S_PACKETS_SENT] += 1
+        peer.rx_req.acked()
+        peer.rx_rep.acked()
+        if m is None:
+            if self.what == P_CTL:
+                peer.ctl.popleft()
+            elif self.what == P_ACK:
+                ep.counts[S_ACKS_SENT] += 1
+            else:
+                peer.mark = ep.polls
+                peer.keepalives += 1
+                ep.counts[S_KEEPALIVES_SENT] += 1
+            return 0
+        if not self.first:
+            ep.counts[S_RETRANSMITTED_PACKETS] += m.npkts
+            self.ch.retransmitted += m.npkts
+        m.sends += 1
+        return 0
+
+    cdef int _sent(self) except -1:
+        """A message is sent (and its bookkeeping paid): on to the next."""
+        cdef Msg m = self.m
+        if m is not None:
+            if self.first and m.kept and m.kind == K_STORE and m.xfer is not None and not m.xfer.done:
+                self.ep._finish(m.xfer)             # its data is copied: the source is free
+            self.ch.resend += 1
+        self.ss = S_IDLE
+        return 0
+
+    cdef int step(self, double* cost) except -1:
+        cdef Window ep = self.ep
+        cdef HostFifos f
+        cdef PyObject* res = NULL
+        cdef int r
+        while True:
+            if self.ss == S_IDLE:
+                if not self._choose():
+                    self.value = True
+                    return 0
+            if self.ss == S_START:
+                if ep.uf.closed:
+                    raise OSError(errno.EBADF, "the TB2 FIFOs are closed")
+                f = ep.uf.fifos
+                if f.free_entries() < 1:
+                    # UserFifos._room_path(1): read the transmit-done counter across the bus.
+                    if 1 > f.send_count:
+                        raise OSError(errno.EMSGSIZE, f"1 packets exceed the {f.send_count}-entry send FIFO")
+                    cost[0] = ep.costs.pci_read
+                    self.ss = S_ROOM
+                    return 1
+                self._write(cost)
+                return 1
+            if self.ss == S_ROOM:
+                f = ep.uf.fifos
+                f.refresh_tx_done()
+                if f.free_entries() < 1:
+                    ep.tx_need = 1
+                    ep.counts[S_FIFO_FULL] += 1
+                    self.value = False
+                    return 0
+                self._write(cost)
+                return 1
+            if self.ss == S_SENT:
+                self._handed_over()
+                if self.post:
+                    cost[0] = self.post
+                    self.ss = S_POST
+                    return 1
+                self._sent()
+            elif self.ss == S_POST:
+                self._sent()
+            else:                                   # S_CHUNK
+                r = resume(self.gen, &res)
+                out = <object> res
+                Py_XDECREF(res)
+                res = NULL
+                if r:
+                    cost[0] = <double> out
+                    return 1
+                self.gen = None
+                if not out:
+                    self.value = False
+                    return 0
+                self.ch.resend += 1
+                self.ss = S_IDLE
