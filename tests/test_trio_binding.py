@@ -38,16 +38,22 @@ def test_both_bindings_give_the_same_modeled_round_trips():
     assert runs[True][0]["rtt_us"] < runs[True][1]["rtt_us"]
 
 
+async def _sender_and_receiver(c):
+    """Process a on node 0 targeted at endpoint 2 of node 1, which process b opened."""
+    a, b = c.process(0), c.process(1)
+    fa = await a.dp_open(1)
+    await a.dp_target(fa, 1, 2)
+    fb = await b.dp_open(2)
+    return a, fa, b, fb
+
+
 def test_a_cancelled_read_leaves_nothing_behind(binding):
     """A read parked on an empty pool, cancelled by a modeled timeout, takes no message
     that comes later: the next read gets it, and the pool's wait queue is empty."""
     c = Cluster(nodes=2)
 
     async def main():
-        a, b = c.process(0), c.process(1)
-        fa = await a.dp_open(1)
-        await a.dp_target(fa, 1, 2)
-        fb = await b.dp_open(2)
+        a, fa, b, fb = await _sender_and_receiver(c)
         with trio.move_on_after(1e-3) as scope:
             await b.dp_read(fb, 100)
         assert scope.cancelled_caught
@@ -81,10 +87,7 @@ def test_a_read_looks_at_the_pool_when_it_runs_not_when_it_is_made(binding):
     c = Cluster(nodes=2)
 
     async def main():
-        a, b = c.process(0), c.process(1)
-        fa = await a.dp_open(1)
-        await a.dp_target(fa, 1, 2)
-        fb = await b.dp_open(2)
+        a, fa, b, fb = await _sender_and_receiver(c)
         pending = b.dp_read(fb, 100)
         await a.dp_write(fa, b"first")
         await trio.sleep(1e-3)                    # modeled: the frame has landed
