@@ -28,7 +28,7 @@ import trio.testing
 
 from libdp._attach import attach
 from libdp._cli import main
-from libdp._realnode import cluster_down, cluster_up, node_status, plan_placement, start_node
+from libdp._realnode import _wait_gone, cluster_down, cluster_up, node_status, plan_placement, start_node
 from libdp._realprograms import all_to_all
 from libdp._realrun import run_real_spmd
 
@@ -514,6 +514,31 @@ def test_a_paired_node_and_its_script_share_a_cpu_until_the_script_detaches(run_
     finally:
         cluster_down(c)
     assert os.sched_getaffinity(0) == mine
+
+
+def test_sigterm_stops_a_node_that_is_polling(run_base):
+    """A node polling right after work stops on SIGTERM at once: its pass is compiled code
+    that never sleeps in a system call a signal would interrupt, so it must ask for the
+    signal's handler itself (a node used to spin on until SIGKILL, 10 s later)."""
+    for attempt in range(4):                # the signal must land inside the poll: try a few times
+        c = cluster_up(2, name=f"term{os.getpid()}x{attempt}", tied=True)
+        try:
+            a, b = attach(node=0, run_dir=c.run_dir), attach(node=1, run_dir=c.run_dir)
+            fa, fb = a.sync.dp_open(5), b.sync.dp_open(5)
+            a.sync.dp_target(fa, 1, 5)
+            a.sync.dp_write(fa, b"work")
+            assert b.sync.dp_read(fb) == b"work"
+            a.sync.close(fa)
+            b.sync.close(fb)
+            a.detach()
+            b.detach()
+            pids = [node_status(c, n)["pid"] for n in c.nids()]
+            for pid in pids:
+                os.kill(pid, signal.SIGTERM)
+            for pid in pids:
+                assert _wait_gone(pid, 5.0), f"node process {pid} ignored SIGTERM"
+        finally:
+            cluster_down(c)
 
 
 def test_cluster_down_after_a_crash_leaves_nothing(run_base):

@@ -65,8 +65,8 @@ close (ENETDOWN), every file is closed, every region released, the socket remove
 """
 from __future__ import annotations
 
+from cpython.exc cimport PyErr_CheckSignals
 from kernelsim.media._shmring cimport RING_EMPTY, ShmRing
-
 import errno
 import os
 import select
@@ -280,6 +280,10 @@ class NodeServer:
         spin_s = self.spin_s
         last_work = perf()
         while not self._stopping:
+            # A signal's Python handler (SIGTERM/SIGINT: `stop`) runs only when something
+            # asks for it: a polling pass is compiled code and may never sleep in a system
+            # call that would be interrupted, so each pass asks.
+            PyErr_CheckSignals()
             # The gates first: entries that ring no doorbell (a pool's slots given back) are
             # taken before the frames that may need them.
             work = self._poll_gates() if self._gates else 0
