@@ -511,7 +511,6 @@ cdef AmPath _call_path(AmEndpoint ep, int what, object since, object a, object b
     return p
 
 
-@cython.freelist(8)
 cdef class AmPath(Path):
     """One call of an SP AM endpoint as a C state machine (`kernelsim._path.Path`): for a
     request or a transfer, its own sending; then am_poll -- a look at the receive FIFO's
