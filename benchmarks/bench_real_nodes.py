@@ -10,9 +10,11 @@ Pool and delivery ring -> attached script):
 
   rtt      1-byte round trip script to script through two node processes over shared
            memory (`dp cluster up --nodes 2`), against a trio socketpair ping-pong
-           between two processes (each side ``await recv`` / ``await send``); once with
-           the scripts' default waits, once with scripts that poll up to --spin-us before
-           they sleep (``DP_SPIN_US``; the nodes sleep on their doorbells either way).
+           between two processes (each side ``await recv`` / ``await send``); as ``dp
+           cluster up`` places the processes here (on a host with fewer CPUs than
+           processes: placement pair, nodes polling, scripts sleeping), then with placement
+           none (every process sleeps on its doorbell), and placement none with scripts
+           that poll up to --spin-us before they sleep (``DP_SPIN_US``).
   gate     one attached script: ``dp_write`` (the call gate: a shared-memory submission
            ring the node polls) against ``write()`` (the generic entry: a request over
            the node's control socket through its system-call table), wall µs per call,
@@ -32,7 +34,9 @@ Pool and delivery ring -> attached script):
            (script -> node -> node -> script and back) with nothing else to do, once
            sleeping on the doorbells, once polling --spin-us first (sched_yield between
            polls), once polling with --floor-work-us of busy work per node pass -- what the
-           hops alone cost on this host, and what a node's own CPU adds on top.
+           hops alone cost on this host, and what a node's own CPU adds on top; then
+           the same placed as placement pair places a 2-node cluster (each "node" pinned
+           with its "script", the nodes polling, the scripts sleeping).
   packet   the rtt rows over AF_PACKET (one network namespace per node, veth pair), against
            a bare Python AF_PACKET ping-pong over the very same veth pair (another
            EtherType, so the nodes never see it; measured while the nodes are idle).
@@ -270,8 +274,10 @@ def _floor_wait(rings, spin_s):
             r.drain_doorbell()
 
 
-def _floor_node(prefix, inbound, outbound, spin_s, work_s):
+def _floor_node(prefix, inbound, outbound, spin_s, work_s, cpu=None):
     from kernelsim.media._shmring import ShmRing
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     ins = [ShmRing.attach(prefix + n) for n in inbound]
     outs = [ShmRing.attach(prefix + n) for n in outbound]
     buf = bytearray(64)
@@ -291,17 +297,25 @@ def _floor_node(prefix, inbound, outbound, spin_s, work_s):
             outs[i].send(buf[:k])
 
 
-def _floor_rtt(iters: int, spin_s: float, work_s: float) -> float:
-    """Median µs of a 1-byte round trip along the six ring hops of a DP round trip, no DP."""
+def _floor_rtt(iters: int, spin_s: float, work_s: float, pair: bool = False) -> float:
+    """Median µs of a 1-byte round trip along the six ring hops of a DP round trip, no DP.
+    `pair`: placed as ``dp cluster up`` places a 2-node cluster on a small host (each
+    "node" on a CPU of its own with its "script"; the nodes poll `spin_s`, the scripts sleep)."""
     from kernelsim.media._shmring import ShmRing
+    from libdp._realnode import plan_placement
     prefix = f"dpfloor{os.getpid()}-"
     rings = {n: ShmRing.create(prefix + n, 64, 256) for n in _FLOOR_HOPS}
-    procs = [_ctx.Process(target=_floor_node, args=(prefix, ["s0n0", "n1n0"], ["n0n1", "n0s0"], spin_s, work_s)),
-             _ctx.Process(target=_floor_node, args=(prefix, ["n0n1", "s1n1"], ["n1s1", "n1n0"], spin_s, work_s)),
-             _ctx.Process(target=_floor_node, args=(prefix, ["n1s1"], ["s1n1"], spin_s, 0.0))]   # script 1 echoes
+    cpu = plan_placement(2, "pair")[1] if pair else {0: None, 1: None}
+    script_spin = 0.0 if pair else spin_s
+    procs = [_ctx.Process(target=_floor_node, args=(prefix, ["s0n0", "n1n0"], ["n0n1", "n0s0"], spin_s, work_s, cpu[0])),
+             _ctx.Process(target=_floor_node, args=(prefix, ["n0n1", "s1n1"], ["n1s1", "n1n0"], spin_s, work_s, cpu[1])),
+             _ctx.Process(target=_floor_node, args=(prefix, ["n1s1"], ["s1n1"], script_spin, 0.0, cpu[1]))]  # script 1 echoes
+    mask = os.sched_getaffinity(0)
     try:
         for p in procs:
             p.start()
+        if cpu[0] is not None:
+            os.sched_setaffinity(0, {cpu[0]})               # this process is script 0
         out_ring, in_ring = rings["s0n0"], rings["n0s0"]
         buf = bytearray(64)
         perf = time.perf_counter_ns
@@ -310,7 +324,7 @@ def _floor_rtt(iters: int, spin_s: float, work_s: float) -> float:
             t = perf()
             out_ring.send(b"x")
             while True:
-                _floor_wait([in_ring], spin_s)
+                _floor_wait([in_ring], script_spin)
                 if in_ring.recv_into(buf) >= 0:
                     break
             out.append(perf() - t)
@@ -319,6 +333,7 @@ def _floor_rtt(iters: int, spin_s: float, work_s: float) -> float:
             p.join(5)
         return _median_us(out)
     finally:
+        os.sched_setaffinity(0, mask)
         for p in procs:
             if p.is_alive():
                 p.kill()
@@ -330,11 +345,13 @@ def _floor_rtt(iters: int, spin_s: float, work_s: float) -> float:
 def bench_floor(args):
     spin = args.spin_us * 1e-6
     work = args.floor_work_us * 1e-6
-    rows = {"sleeping on doorbells": (0.0, 0.0), f"polling {args.spin_us:g} us first": (spin, 0.0),
-            f"polling, {args.floor_work_us:g} us work per node pass": (spin, work)}
+    rows = {"sleeping on doorbells": (0.0, 0.0, False), f"polling {args.spin_us:g} us first": (spin, 0.0, False),
+            f"polling, {args.floor_work_us:g} us work per node pass": (spin, work, False),
+            "pair placement, nodes poll": (spin, 0.0, True),
+            f"pair placement, nodes poll, {args.floor_work_us:g} us work": (spin, work, True)}
     out = {}
-    for label, (s, w) in rows.items():
-        runs = [_floor_rtt(args.iters, s, w) for _ in range(args.runs)]
+    for label, (s, w, pair) in rows.items():
+        runs = [_floor_rtt(args.iters, s, w, pair) for _ in range(args.runs)]
         out[label] = statistics.median(runs)
         _row(f"hops alone, {label}", out[label], "us", f"runs {', '.join(f'{x:.1f}' for x in runs)}")
     print("# floor: six ring hops among four processes, no DP; a DP round trip adds four node passes "
@@ -389,18 +406,29 @@ def _dp_stream(cluster, args, size: int, ack_floor_s: float | None) -> dict:
 
 
 def bench_stream(args, cluster):
+    """The stream as `cluster` runs it (the default arrangement), beside the same cluster
+    with its nodes sleeping at once (``--spin-us 0``) and beside placement none."""
     size = 1500                             # the largest DP message of the cluster's 21140
-    rows = {"as is": _dp_stream(cluster, args, size, None),
-            f"ack floor {args.ack_floor_ms:g} ms": _dp_stream(cluster, args, size, args.ack_floor_ms / 1e3)}
+    rows = {f"as is (placement {cluster.extra.get('placement', 'none')}, nodes poll)":
+            _dp_stream(cluster, args, size, None)}
+    for label, kw in (("placement pair, nodes sleep (--spin-us 0)", {"placement": "pair", "spin_s": 0.0}),
+                      ("placement none", {"placement": "none"})):
+        other = cluster_up(2, name=f"bst{os.getpid()}", transport="shm", tied=True, **kw)
+        try:
+            rows[label] = _dp_stream(other, args, size, None)
+        finally:
+            cluster_down(other)
+    if args.ack_floor_ms is not None:
+        rows[f"ack floor {args.ack_floor_ms:g} ms"] = _dp_stream(cluster, args, size, args.ack_floor_ms / 1e3)
     frame = size + 64                       # about the size of its frame (DP and Ethernet headers) on the ring
     bare = _bare_shm_stream(args.count, size, frame)
     for label, row in rows.items():
-        _row(f"DP stream, {size}-byte messages, {label}", row["mbytes_per_s"], "MB/s",
+        _row(f"DP stream, {size} B, {label}", row["mbytes_per_s"], "MB/s",
              f"{row['delivered']}/{row['messages']} delivered, windows of {args.window}, "
              f"{row['unacked_windows']} unacked")
     _row(f"bare ShmLink stream, {frame}-byte frames", bare, "MB/s")
     mbs = max(r["mbytes_per_s"] for r in rows.values())
-    print(f"# stream: DP {mbs:.0f} MB/s = {mbs / bare:.3f} of the bare ring (target >= 300 MB/s)", flush=True)
+    print(f"# stream: DP at best {mbs:.0f} MB/s = {mbs / bare:.3f} of the bare ring (target >= 300 MB/s)", flush=True)
     return {"dp_stream_mbs": {k: r["mbytes_per_s"] for k, r in rows.items()}, "bare_ring_mbs": bare}
 
 
@@ -472,8 +500,8 @@ def main(argv=None) -> int:
     ap.add_argument("--count", type=int, default=20000, help="messages streamed, calls per gate row")
     ap.add_argument("--window", type=int, default=64, help="messages per window of the stream row")
     ap.add_argument("--nodes", type=int, default=8, help="nodes of the all-to-all cluster (default 8)")
-    ap.add_argument("--ack-floor-ms", type=float, default=0.5,
-                    help="the stream's second row: libdp._bench's real-time ack-timeout floor for it (default 0.5 ms, the modeled floor)")
+    ap.add_argument("--ack-floor-ms", type=float, default=None,
+                    help="add a stream row with libdp._bench's real-time ack-timeout floor set to this (0.5: the modeled floor)")
     ap.add_argument("--spin-us", type=float, default=1000.0,
                     help="the polling scripts' DP_SPIN_US in the round-trip rows (default 1000)")
     ap.add_argument("--floor-work-us", type=float, default=5.0,

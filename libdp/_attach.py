@@ -28,12 +28,11 @@ node, which closes its endpoints. The poll is **bounded and adaptive** (`_Spinne
 most ``spin_s`` (``attach(spin_s=)``, else ``DP_SPIN_US``, else 200 µs with four usable
 CPUs or more and none below), yielding the CPU between tries, and none at all while this
 process's waits keep outlasting it -- an idle server sleeps at once instead of burning its
-cap on every call. Measured on a loaded 2-core host
-(benchmarks/bench_real_nodes.py, nodes sleeping on their doorbells): scripts that poll up
-to 1 ms cut a 1-byte round trip from about 120-135 µs to 65-80 µs -- a polling script is
-runnable when its answer comes, so two of the six sleep/wake hops of a round trip go --
-while polling *nodes* made it 3-40x slower (a yielding node queues behind every runnable
-task); so nodes sleep, scripts may poll.
+cap on every call. A process that joined its node's CPU (``attach(pin=)``, placement
+``pair``) does not poll by default: it would poll on the core its node needs. Measured on
+a loaded 2-core host (benchmarks/bench_real_nodes.py): unpinned, scripts that poll up to
+1 ms cut a 1-byte round trip from about 100-120 µs to 58-80 µs; paired with polling
+nodes, sleeping scripts take 31-34 µs, polling ones over 1 ms.
 """
 from __future__ import annotations
 

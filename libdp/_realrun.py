@@ -142,11 +142,12 @@ def link_shape(profile) -> LinkShape | None:
 
 def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, nic: str | None = None,
                   params=(), load=(), timeout: float = 300.0, transport: str = "shm", seed: int = 0,
-                  cluster: str | None = None):
+                  cluster: str | None = None, placement: str = "auto"):
     """Run ``program(dp, rank, size, *args)`` on `nodes` real nodes; return (results, stats).
 
     `cluster`: a running cluster's file (its first `nodes` nodes); else a cluster of
-    `nodes` nodes is brought up on this host for the run and down after it.
+    `nodes` nodes is brought up on this host for the run and down after it, its processes
+    placed by `placement` (`libdp._realnode.plan_placement`).
     """
     from libdp._realnode import cluster_down, cluster_up, find_cluster
     if transport not in TRANSPORTS:
@@ -160,7 +161,8 @@ def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, n
             raise OSError(errno.EINVAL, f"cluster {c.name!r} has {len(c.nodes)} nodes, not {nodes}")
     else:
         c = made = cluster_up(nodes, name=f"run-{os.getpid()}-{secrets.token_hex(3)}", transport=transport,
-                              nic=nic, platform=platform, params=params, load=load, seed=seed, tied=True)
+                              nic=nic, platform=platform, params=params, load=load, seed=seed, tied=True,
+                              placement=placement)
     ctx = multiprocessing.get_context("fork")
     procs, pipes = [], []
     finished = False

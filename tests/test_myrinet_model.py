@@ -425,3 +425,68 @@ def test_random_data_round_trips_through_sram_by_pio_and_dma():
     dev0 = c.nodes[0].netdevs["myri0"]
     # frames of at most 256 bytes on the wire go by PIO (route 1 + type/proto 4 + payload)
     assert dev0.tx_pio == 3 and dev0.tx_dma == 4
+
+
+# --------------------------------------------------------------------------- the NI processor
+
+class _Recorder:
+    """A Python control program: one generator handler per post, each spending 3 cycles."""
+    name = "recorder"
+
+    def __init__(self):
+        self.ran = []
+        self.ni = None
+
+    def attach(self, ni):
+        self.ni = ni
+
+    def detach(self, ni):
+        self.ni = None
+
+    def start(self, ni):
+        for i in range(40):                      # more than the processor queue first holds
+            ni.post(self.work, i)
+        return None
+
+    def work(self, i):
+        self.ran.append((i, self.ni.rtc()))
+        yield 3
+
+
+def test_processor_runs_forty_queued_handlers_in_order_one_after_the_other():
+    c = cluster()
+    n = c.nodes[0]
+    n.modules.rmmod("dp")
+    n.modules.rmmod("myrinet")
+    ni = n.pci_devices[0]
+    fw = _Recorder()
+    ni.load_firmware(fw)
+    events0 = ni.ni_events
+    ni.csr_write(hw.REG_CTRL, hw.CTRL_RUN)
+    c.engine.run()
+    assert [i for i, _ in fw.ran] == list(range(40))
+    starts = [t for _, t in fw.ran]
+    assert all(b - a == pytest.approx(3 * ni.cycle_s) for a, b in zip(starts, starts[1:]))
+    assert ni.ni_events - events0 == 41 and ni.ni_cycles == 120     # start() and the 40 handlers
+
+
+def test_dp_control_program_handlers_are_typed_paths_python_can_still_drive():
+    """DP's handlers are NiHandlers whose runs are Paths: from Python a handler is still a
+    call giving an iterator of NI cycles (what a wrapper around on_packet relies on), and
+    `counters` is a dict of what the program counted."""
+    c = cluster()
+    a, b = c.nodes
+    got = collector(b)
+    fw_a, fw_b = a.netdevs["myri0"].fw, b.netdevs["myri0"].fw
+    run = fw_a.on_tx_wait(0)
+    assert next(run) == fw_a.c_poll                # the poll's cycles, then it looks at the word
+    with pytest.raises(StopIteration):
+        next(run)
+    send_frames(a, 1, [b"one", b"two"])
+    c.engine.run()
+    assert got == [b"one", b"two"]
+    sent, received = fw_a.counters, fw_b.counters
+    assert isinstance(sent, dict) and (sent["sent"], sent["sent_pio"], sent["received"]) == (2, 2, 0)
+    assert (received["received"], received["to_kernel"], received["to_bulk"]) == (2, 2, 0)
+    # every buffer back: one armed in the receive engine, the rest free
+    assert fw_b.stats()["free_rx_buffers"] == len(fw_b.rx_buffers) - 1 and b.pci_devices[0].rx_armed

@@ -44,10 +44,17 @@ paper (FACTS LCI-C09), in the node. ``spin_s`` sets the poll (``dp cluster up
 --spin-us``). Polling pays only where a core is spare (`default_spin`): with fewer than
 `SPIN_MIN_CPUS` usable CPUs a yielding poller takes its turn behind every other runnable
 task, while a sleeper its doorbell wakes preempts them, so there nodes and the processes
-attached to them sleep at once. Measured by benchmarks/bench_real_nodes.py on a loaded
-2-core host: everything polling, 2-3 ms per 1-byte round trip; nodes polling 0.05 to 1
-ms and scripts sleeping, 80 to 700 µs from run to run; everything sleeping, 105-150 µs
-and the steadiest -- and the fastest full-size stream.
+attached to them sleep at once -- unless the cluster pins each node to a CPU of its own
+with its scripts beside it (``dp cluster up --placement pair``, libdp._realnode): then
+the node polls and its scripts sleep, and a poll ends as soon as a ``sched_yield`` gave
+the core away (`YIELD_IDLE_S`: someone else on this core -- its own script mid-stream --
+wants it). Measured by benchmarks/bench_real_nodes.py on a loaded 2-core host, 1-byte
+round trip: unpinned, everything polling, 2-3 ms; unpinned, everything sleeping, 58-120
+µs; paired, nodes polling, scripts sleeping, 31-34 µs. A full-size stream is fastest
+unpinned with everything sleeping (docs/real-nodes.md, "Placement and waiting").
+
+**Deliveries wake a process once per pass**: the loop publishes the event-ring records
+a pass made (`kernelsim.daemon._rings.publish_posts`) before it polls on or sleeps.
 
 **Processes come and go.** A process is known by its connection: when it closes (the
 process exited, or was killed) the node exits the kernel process, which closes every
@@ -57,6 +64,8 @@ SIGTERM or SIGINT stops the node cleanly: attached processes see their connectio
 close (ENETDOWN), every file is closed, every region released, the socket removed.
 """
 from __future__ import annotations
+
+from kernelsim.media._shmring cimport RING_EMPTY, ShmRing
 
 import errno
 import os
@@ -114,11 +123,13 @@ class _PlainExport:
         pass
 
 
-class Gate:
+cdef class Gate:
     """One open file's submission ring, node side."""
 
-    __slots__ = ("session", "node_fd", "file", "export", "ring", "memfd", "bell", "blocked", "_buf", "_view",
-                 "_err", "entries", "errors")
+    cdef public object session, node_fd, file, export, memfd, bell, blocked, _view, _err
+    cdef public ShmRing ring
+    cdef public bytearray _buf
+    cdef public Py_ssize_t entries, errors
 
     def __init__(self, session, node_fd, f, export):
         self.session, self.node_fd, self.file, self.export = session, node_fd, f, export
@@ -623,15 +634,21 @@ class NodeServer:
             if gate.blocked is None and gate.ring is not None and gate.ring.pending():
                 self._drain_gate(gate)
 
-    def _drain_gate(self, gate: Gate, budget: int = 64) -> int:
-        ring, buf, view = gate.ring, gate._buf, gate._view
-        n = 0
+    def _drain_gate(self, Gate gate, Py_ssize_t budget=64) -> int:
+        """Run up to `budget` of the gate's entries, straight from the ring into the gate's
+        buffer (typed: a call-gate entry is per message -- bench_node_pass)."""
+        cdef ShmRing ring = gate.ring
+        cdef bytearray buf = gate._buf
+        cdef unsigned char* p = <unsigned char*> buf
+        cdef Py_ssize_t k, n = 0, cap = len(buf)
         while n < budget:
-            k = ring.recv_into(buf)
+            k = ring.recv_raw(p, <size_t> cap)
             if k < 0:
+                if k != RING_EMPTY:
+                    ring.recv_into(buf)             # raises what went wrong (closed, corrupt)
                 break
             n += 1
-            if not self._gate_entry(gate, view[:k]):
+            if not _gate_entry_raw(self, gate, p, k):
                 break
         gate.entries += n
         self.gate_entries += n
@@ -755,6 +772,41 @@ class NodeServer:
             except (OSError, ValueError):
                 pass
         s.sock.close()
+
+
+cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_ssize_t k) except -1:
+    """`NodeServer._gate_entry` for an entry still in the gate's buffer: the name and the
+    payload are taken out of it as bytes, nothing else is made per entry."""
+    cdef int kind = p[0] if k > 0 else 0
+    cdef Py_ssize_t ln
+    cdef object name, value, exc
+    if kind == GATE_FILEOP:                         # a pool's slots given back, per read
+        try:
+            gate.export.ring_op(p[1:k])
+        except OSError as e:
+            gate.set_error(e.errno or errno.EIO)
+        except Exception:   # noqa: BLE001 - a process's bad entry never stops the node
+            gate.set_error(errno.EINVAL)
+        return True
+    if kind != GATE_CALL or k < 2 or 2 + <Py_ssize_t> p[1] > k:
+        return server._gate_entry(gate, p[:k])     # anything malformed: refused there
+    ln = p[1]
+    name = server._gate_names.get(p[2:2 + ln])
+    if name is None:
+        return server._gate_entry(gate, p[:k])     # a name not seen yet: decoded (and checked) there
+    s = gate.session
+    try:
+        value, exc = server._run(server.node.callgate_path(s.proc, name, (gate.node_fd, p[2 + ln:k])))
+        if isinstance(exc, WouldBlock):
+            server._block(gate, p[:k], exc.queue)
+            return False
+        if exc is not None:
+            raise exc
+    except OSError as e:
+        gate.set_error(e.errno or errno.EIO)
+    except Exception:   # noqa: BLE001 - a process's bad entry never stops the node
+        gate.set_error(errno.EINVAL)
+    return True
 
 
 def _same_file(fd_a: int, fd_b: int) -> bool:

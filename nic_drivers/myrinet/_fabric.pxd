@@ -2,6 +2,7 @@
 # flight, and the wire that moves heads from switch to switch on the event engine.
 
 from kernelsim._engine cimport Engine, EventTarget
+from nic_drivers.myrinet._model cimport LanaiNI, Medium
 
 
 cdef class Channel:
@@ -32,7 +33,7 @@ cdef class Packet:
     cdef Py_ssize_t nbytes
 
 
-cdef class Wire(EventTarget):
+cdef class Wire(Medium):
     cdef readonly Engine engine
     cdef public object faults
     cdef public double byte_s, prop_s, hop_s
@@ -42,7 +43,7 @@ cdef class Wire(EventTarget):
     cdef public long long packets, delivered, misrouted, lost
     cdef public double ni_wait_s
 
-    cpdef inject(self, object ni, bytes data, object token)
+    cdef int inject_packet(self, object ni, bytes data, object token) except -1
     cdef int on_event(self, int what, object arg) except -1
     cdef _take(self, Channel ch, Packet p)
     cdef _hop(self, Packet p)

@@ -21,7 +21,10 @@ an event. So a route of k switches costs k + 3 events whatever the cluster's siz
 """
 from collections import deque
 
+cimport cython
+
 from kernelsim._engine cimport Engine, EventTarget
+from nic_drivers.myrinet._model cimport LanaiNI, Medium
 
 cdef int EV_HOP = 0          # the head is at a switch and its delay has passed
 cdef int EV_AT_NI = 1        # the head is at the receiving NI
@@ -56,11 +59,12 @@ cdef class Channel:
                 "waits": self.waits, "wait_us": self.wait_s * 1e6}
 
 
+@cython.freelist(8)
 cdef class Packet:
     pass
 
 
-cdef class Wire(EventTarget):
+cdef class Wire(Medium):
     """Moves packets over channels (``switch_out``, ``inject_ch``) that a subclass cables."""
 
     def __init__(self, Engine engine, double byte_s, double prop_s, double hop_s, int crc_bytes, faults):
@@ -73,9 +77,9 @@ cdef class Wire(EventTarget):
         self.switch_out = []
         self.inject_ch = {}
 
-    cpdef inject(self, object ni, bytes data, object token):
+    cdef int inject_packet(self, object ni, bytes data, object token) except -1:
         """The send DMA engine of `ni` starts streaming `data` (route first) now."""
-        cdef Packet p = Packet()
+        cdef Packet p = Packet.__new__(Packet)
         cdef Channel ch
         p.data = data
         p.pos = 0
@@ -85,14 +89,15 @@ cdef class Wire(EventTarget):
         p.dur = p.nbytes * self.byte_s
         p.chans = []
         self.packets += 1
-        ch = self.inject_ch.get(ni.nid)
+        ch = self.inject_ch.get((<LanaiNI?> ni).nid)
         if ch is None:                       # not cabled: the bits go nowhere
             self.lost += 1
             self.engine.post(self.engine.now + p.dur, self, EV_SENDER_DONE, p)
-            return
+            return 0
         p.want = ch
         self._take(ch, p)
         self.engine.post(self.engine.now + self.prop_s + self.hop_s, self, EV_HOP, p)
+        return 0
 
     cdef int on_event(self, int what, object arg) except -1:
         if what == EV_HOP:
@@ -175,7 +180,7 @@ cdef class Wire(EventTarget):
             self._forward(p)
 
     cdef _at_ni(self, Packet p):
-        ni = p.want.target
+        cdef LanaiNI ni = <LanaiNI?> p.want.target
         if ni.net_head():
             self._stream(p)
         else:
@@ -203,12 +208,18 @@ cdef class Wire(EventTarget):
         cdef Channel ch
         if p.chans:
             ch = <Channel> p.chans[0]
-            if ch is self.inject_ch.get(p.src.nid):
+            if ch is self.inject_ch.get((<LanaiNI> p.src).nid):
                 self._release(ch)
-        p.src.net_sent(p.token)
+        (<LanaiNI> p.src).net_sent(p.token)
 
     cdef _tail(self, Packet p):
-        ni = p.want.target
+        cdef LanaiNI ni = <LanaiNI?> p.want.target
+        cdef const unsigned char* at
+        if not self.faults.active:           # the packet as it was sent, less the route it used
+            self.delivered += 1
+            at = <const unsigned char*> p.data
+            ni.net_tail_at(at + p.pos, len(p.data) - p.pos, True)
+            return
         data = p.data[p.pos:]
         copies = self.faults.apply(data) if self.faults.active else ((data, 0.0, True),)
         now_done = False

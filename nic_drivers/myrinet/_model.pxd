@@ -1,9 +1,61 @@
 # The LANai board's state and its C methods, declared for the driver's per-frame paths
 # (nic_drivers/myrinet/driver.pyx reaches the card by C calls); _model.pyx implements them.
-from kernelsim._engine cimport Engine
+cimport cython
+from kernelsim._engine cimport Engine, EventTarget
+from kernelsim._path cimport Path
 from kernelsim._pcibus cimport PciBus
 from kernelsim._physmem cimport PhysMem
 from nic_drivers._nic cimport NicModel
+
+
+cdef class NiHandler:
+    # A control program's handler that the NI processor starts by a C call (see _model.pyx).
+    cdef object start(self, object arg)
+
+
+@cython.final
+cdef class Fifo:
+    # A first-in first-out queue the board's C code uses without a Python method call
+    # per item (its processor and DMA engines queue a few items per packet): a ring
+    # over a list whose length, a power of two, only grows.
+    cdef list items
+    cdef Py_ssize_t head, count, mask
+
+    cdef inline bint empty(self) noexcept:
+        return self.count == 0
+
+    cdef inline int push(self, object item) except -1:
+        if self.count > self.mask:
+            self.items = self.items[self.head:] + self.items[:self.head] + [None] * len(self.items)
+            self.head = 0
+            self.mask = len(self.items) - 1
+        self.items[(self.head + self.count) & self.mask] = item
+        self.count += 1
+        return 0
+
+    cdef inline object pop(self):
+        # The caller checked `empty()`.
+        cdef object item = self.items[self.head]
+        self.items[self.head] = None
+        self.head = (self.head + 1) & self.mask
+        self.count -= 1
+        return item
+
+    cdef inline int clear(self) except -1:
+        while self.count:
+            self.pop()
+        return 0
+
+
+cdef class Medium(EventTarget):
+    # A network that carries the packets of LANai boards (the fabric's Wire): the send
+    # DMA engine hands it a packet by a C call.
+    cdef int inject_packet(self, object ni, bytes data, object token) except -1
+
+
+cdef class HostWriteSink:
+    # Told of every host-memory write the board's DMA makes (a modeled poll notices it).
+    cdef int wrote(self, Py_ssize_t addr, Py_ssize_t n) except -1
 
 
 cdef class LanaiNI(NicModel):
@@ -24,17 +76,17 @@ cdef class LanaiNI(NicModel):
     # registers
     cdef unsigned int isr, eimr, ctrl
     # processor
-    cdef object _q_hi, _q_lo
+    cdef Fifo _q_hi, _q_lo
     cdef object _cur
     cdef dict _watch
     cdef Py_ssize_t _watch_hi
     cdef dict _timers
     cdef long long _next_timer
     # host DMA engine
-    cdef object _hq
+    cdef Fifo _hq
     cdef object _h_cur
     # send DMA engine
-    cdef object _sq
+    cdef Fifo _sq
     cdef object _s_cur
     cdef double _s_t0
     # receive DMA engine
@@ -58,6 +110,9 @@ cdef class LanaiNI(NicModel):
     cpdef raise_host(self, unsigned int bits)
     cdef _start(self)
     cpdef post(self, object fn, object arg=*, bint urgent=*)
+    cpdef post_path(self, Path path, bint urgent=*)
+    cdef _queue(self, object item, bint urgent)
+    cdef _then(self, object then, object arg)
     cdef _run(self)
     cdef _step(self)
     cdef _fault(self, exc)
@@ -71,6 +126,7 @@ cdef class LanaiNI(NicModel):
     cpdef double pio_time(self, Py_ssize_t n)
     cdef int _check(self, Py_ssize_t off, Py_ssize_t n) except -1
     cpdef pio_write(self, Py_ssize_t off, const unsigned char[::1] data)
+    cdef int pio_write_from(self, Py_ssize_t off, PhysMem mem, Py_ssize_t addr, Py_ssize_t n) except -1
     cpdef pio_write32(self, Py_ssize_t off, unsigned int value)
     cpdef unsigned int pio_read32(self, Py_ssize_t off)
     cpdef unsigned int rd32(self, Py_ssize_t off)
@@ -88,6 +144,7 @@ cdef class LanaiNI(NicModel):
     cpdef rx_wait(self, object fn, object arg)
     cdef _rx_grant(self)
     cpdef net_tail(self, const unsigned char[::1] data, bint crc_ok)
+    cdef int net_tail_at(self, const unsigned char* data, Py_ssize_t n, bint crc_ok) except -1
     cpdef net_abort(self)
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok)
-    cdef _rx_store(self, const unsigned char[::1] data, bint crc_ok)
+    cdef _rx_store(self, const unsigned char* data, Py_ssize_t n, bint crc_ok)

@@ -33,6 +33,10 @@ What is modeled, and why each piece is there:
   its effects -- programming a DMA, raising a host interrupt -- take place when those
   cycles have passed. Packet arrivals go ahead of other work, as in a real control
   program's event loop. Host doorbells are SRAM words the control program watches.
+  A typed control program (DP's) gives the processor `NiHandler`s, started by a C
+  call, whose paths are `kernelsim._path.Path` state machines stepped by a C call; and
+  it may hand ``host_dma``/``net_send`` a ready Path to run when the transfer is done.
+  A Python control program's generators are resumed as before: same cycles either way.
 * **The firmware slot.** The control program is not part of the board: protocol
   modules load one (``load_firmware``), then the host starts the processor through the
   control register. DP's firmware is in ``firmware.py``; its hooks are the contract.
@@ -53,10 +57,12 @@ import errno
 from collections import deque
 
 from libc.string cimport memcpy
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._pyiter cimport resume
 
-from kernelsim._engine cimport Engine
+from kernelsim._engine cimport Engine, EventTarget
+from kernelsim._path cimport Path
 from kernelsim._pcibus cimport PciBus
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim._physmem import anonymous_pages
@@ -78,6 +84,11 @@ CTRL_RUN = 1 << 0
 
 ROUTE_BIT = 0x80         # a route byte has its most significant bit set
 
+# The same, typed for the C code (a module global is a dict lookup per use).
+cdef int _REG_ISR = REG_ISR, _REG_EIMR = REG_EIMR, _REG_CTRL = REG_CTRL, _REG_VERSION = REG_VERSION
+cdef unsigned int _ISR_ERR = ISR_ERR, _CTRL_RUN = CTRL_RUN
+cdef unsigned char _ROUTE_BIT = ROUTE_BIT
+
 
 # What the engine calls this board back for (`LanaiNI.on_event`).
 cdef enum:
@@ -85,6 +96,70 @@ cdef enum:
     EV_H_DONE       # a host DMA transfer ends
     EV_S_GO         # the send DMA's set-up is over: the packet goes onto the link
     EV_S_DONE       # a packet's tail has left over a real transport
+
+
+cdef Fifo _fifo():
+    cdef Fifo q = Fifo.__new__(Fifo)
+    q.items = [None] * 8
+    q.mask = 7
+    return q
+
+
+cdef class Medium(EventTarget):
+    """A network for LANai boards: ``inject(ni, data, token)`` starts streaming `data`
+    (route bytes first) from `ni` now; it calls ``ni.net_sent(token)`` when the tail has left."""
+
+    cdef int inject_packet(self, object ni, bytes data, object token) except -1:
+        raise NotImplementedError
+
+    def inject(self, ni, bytes data, token):
+        self.inject_packet(ni, data, token)
+
+
+cdef class HostWriteSink:
+    """A driver's hook for the board's host-memory writes, called by C; from Python it
+    is ``sink(addr, n)``, as a plain callable sink is."""
+
+    cdef int wrote(self, Py_ssize_t addr, Py_ssize_t n) except -1:
+        raise NotImplementedError
+
+    def __call__(self, Py_ssize_t addr, Py_ssize_t n):
+        self.wrote(addr, n)
+
+
+cdef class NiHandler:
+    """A control program's handler as an object the processor starts by a C call:
+    ``start(arg)`` gives the path that runs it -- a `Path` (stepped by a C call) or any
+    iterator of NI cycles -- or None when there is nothing to run. Called from Python it
+    is ``handler(arg)``, as a generator function handler is."""
+
+    cdef object start(self, object arg):
+        raise NotImplementedError
+
+    def __call__(self, arg=None):
+        return self.start(arg)
+
+
+cdef class _Watch:
+    # A watched doorbell word: `fn(off)` runs when the host writes it; `queued` while a
+    # look is waiting for the processor (a burst of writes costs one look).
+    cdef object fn
+    cdef object off
+    cdef bint queued
+
+
+cdef class _HostDma:
+    # One request to the host DMA engine; `then(arg)` is posted when it is done, or
+    # `then` itself when it is a Path and `arg` is None.
+    cdef bint to_host
+    cdef Py_ssize_t host_addr, sram_off, n
+    cdef object then, arg
+
+
+cdef class _SendDma:
+    # One packet for the send DMA engine (the token the medium hands back in net_sent).
+    cdef Py_ssize_t sram_off, n
+    cdef object then, arg
 
 
 cdef class LanaiNI(NicModel):
@@ -118,10 +193,10 @@ cdef class LanaiNI(NicModel):
         if self.bus_bytes <= 0 or self.wc_burst <= 0:
             raise ValueError("pci.bus_bytes and pci.wc_burst_bytes must be positive")
         self.send_setup_s = profile["lanai.send_setup_cycles"] * self.cycle_s
-        self._q_hi = deque()
-        self._q_lo = deque()
-        self._hq = deque()
-        self._sq = deque()
+        self._q_hi = _fifo()
+        self._q_lo = _fifo()
+        self._hq = _fifo()
+        self._sq = _fifo()
         self._rx_waiters = deque()
         self._watch = {}
         self._timers = {}
@@ -158,27 +233,27 @@ cdef class LanaiNI(NicModel):
     # -- host-visible registers (the write-semantics table) -------------------------------
 
     cpdef unsigned int csr_read(self, int off):
-        if off == REG_ISR:
+        if off == _REG_ISR:
             return self.isr
-        if off == REG_EIMR:
+        if off == _REG_EIMR:
             return self.eimr
-        if off == REG_CTRL:
+        if off == _REG_CTRL:
             return self.ctrl
-        if off == REG_VERSION:
+        if off == _REG_VERSION:
             return 0x0401 if self.hz < 60e6 else 0x0902
         return 0xFFFFFFFF
 
     cpdef csr_write(self, int off, unsigned int value):
-        if off == REG_ISR:
+        if off == _REG_ISR:
             self.isr &= ~(value & ISR_MASK)             # write 1 to clear
             self._update_irq()
-        elif off == REG_EIMR:
+        elif off == _REG_EIMR:
             self.eimr = value & ISR_MASK
             self._update_irq()
-        elif off == REG_CTRL:
-            if value & CTRL_RUN and not self.ctrl & CTRL_RUN:
+        elif off == _REG_CTRL:
+            if value & _CTRL_RUN and not self.ctrl & _CTRL_RUN:
                 self._start()
-            elif not value & CTRL_RUN and self.ctrl & CTRL_RUN:
+            elif not value & _CTRL_RUN and self.ctrl & _CTRL_RUN:
                 self._reset()
 
     cdef _update_irq(self):
@@ -193,7 +268,7 @@ cdef class LanaiNI(NicModel):
 
     def load_firmware(self, fw):
         """Put a control program into SRAM; the host starts it by setting CTRL_RUN."""
-        if self.ctrl & CTRL_RUN:
+        if self.ctrl & _CTRL_RUN:
             raise OSError(errno.EBUSY, "LANai: halt the processor before loading a control program")
         if self.firmware is not None:
             self.unload_firmware()
@@ -201,7 +276,7 @@ cdef class LanaiNI(NicModel):
         self.firmware = fw
 
     def unload_firmware(self):
-        if self.ctrl & CTRL_RUN:
+        if self.ctrl & _CTRL_RUN:
             self._reset()
         fw = self.firmware
         self.firmware = None
@@ -210,10 +285,10 @@ cdef class LanaiNI(NicModel):
 
     cdef _start(self):
         if self.firmware is None:
-            self.isr |= ISR_ERR
+            self.isr |= _ISR_ERR
             self._update_irq()
             return
-        self.ctrl |= CTRL_RUN
+        self.ctrl |= _CTRL_RUN
         self.post(self._fw_start, None, True)
 
     def _fw_start(self, _):
@@ -222,28 +297,61 @@ cdef class LanaiNI(NicModel):
     # -- the NI processor ----------------------------------------------------------------
 
     cpdef post(self, object fn, object arg=None, bint urgent=False):
-        """Queue `fn(arg)` -- a handler generator yielding NI cycles -- on the processor."""
-        if not self.ctrl & CTRL_RUN:
+        """Queue `fn(arg)` -- a handler generator yielding NI cycles, or an `NiHandler`
+        -- on the processor."""
+        self._queue((fn, arg), urgent)
+
+    cpdef post_path(self, Path path, bint urgent=False):
+        """Queue a handler's path, ready to step (a typed control program's C call)."""
+        self._queue(path, urgent)
+
+    cdef _queue(self, object item, bint urgent):
+        # An item is a (fn, arg) pair, a ready Path, or a watched word's _Watch.
+        if not self.ctrl & _CTRL_RUN:
             return
         if urgent:
-            self._q_hi.append((fn, arg))
+            self._q_hi.push(item)
         else:
-            self._q_lo.append((fn, arg))
+            self._q_lo.push(item)
         if self._cur is None:
             self._run()
 
+    cdef _then(self, object then, object arg):
+        # A DMA is done: what the control program asked to run next.
+        if then is None:
+            return
+        if arg is None and isinstance(then, Path):
+            self._queue(then, False)
+        else:
+            self._queue((then, arg), False)
+
     cdef _run(self):
-        cdef object item, gen
-        while self._cur is None and self.ctrl & CTRL_RUN:
-            if self._q_hi:
-                item = self._q_hi.popleft()
-            elif self._q_lo:
-                item = self._q_lo.popleft()
+        cdef object item, gen, fn, arg
+        cdef _Watch w
+        while self._cur is None and self.ctrl & _CTRL_RUN:
+            if not self._q_hi.empty():
+                item = self._q_hi.pop()
+            elif not self._q_lo.empty():
+                item = self._q_lo.pop()
             else:
                 return
             self.ni_events += 1
             try:
-                gen = item[0](item[1])
+                if isinstance(item, Path):
+                    gen = item
+                else:
+                    if type(item) is _Watch:
+                        w = <_Watch> item
+                        w.queued = False
+                        fn = w.fn
+                        arg = w.off
+                    else:
+                        fn = (<tuple> item)[0]
+                        arg = (<tuple> item)[1]
+                    if isinstance(fn, NiHandler):
+                        gen = (<NiHandler> fn).start(arg)
+                    else:
+                        gen = fn(arg)
             except Exception as exc:
                 self._fault(exc)
                 continue
@@ -253,27 +361,35 @@ cdef class LanaiNI(NicModel):
             self._step()
 
     cdef _step(self):
+        # Run the current handler up to its next cycles (a Path by its C call, a
+        # generator by a resume); those cycles are one engine event later.
         cdef object gen = self._cur
         cdef object c
-        cdef double t
+        cdef double cycles, t
         cdef PyObject* res = NULL
         cdef int r
+        cdef bint is_path = isinstance(gen, Path)
         while True:
             try:
-                r = resume(gen, &res)
+                if is_path:
+                    r = (<Path> gen).step(&cycles)
+                else:
+                    r = resume(gen, &res)
+                    c = <object> res
+                    Py_XDECREF(res)
+                    res = NULL
+                    if r == 1:
+                        cycles = <double> c if c is not None else 0.0
             except Exception as exc:
                 self._cur = None
                 self._fault(exc)
                 return
-            c = <object> res
-            Py_XDECREF(res)
-            res = NULL
             if r == 0:
                 self._cur = None
                 return
-            if c is not None and c > 0:
-                t = (<double> c) * self.cycle_s
-                self.ni_cycles += c
+            if cycles > 0:
+                t = cycles * self.cycle_s
+                self.ni_cycles += cycles
                 self.ni_busy_s += t
                 self.engine.post(self.engine.now + t, self, EV_RESUME, gen)
                 return
@@ -302,7 +418,7 @@ cdef class LanaiNI(NicModel):
         # A control program that throws hangs a real board; here it is counted and shown.
         self.fw_faults += 1
         self.last_fault = repr(exc)
-        self.isr |= ISR_ERR
+        self.isr |= _ISR_ERR
         self._update_irq()
 
     def watch(self, Py_ssize_t off, fn):
@@ -311,26 +427,28 @@ cdef class LanaiNI(NicModel):
         The control program's event loop polls these words; a burst of host writes
         while a look is already queued costs one look.
         """
+        cdef _Watch entry = _Watch.__new__(_Watch)
         off &= ~3
-        self._watch[off] = [fn, False, off]
+        entry.fn = fn
+        entry.off = off
+        self._watch[off] = entry
         if off + 4 > self._watch_hi:
             self._watch_hi = off + 4
 
-    def _watch_run(self, entry):
-        entry[1] = False
-        return entry[0](entry[2])
-
     cdef _poke(self, Py_ssize_t off, Py_ssize_t n):
         cdef Py_ssize_t w
-        cdef object entry
+        cdef object found
+        cdef _Watch entry
         if off >= self._watch_hi:
             return
         w = off & ~3
         while w < off + n and w < self._watch_hi:
-            entry = self._watch.get(w)
-            if entry is not None and not entry[1]:
-                entry[1] = True
-                self.post(self._watch_run, entry)
+            found = self._watch.get(w)
+            if found is not None:
+                entry = <_Watch> found
+                if not entry.queued:
+                    entry.queued = True
+                    self._queue(entry, False)
             w += 4
 
     cpdef double rtc(self):
@@ -383,6 +501,19 @@ cdef class LanaiNI(NicModel):
         self.pio_bytes += n
         self._poke(off, n)
 
+    cdef int pio_write_from(self, Py_ssize_t off, PhysMem mem, Py_ssize_t addr, Py_ssize_t n) except -1:
+        """``pio_write(off, mem.view[addr:addr + n])`` without the slice: the host CPU's
+        stores from its own memory."""
+        self._check(off, n)
+        if not span_ok(addr, n, mem.size):
+            span_check(addr, n, mem.size, "host memory")
+        if n:
+            memcpy(&self.sram[off], &mem.buf[addr], n)
+        self.pio_writes += 1
+        self.pio_bytes += n
+        self._poke(off, n)
+        return 0
+
     cpdef pio_write32(self, Py_ssize_t off, unsigned int value):
         self._check(off, 4)
         (<unsigned int*> &self.sram[off])[0] = value
@@ -421,30 +552,39 @@ cdef class LanaiNI(NicModel):
 
     cpdef host_dma(self, bint to_host, Py_ssize_t host_addr, Py_ssize_t sram_off, Py_ssize_t n,
                    object then=None, object arg=None):
-        """Firmware: queue a host DMA; `then(arg)` is posted to the processor when it is done."""
-        self._hq.append((to_host, host_addr, sram_off, n, then, arg))
+        """Firmware: queue a host DMA; `then(arg)` is posted to the processor when it is done
+        (`then` itself if it is a `Path` and `arg` is None)."""
+        cdef _HostDma req = _HostDma.__new__(_HostDma)
+        req.to_host = to_host
+        req.host_addr = host_addr
+        req.sram_off = sram_off
+        req.n = n
+        req.then = then
+        req.arg = arg
+        self._hq.push(req)
         if self._h_cur is None:
             self._h_start()
 
     cdef _h_start(self):
-        cdef object req
+        cdef _HostDma req
         cdef double t
-        if not self._hq or not self.ctrl & CTRL_RUN:
+        if self._hq.empty() or not self.ctrl & _CTRL_RUN:
             return
-        req = self._hq.popleft()
+        req = <_HostDma> self._hq.pop()
         self._h_cur = req
         if self.bus is not None:
-            t = self.bus.dma_start(self.engine.now, <Py_ssize_t> req[3]) - self.engine.now
+            t = self.bus.dma_start(self.engine.now, req.n) - self.engine.now
         else:
-            t = self.dma_span(<Py_ssize_t> req[3])
+            t = self.dma_span(req.n)
         self.h_busy_s += t
         self.h_transfers += 1
-        self.h_bytes += <Py_ssize_t> req[3]
+        self.h_bytes += req.n
         self.engine.post(self.engine.now + t, self, EV_H_DONE, req)
 
-    cdef _h_done(self, req):
-        cdef bint to_host
-        cdef Py_ssize_t host_addr, off, n
+    cdef _h_done(self, req_obj):
+        cdef _HostDma req = <_HostDma> req_obj
+        cdef bint to_host = req.to_host
+        cdef Py_ssize_t host_addr = req.host_addr, off = req.sram_off, n = req.n
         if req is not self._h_cur:
             return
         if self.bus is not None:
@@ -453,10 +593,9 @@ cdef class LanaiNI(NicModel):
                 return
             self.bus.dma_finish()
         self._h_cur = None
-        to_host, host_addr, off, n, then, arg = req
         if not span_ok(off, n, self.sram_bytes) or host_addr <= 0 or not span_ok(host_addr, n, self.mem.size):
             self.dma_errors += 1
-            self.isr |= ISR_ERR
+            self.isr |= _ISR_ERR
             self._update_irq()
         elif n:
             if to_host:
@@ -465,23 +604,30 @@ cdef class LanaiNI(NicModel):
                 memcpy(&self.sram[off], &self.mem.buf[host_addr], n)
         self._h_start()
         if to_host and self.host_write_sink is not None:
-            self.host_write_sink(host_addr, n)
-        if then is not None:
-            self.post(then, arg)
+            if isinstance(self.host_write_sink, HostWriteSink):
+                (<HostWriteSink> self.host_write_sink).wrote(host_addr, n)
+            else:
+                self.host_write_sink(host_addr, n)
+        self._then(req.then, req.arg)
 
     # -- send DMA engine (SRAM -> link) ----------------------------------------------------
 
     cpdef net_send(self, Py_ssize_t sram_off, Py_ssize_t n, object then=None, object arg=None):
-        """Firmware: queue a packet (route bytes first) for the link."""
-        self._sq.append((sram_off, n, then, arg))
+        """Firmware: queue a packet (route bytes first) for the link; `then` as for host_dma."""
+        cdef _SendDma req = _SendDma.__new__(_SendDma)
+        req.sram_off = sram_off
+        req.n = n
+        req.then = then
+        req.arg = arg
+        self._sq.push(req)
         if self._s_cur is None:
             self._s_start()
 
     cdef _s_start(self):
         cdef object req
-        if not self._sq or not self.ctrl & CTRL_RUN:
+        if self._sq.empty() or not self.ctrl & _CTRL_RUN:
             return
-        req = self._sq.popleft()
+        req = self._sq.pop()
         self._s_cur = req
         self._s_t0 = self.engine.now
         self.engine.post(self.engine.now + self.send_setup_s, self, EV_S_GO, req)
@@ -490,14 +636,17 @@ cdef class LanaiNI(NicModel):
         cdef Py_ssize_t off, n, i
         if req is not self._s_cur:
             return
-        off = req[0]
-        n = req[1]
+        off = (<_SendDma> req).sram_off
+        n = (<_SendDma> req).n
         if n <= 0 or not span_ok(off, n, self.sram_bytes):
             self.dma_errors += 1
             self._s_done(req)
             return
-        data = bytes(self.sram[off:off + n])
+        data = PyBytes_FromStringAndSize(<char*> &self.sram[off], n)
         port = self.port
+        if isinstance(port, Medium):
+            (<Medium> port).inject_packet(self, data, req)   # the medium calls net_sent(req) when the tail has left
+            return
         inject = getattr(port, "inject", None)
         if inject is not None:
             inject(self, data, req)      # the medium calls net_sent(req) when the tail has left
@@ -505,7 +654,7 @@ cdef class LanaiNI(NicModel):
             # A real transport carries the packet straight to its node: the network's
             # switches would have consumed the route.
             i = 0
-            while i < n and data[i] & ROUTE_BIT:
+            while i < n and data[i] & _ROUTE_BIT:
                 i += 1
             limit = getattr(getattr(port, "transport", None), "max_frame", None)
             if limit is not None and n - i > limit:
@@ -527,11 +676,10 @@ cdef class LanaiNI(NicModel):
             return
         self._s_cur = None
         self.s_packets += 1
-        self.s_bytes += <Py_ssize_t> req[1]
+        self.s_bytes += (<_SendDma> req).n
         self.s_busy_s += self.engine.now - self._s_t0
         self._s_start()
-        if req[2] is not None:
-            self.post(req[2], req[3])
+        self._then((<_SendDma> req).then, (<_SendDma> req).arg)
 
     # -- receive DMA engine (link -> SRAM) -------------------------------------------------
 
@@ -547,7 +695,7 @@ cdef class LanaiNI(NicModel):
         """Medium: a packet's head is at our input; may it stream in now?"""
         if self.rx_busy or self._rx_waiters:
             return False
-        if self.rx_armed or not self.ctrl & CTRL_RUN:
+        if self.rx_armed or not self.ctrl & _CTRL_RUN:
             self.rx_busy = True
             return True
         return False
@@ -561,7 +709,7 @@ cdef class LanaiNI(NicModel):
         cdef object fn, arg
         if self.rx_busy or not self._rx_waiters:
             return
-        if self.rx_armed or not self.ctrl & CTRL_RUN:
+        if self.rx_armed or not self.ctrl & _CTRL_RUN:
             self.rx_busy = True
             fn, arg = self._rx_waiters.popleft()
             fn(arg)
@@ -569,8 +717,15 @@ cdef class LanaiNI(NicModel):
     cpdef net_tail(self, const unsigned char[::1] data, bint crc_ok):
         """Medium: the packet's last byte is in; `crc_ok` is the hardware CRC check."""
         self.rx_busy = False
-        self._rx_store(data, crc_ok)
+        self._rx_store(&data[0] if data.shape[0] else NULL, data.shape[0], crc_ok)
         self._rx_grant()
+
+    cdef int net_tail_at(self, const unsigned char* data, Py_ssize_t n, bint crc_ok) except -1:
+        """`net_tail` for the fabric's C call: the packet is the `n` bytes at `data`."""
+        self.rx_busy = False
+        self._rx_store(data, n, crc_ok)
+        self._rx_grant()
+        return 0
 
     cpdef net_abort(self):
         """Medium: the packet that was streaming in never completed (a fault took it)."""
@@ -582,11 +737,10 @@ cdef class LanaiNI(NicModel):
         if self.rx_busy or not self.rx_armed:
             self.rx_no_buffer += 1
             return
-        self._rx_store(frame, crc_ok)
+        self._rx_store(&frame[0] if frame.shape[0] else NULL, frame.shape[0], crc_ok)
 
-    cdef _rx_store(self, const unsigned char[::1] data, bint crc_ok):
-        cdef Py_ssize_t n = data.shape[0]
-        if not self.ctrl & CTRL_RUN or not self.rx_armed:
+    cdef _rx_store(self, const unsigned char* data, Py_ssize_t n, bint crc_ok):
+        if not self.ctrl & _CTRL_RUN or not self.rx_armed:
             self.rx_halted += 1
             return
         if not crc_ok:
@@ -595,13 +749,13 @@ cdef class LanaiNI(NicModel):
             if hook is not None:
                 self.post(hook, n, True)
             return
-        if n == 0 or data[0] & ROUTE_BIT:
+        if n == 0 or data[0] & _ROUTE_BIT:
             self.rx_misrouted += 1           # route bytes left over: not for this NI
             return
         if n > self.rx_cap:
             self.rx_too_long += 1
             return
-        memcpy(&self.sram[self.rx_off], &data[0], n)
+        memcpy(&self.sram[self.rx_off], data, n)
         self.rx_armed = False
         self.rx_packets += 1
         self.rx_bytes += n
@@ -611,7 +765,7 @@ cdef class LanaiNI(NicModel):
 
     def stats(self):
         return {
-            "running": bool(self.ctrl & CTRL_RUN),
+            "running": bool(self.ctrl & _CTRL_RUN),
             "firmware": getattr(self.firmware, "name", None),
             "isr": hex(self.isr), "eimr": hex(self.eimr),
             "interrupts_raised": self.irq_raised,

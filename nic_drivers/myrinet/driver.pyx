@@ -38,11 +38,13 @@ import errno
 from kernelsim import WaitQueue, WouldBlock
 
 from kernelsim._node cimport Costs
-from kernelsim._physmem cimport PhysMem
+from libc.string cimport memcpy
+from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim._waits cimport WaitQueue as _WaitQueue
 from nic_drivers._nic cimport NicDriver
 from nic_drivers.myrinet import _model as hw
-from nic_drivers.myrinet._model cimport LanaiNI
+from nic_drivers.myrinet._model cimport HostWriteSink, LanaiNI
+from nic_drivers.myrinet.firmware cimport DPFirmware
 from kernelsim._path cimport Path
 from kernelsim._netdev cimport RxWalk
 from nic_drivers.myrinet.fabric import RouteTable
@@ -69,7 +71,10 @@ cdef class MyrinetNetDevice(NicDriver):
     cdef public list tx_bufs
     cdef public object fw, routes
     cdef public _WaitQueue bulk_tx_space
+    cdef readonly PhysMem hostmem        # the node's memory (the rings, the transmit buffers)
     cdef object _hdr_dst
+    cdef object _known_of                # the RouteTable whose `known` dict _known_routes is
+    cdef dict _known_routes
     cdef bytes _hdr_route
     cdef int _hdr_proto
 
@@ -100,6 +105,7 @@ cdef class MyrinetNetDevice(NicDriver):
         self._tx_wait = 0
         self._owed = 0.0                 # CPU time of register writes made outside a path
         self.fw = None
+        self.hostmem = <PhysMem?> node.mem
         self.bulk_tx_space = WaitQueue(node.engine)
         self.bulk_rx_space = WaitQueue(node.engine)
         self.rx_poll_space = WaitQueue(node.engine)
@@ -136,7 +142,11 @@ cdef class MyrinetNetDevice(NicDriver):
         elif not isinstance(table, RouteTable):         # routes written by hand: a plain mapping
             table = RouteTable(table.get, list(table))
         self.routes = table
-        dev.host_write_sink = self._host_write
+        self._known_of = table
+        self._known_routes = table.known
+        sink = _HostWrite.__new__(_HostWrite)
+        (<_HostWrite> sink).nd = self
+        dev.host_write_sink = sink
         w = dev.pio_write32
         for off, value in ((CB_SEND_PROD, 0), (CB_RX_CONS, 0), (CB_BULK_CONS, 0), (CB_TX_WAIT, 0),
                            (CB_RX_RING, self.rx_ring), (CB_RX_SLOTS, self.nrx), (CB_BULK_RING, self.bulk_ring),
@@ -164,9 +174,12 @@ cdef class MyrinetNetDevice(NicDriver):
 
     # -- transmit ------------------------------------------------------------------------
 
-    cpdef long long _reclaim(self) except -1:
+    def _reclaim(self):
         """Take the NI's completion count from host memory; free those descriptors."""
-        cdef long long done = (<PhysMem> self.node.mem).rd32(self.txdone), freed
+        return self._reclaim_c()
+
+    cdef long long _reclaim_c(self) except -1:
+        cdef long long done = self.hostmem.rd32(self.txdone), freed
         freed = (done - (self.dirty_tx & MASK32)) & MASK32
         if 0 < freed <= self.cur_tx - self.dirty_tx:
             self.dirty_tx += freed
@@ -179,10 +192,13 @@ cdef class MyrinetNetDevice(NicDriver):
             return freed
         return 0
 
-    def _reserve(self, wait_level: int, queue) -> int:
+    def _reserve(self, int wait_level, queue) -> int:
         """Index of the next free send descriptor, or WouldBlock on `queue`."""
+        return self._reserve_c(wait_level, queue)
+
+    cdef Py_ssize_t _reserve_c(self, int wait_level, object queue) except -1:
         if self.cur_tx - self.dirty_tx >= self.ntx:
-            self._reclaim()
+            self._reclaim_c()
             if self.cur_tx - self.dirty_tx >= self.ntx:
                 self.tx_busy += 1
                 if self._tx_wait < wait_level:
@@ -193,7 +209,7 @@ cdef class MyrinetNetDevice(NicDriver):
         return self.cur_tx % self.ntx
 
     def tx_reserve(self) -> int:
-        return self.tx_bufs[self._reserve(TX_WAIT_IRQ, self.tx_space)]
+        return self.tx_bufs[self._reserve_c(TX_WAIT_IRQ, self.tx_space)]
 
     def route(self, nid: int) -> bytes:
         r = self.routes.get(nid)
@@ -204,12 +220,21 @@ cdef class MyrinetNetDevice(NicDriver):
         return r
 
     def write_link_header(self, Py_ssize_t addr, dst_hw, int proto) -> None:
-        r = self.route(dst_hw)                  # looked up every time: the mapper may re-route
+        cdef object r = None
+        cdef Py_ssize_t at, n
+        if self.routes is self._known_of:       # looked up every time: the mapper may re-route
+            r = self._known_routes.get(dst_hw)
+        if r is None or len(r) > _ROUTE_MAX:
+            r = self.route(dst_hw)              # not asked for yet (or refused: it raises)
         if self._hdr_route is None or proto != self._hdr_proto or r != self._hdr_dst:
             self._hdr_route = r + MYRI_TYPE_DP.to_bytes(2, "big") + proto.to_bytes(2, "big")
             self._hdr_dst = r
             self._hdr_proto = proto
-        (<PhysMem> self.node.mem).write(addr + ROUTE_MAX - len(r), self._hdr_route)
+        at = addr + _ROUTE_MAX - len(r)
+        n = len(self._hdr_route)
+        if not span_ok(at, n, self.hostmem.size):
+            span_check(at, n, self.hostmem.size, "physical memory")
+        memcpy(&self.hostmem.buf[at], <const unsigned char*> self._hdr_route, n)
         self._rlen = len(r)
 
     def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
@@ -238,15 +263,19 @@ cdef class MyrinetNetDevice(NicDriver):
         path.pending = pending
         return path
 
-    cpdef _post(self, Py_ssize_t entry, unsigned int w0, Py_ssize_t host, Py_ssize_t off):
+    def _post(self, Py_ssize_t entry, unsigned int w0, Py_ssize_t host, Py_ssize_t off):
         """Write descriptor `entry` and bump the producer word (the NI watches it)."""
+        self._post_desc(entry, w0, host, off)
+
+    cdef int _post_desc(self, Py_ssize_t entry, unsigned int w0, Py_ssize_t host, Py_ssize_t off) except -1:
         cdef LanaiNI dev = <LanaiNI> self.dev
-        cdef Py_ssize_t d = DESC_BASE + DESC_BYTES * entry
+        cdef Py_ssize_t d = _DESC_BASE + _DESC_BYTES * entry
         dev.pio_write32(d, w0)
         dev.pio_write32(d + 4, <unsigned int> host)
         dev.pio_write32(d + 8, <unsigned int> off)
         self.cur_tx += 1
-        dev.pio_write32(CB_SEND_PROD, <unsigned int> (self.cur_tx & 0xFFFFFFFF))
+        dev.pio_write32(_CB_SEND_PROD, <unsigned int> (self.cur_tx & 0xFFFFFFFF))
+        return 0
 
     def pio_path(self, sram_off: int, data, pending: float = 0.0):
         """Write `data` into NI SRAM by PIO on this CPU's time (write-combined bursts)."""
@@ -270,21 +299,25 @@ cdef class MyrinetNetDevice(NicDriver):
         self.polls += 1
         owed, self._owed = self._owed, 0.0
         pending = yield from self._rx_path(pending + owed)
-        pending += self.c_desc * self._reclaim()
+        pending += self.c_desc * self._reclaim_c()
         return pending
 
     def _rx_path(self, double pending):
         """The walk of the kernel ring: `_MyriRxWalk` (a C state machine)."""
         return _rx_walk(self, pending)
 
-    def _host_write(self, addr: int, n: int) -> None:
+    def _host_write(self, Py_ssize_t addr, Py_ssize_t n) -> None:
         """The NI's DMA wrote host memory: a modeled poll of that word notices it now (FM-C06)."""
+        self._host_wrote(addr)
+
+    cdef int _host_wrote(self, Py_ssize_t addr) except -1:
         if addr == self.txdone:
             self.bulk_tx_space.wake()
         elif self.bulk_ring and self.bulk_ring <= addr < self.bulk_ring + self.nbulk * self.slot_bytes:
-            self.bulk_rx_space.wake()
+            (<_WaitQueue> self.bulk_rx_space).wake()
         elif self.rx_ring <= addr < self.rx_ring + self.nrx * self.slot_bytes:
-            self.rx_poll_space.wake()
+            (<_WaitQueue> self.rx_poll_space).wake()
+        return 0
 
     # -- the EPOS bulk-transfer interface (EP-A01..A20, EP-C01..C08): see pipeline.py ------------------
 
@@ -313,10 +346,20 @@ cdef class MyrinetNetDevice(NicDriver):
         return out
 
 
+cdef class _HostWrite(HostWriteSink):
+    # The board's host-write hook: MyrinetNetDevice._host_write by a C call.
+    cdef MyrinetNetDevice nd
+
+    cdef int wrote(self, Py_ssize_t addr, Py_ssize_t n) except -1:
+        return self.nd._host_wrote(addr)
+
+
 cdef unsigned int _ISR_RX = hw.ISR_RX, _ISR_TX = hw.ISR_TX, _ISR_ERR = hw.ISR_ERR
 cdef int _REG_ISR = hw.REG_ISR
 cdef unsigned int _TRAILER_FULL = TRAILER_FULL
-cdef Py_ssize_t _CB_RX_CONS = CB_RX_CONS
+cdef Py_ssize_t _CB_RX_CONS = CB_RX_CONS, _CB_SEND_PROD = CB_SEND_PROD
+cdef Py_ssize_t _DESC_BASE = DESC_BASE, _DESC_BYTES = DESC_BYTES, _ROUTE_MAX = ROUTE_MAX
+cdef unsigned int _DESC_PIO = DESC_PIO
 
 
 cdef _MyriRxWalk _rx_walk(MyrinetNetDevice nd, double pending):
@@ -408,7 +451,7 @@ cdef class _MyriRxWalk(RxWalk):
                 self._next_slot(nd)
             elif self.state == WALK_CONSUMED:
                 self.pending = 0.0
-                (<LanaiNI> nd.dev).pio_write32(_CB_RX_CONS, nd.cur_rx & MASK32)   # slots free; we polled
+                (<LanaiNI> nd.dev).pio_write32(_CB_RX_CONS, <unsigned int> (nd.cur_rx & 0xFFFFFFFF))   # slots free; we polled
                 self.state = WALK_OVER
                 self.value = self.pending
                 return 0
@@ -460,7 +503,7 @@ cdef class _MyriIrq(Path):
             if isr & hw.ISR_RX:
                 pending = yield from self._rx_path(pending)
             if isr & hw.ISR_TX:
-                pending += self.c_desc * self._reclaim()
+                pending += self.c_desc * self._reclaim_c()
             if isr & hw.ISR_ERR:
                 self.rx_errors += 1
         return pending
@@ -511,7 +554,7 @@ cdef class _MyriIrq(Path):
                 self.state = IRQ_AFTER_WALK
             else:
                 if self.isr & _ISR_TX:
-                    self.pending += nd.c_desc * nd._reclaim()
+                    self.pending += nd.c_desc * nd._reclaim_c()
                 if self.isr & _ISR_ERR:
                     nd.rx_errors += 1
                 self.state = IRQ_TOP
@@ -530,7 +573,7 @@ cdef class _MyriCommit(Path):
         cdef double owed
         if self.state == 0:
             self.entry = nd.cur_tx % nd.ntx
-            self.off = ROUTE_MAX - nd._rlen
+            self.off = _ROUTE_MAX - nd._rlen
             self.flen = nd._rlen + 4 + self.payload_bytes
             self.host = <Py_ssize_t> nd.tx_bufs[self.entry] + self.off
             owed = nd._owed
@@ -543,13 +586,14 @@ cdef class _MyriCommit(Path):
                 self.state = 2
             return 1
         if self.state == 1:
-            dev.pio_write(nd.fw.send_buffer(self.entry) + self.off,
-                          (<PhysMem> nd.node.mem).view[self.host:self.host + self.flen])
+            if nd.fw is None:
+                raise AttributeError(f"{nd.name}: no control program loaded")
+            dev.pio_write_from((<DPFirmware> nd.fw).buffer_at(self.entry) + self.off, nd.hostmem, self.host, self.flen)
             nd.tx_pio += 1
-            nd._post(self.entry, DESC_PIO | self.flen, 0, self.off)
+            nd._post_desc(self.entry, _DESC_PIO | <unsigned int> self.flen, 0, self.off)
         elif self.state == 2:
             nd.tx_dma += 1
-            nd._post(self.entry, self.flen, self.host, self.off)
+            nd._post_desc(self.entry, self.flen, self.host, self.off)
         if self.state != 3:
             self.state = 3
             nd.tx_frames += 1

@@ -422,6 +422,13 @@ class RouteTable(MutableMapping):
     def used(self) -> dict:
         return {nid: r for nid, r in self._cache.items() if r is not None}
 
+    @property
+    def known(self) -> dict:
+        """The routes asked for or written so far (nid -> route bytes, None once deleted),
+        the table's own dict: a driver that finds a route here needs no call per packet,
+        and sees a re-route as soon as it is written."""
+        return self._cache
+
 
 class MyrinetFabric(Wire):
     """Switches and links between the LANai boards of a cluster (packets move in ``_fabric.Wire``)."""

@@ -17,6 +17,13 @@ generator that yields the NI cycles its work takes:
 plus whatever doorbell words it asks the board to ``watch`` and the completions of the
 DMAs it starts. Protocol modules supply their own (``ni.load_firmware(fw)``).
 
+DP's control program runs on every Myrinet message, so it is typed: a ``cdef class``
+(``firmware.pxd``) whose handlers are `NiHandler`s the board starts by a C call and
+whose work is one `kernelsim._path.Path` state machine (`_FwPath`) the board steps by a
+C call -- the same NI cycles yielded at the same points as the generators they replace
+(each handler's docstring below keeps the generator, for reading). LCI's and FM's
+control programs stay Python generators on the same board.
+
 DP's firmware implements the host interface of the driver in ``driver.py`` -- the pair
 is matched, as a driver and the control program it loads always are:
 
@@ -43,13 +50,14 @@ is matched, as a driver and the control program it loads always are:
   raises the interrupt only if the host has not consumed the ring by then), or nothing
   (``poll``). The bulk ring never interrupts: its owner polls.
 """
-from __future__ import annotations
-
 import errno
 from collections import deque
 
+cimport cython
+
+from kernelsim._path cimport Path
 from nic_drivers.myrinet._model import ISR_RX, ISR_TX
-from nic_drivers.myrinet._model cimport LanaiNI
+from nic_drivers.myrinet._model cimport LanaiNI, NiHandler
 from nic_drivers.myrinet.fabric import MAX_ROUTE_BYTES
 
 __all__ = ["Firmware", "DPFirmware", "MYRI_TYPE_DP", "BULK_PROTO", "ROUTE_MAX",
@@ -85,7 +93,23 @@ RX_MODES = ("irq", "watchdog", "poll")
 MASK32 = 0xFFFFFFFF
 
 
-class Firmware:
+# The control block's offsets, typed for the C code (a module global is a dict lookup per use).
+cdef Py_ssize_t _CB_SEND_PROD = CB_SEND_PROD, _CB_RX_CONS = CB_RX_CONS, _CB_TX_WAIT = CB_TX_WAIT
+cdef Py_ssize_t _CB_TX_DONE = CB_TX_DONE, _DESC_BASE = DESC_BASE, _DESC_BYTES = DESC_BYTES
+cdef unsigned int _ISR_RX = ISR_RX, _ISR_TX = ISR_TX
+cdef unsigned int _DESC_PIO = DESC_PIO, _TRAILER_FULL = TRAILER_FULL
+cdef int _MYRI_TYPE_DP = MYRI_TYPE_DP, _BULK_PROTO = BULK_PROTO
+cdef enum:
+    MODE_IRQ
+    MODE_WATCHDOG
+    MODE_POLL
+
+COUNTERS = ("sent", "sent_pio", "sent_dma", "bad_descriptors", "received", "to_kernel", "to_bulk", "held",
+            "dropped_abandoned", "runts", "unknown_type", "no_ring", "watchdog_interrupts", "rx_interrupts",
+            "done_reports")
+
+
+cdef class Firmware:
     """The firmware slot's interface; a control program overrides what it uses."""
 
     name = "none"
@@ -109,117 +133,134 @@ class Firmware:
         return None
 
 
-class _Ring:
-    __slots__ = ("name", "base", "slots", "slot_bytes", "prod", "cons", "pending", "cons_word", "hold_timer",
-                 "cons_mark")
-
-    def __init__(self, name, cons_word):
+cdef class _Ring:
+    def __init__(self, str name, Py_ssize_t cons_word):
         self.name = name
         self.cons_word = cons_word
-        self.base = self.slots = self.slot_bytes = 0
-        self.prod = self.cons = 0
         self.pending = deque()
         self.hold_timer = None          # runs while the ring holds packets: is its host still there?
-        self.cons_mark = 0              # `cons` when that timer started
 
-    def full(self) -> bool:
-        return ((self.prod - self.cons) & MASK32) >= self.slots
-
-
-cdef inline LanaiNI _board(object fw):
-    """The board DP's control program runs on, typed: its handlers reach it by C calls."""
-    ni = fw.ni
-    if ni is None:
-        raise AttributeError("DP's control program is not attached to a board")
-    return <LanaiNI> ni
+    cdef bint full(self):
+        return <unsigned int> (self.prod - self.cons) >= self.slots
 
 
-class DPFirmware(Firmware):
-    """DP's control program (and the EPOS bulk pipeline's NI half)."""
+# What a handler path runs (`_FwPath.kind`): one per generator of the Python version.
+cdef enum:
+    K_HOST_SEND         # the send doorbell: take every new descriptor
+    K_FETCHED           # a DMA'd frame is in the send buffer
+    K_SENT              # the send DMA engine is done with a frame
+    K_REPORTED          # the completion count reached the host: interrupt it
+    K_TX_WAIT           # the host says it waits for completions
+    K_PACKET            # the receive DMA engine stored a packet
+    K_DELIVERED         # a packet reached its host ring
+    K_WATCHDOG          # the polling watchdog's timer
+    K_HOLD_TIMEOUT      # a ring has held packets for abandon_s
+    K_CONSUMED          # the host consumed ring slots
 
-    name = "dp"
 
-    def __init__(self, profile, ntx: int, abandon_s: float = 1.0):
-        self.ntx = ntx
-        self.abandon_s = abandon_s
-        self.c_poll = profile["lanai.poll_cycles"]
-        self.c_desc = profile["lanai.fw_desc_cycles"]
-        self.c_xmit = profile["lanai.fw_xmit_cycles"]
-        self.c_txdone = profile["lanai.fw_txdone_cycles"]
-        self.c_recv = profile["lanai.fw_recv_cycles"]
-        self.c_rxdone = profile["lanai.fw_rxdone_cycles"]
-        self.ni = None
-        self.counters = dict.fromkeys(("sent", "sent_pio", "sent_dma", "bad_descriptors", "received",
-                                       "to_kernel", "to_bulk", "held", "dropped_abandoned", "runts", "unknown_type", "no_ring",
-                                       "watchdog_interrupts", "rx_interrupts", "done_reports"), 0)
+@cython.final
+@cython.freelist(16)
+cdef class _FwPath(Path):
+    """One run of one of DP's handlers, a state machine the board steps: ``step``
+    returns 1 with the NI cycles to spend before it goes on, 0 when it is over."""
+    cdef DPFirmware fw
+    cdef int kind, state
+    cdef double cost
+    cdef Py_ssize_t i, at, length, buf, n
+    cdef _Ring ring
 
-    # -- layout ----------------------------------------------------------------------------
+    cdef int step(self, double* cost) except -1:
+        cdef DPFirmware fw = self.fw
+        cdef LanaiNI ni = fw._ni()
+        cdef int k = self.kind
+        if k == K_HOST_SEND:
+            return _host_send(fw, ni, self, cost)
+        if k == K_SENT:
+            if self.state == 0:
+                self.state = 1
+                cost[0] = fw.c_txdone
+                return 1
+            fw.n_sent += 1
+            fw._complete()
+            if <unsigned int> (fw.seen - fw.done) == fw.ntx - 1 and ni.rd32(_CB_SEND_PROD) != fw.seen:
+                ni.post_path(_path(fw, K_HOST_SEND), False)     # the host is ahead of a full ring
+            return 0
+        if k == K_PACKET:
+            return _on_packet(fw, ni, self, cost)
+        if k == K_DELIVERED:
+            if self.state == 0:
+                self.state = 1
+                cost[0] = fw.c_rxdone
+                return 1
+            fw._free(self.buf)
+            if self.ring is not fw.kring:
+                return 0
+            if fw.rx_code == MODE_IRQ:
+                fw.n_rx_interrupts += 1
+                ni.raise_host(_ISR_RX)
+            elif fw.rx_code == MODE_WATCHDOG and fw.wd_timer is None:
+                fw.wd_timer = ni.timer(fw.watchdog_s, fw.on_watchdog)
+            return 0
+        if k == K_CONSUMED:
+            return _on_consumed(fw, ni, self, cost)
+        if k == K_FETCHED:
+            if self.state == 0:
+                self.state = 1
+                cost[0] = fw.c_xmit
+                return 1
+            ni.net_send(self.at, self.length, _sent(fw, self.i), None)
+            return 0
+        if k == K_REPORTED:
+            if self.state == 0:
+                self.state = 1
+                cost[0] = fw.c_txdone
+                return 1
+            ni.raise_host(_ISR_TX)
+            return 0
+        if k == K_TX_WAIT:
+            if self.state == 0:
+                self.state = 1
+                cost[0] = fw.c_poll
+                return 1
+            wait = ni.rd32(_CB_TX_WAIT)
+            if wait:
+                fw._report(wait)
+            return 0
+        if k == K_WATCHDOG:
+            if self.state == 0:
+                fw.wd_timer = None
+                self.state = 1
+                cost[0] = fw.c_poll
+                return 1
+            if ni.rd32(_CB_RX_CONS) != fw.kring.prod:
+                fw.n_watchdog_interrupts += 1
+                ni.raise_host(_ISR_RX)
+            return 0
+        return _on_hold_timeout(fw, self, cost)
 
-    def attach(self, ni) -> None:
-        b = ni.buffer_bytes
-        if DESC_BASE + self.ntx * DESC_BYTES > ni.firmware_bytes:
-            raise OSError(errno.ENOMEM, f"LANai: {self.ntx} send descriptors do not fit the control area")
-        first = ni.firmware_bytes
-        nrx = (ni.sram_bytes - first - self.ntx * b) // b
-        if nrx < 2:
-            raise OSError(errno.ENOMEM, f"LANai: {ni.sram_bytes} bytes of SRAM hold no {self.ntx} send buffers "
-                                        f"and two receive buffers of {b} bytes")
-        self.ni = ni
-        self.buffer_bytes = b
-        self.send_buf = [first + i * b for i in range(self.ntx)]
-        rx0 = first + self.ntx * b
-        self.rx_buffers = [rx0 + i * b for i in range(nrx)]
-        self._reset_state()
 
-    def detach(self, ni) -> None:
-        self.ni = None
+cdef inline _FwPath _path(DPFirmware fw, int kind):
+    cdef _FwPath p = _FwPath.__new__(_FwPath)
+    p.fw = fw
+    p.kind = kind
+    return p
 
-    def _reset_state(self):
-        self.seen = 0
-        self.done = 0
-        self.reported = 0
-        self.free_rx = list(reversed(self.rx_buffers))
-        self.kring = _Ring("kernel", CB_RX_CONS)
-        self.bring = _Ring("bulk", CB_BULK_CONS)
-        self.wd_timer = None
 
-    def send_buffer(self, i: int) -> int:
-        """SRAM offset of send buffer `i` (the driver PIO-writes frames there)."""
-        return self.send_buf[i]
+cdef inline _FwPath _sent(DPFirmware fw, Py_ssize_t i):
+    cdef _FwPath p = _path(fw, K_SENT)
+    p.i = i
+    return p
 
-    def start(self, ni):
-        self._reset_state()
-        rd = ni.rd32
-        for ring, base, slots in ((self.kring, CB_RX_RING, CB_RX_SLOTS), (self.bring, CB_BULK_RING, CB_BULK_SLOTS)):
-            ring.base = rd(base)
-            ring.slots = rd(slots)
-            ring.slot_bytes = rd(CB_SLOT_BYTES)
-            ring.cons = rd(ring.cons_word)
-            ring.prod = ring.cons
-        self.seen = rd(CB_SEND_PROD)
-        self.done = self.reported = self.seen
-        ni.wr32(CB_TX_DONE, self.done)
-        self.txdone_addr = rd(CB_TXDONE_ADDR)
-        mode = rd(CB_RX_MODE)
-        self.rx_mode = RX_MODES[mode] if mode < len(RX_MODES) else "irq"
-        self.watchdog_s = rd(CB_WATCHDOG_NS) * 1e-9
-        ni.watch(CB_SEND_PROD, self.on_host_send)
-        ni.watch(CB_RX_CONS, self.on_consumed)
-        ni.watch(CB_BULK_CONS, self.on_consumed)
-        ni.watch(CB_TX_WAIT, self.on_tx_wait)
-        self._arm()
 
-    # -- send side ---------------------------------------------------------------------
+cdef int _host_send(DPFirmware fw, LanaiNI ni, _FwPath p, double* cost) except -1:
+    """on_host_send: the host bumped the producer word: take every new descriptor::
 
-    def on_host_send(self, _off):
-        """The host bumped the producer word: take every new descriptor."""
-        cdef LanaiNI ni = _board(self)
         cost = self.c_poll
         while True:
             prod = ni.rd32(CB_SEND_PROD)
             if prod == self.seen & MASK32 or ((self.seen - self.done) & MASK32) >= self.ntx:
                 return
-            yield cost + self.c_desc
+            yield cost + self.c_desc                                   # state 1
             cost = 0
             i = self.seen % self.ntx
             self.seen = (self.seen + 1) & MASK32
@@ -234,124 +275,134 @@ class DPFirmware(Firmware):
             at = self.send_buf[i] + off
             if w0 & DESC_PIO:
                 self.counters["sent_pio"] += 1
-                yield self.c_xmit
+                yield self.c_xmit                                          # state 2
                 ni.net_send(at, length, self.on_sent, i)
             else:
                 self.counters["sent_dma"] += 1
                 ni.host_dma(False, ni.rd32(d + 4), at, length, self.on_fetched, (at, length, i))
+    """
+    cdef unsigned int w0
+    cdef Py_ssize_t d, length, off
+    if p.state == 0:
+        p.cost = fw.c_poll
+    elif p.state == 2:
+        ni.net_send(p.at, p.length, _sent(fw, p.i), None)
+    while True:
+        if p.state != 1:
+            if ni.rd32(_CB_SEND_PROD) == fw.seen or <unsigned int> (fw.seen - fw.done) >= fw.ntx:
+                return 0
+            p.state = 1
+            cost[0] = p.cost + fw.c_desc
+            p.cost = 0.0
+            return 1
+        p.i = fw.seen % fw.ntx
+        fw.seen += 1
+        d = _DESC_BASE + _DESC_BYTES * p.i
+        w0 = ni.rd32(d)
+        length = w0 & 0xFFFF
+        off = ni.rd32(d + 8)
+        if length == 0 or off + length > fw.buffer_bytes:
+            fw.n_bad_descriptors += 1
+            fw._complete()
+            p.state = 3
+            continue
+        p.at = fw.send0 + p.i * fw.buffer_bytes + off
+        p.length = length
+        if w0 & _DESC_PIO:
+            fw.n_sent_pio += 1
+            p.state = 2
+            cost[0] = fw.c_xmit
+            return 1
+        fw.n_sent_dma += 1
+        fetched = _path(fw, K_FETCHED)
+        fetched.at = p.at
+        fetched.length = length
+        fetched.i = p.i
+        ni.host_dma(False, ni.rd32(d + 4), p.at, length, fetched, None)
+        p.state = 3
 
-    def on_fetched(self, item):
-        yield self.c_xmit
-        at, length, i = item
-        _board(self).net_send(at, length, self.on_sent, i)
 
-    def on_sent(self, _i):
-        yield self.c_txdone
-        self.counters["sent"] += 1
-        self._complete()
-        if ((self.seen - self.done) & MASK32) == self.ntx - 1 and _board(self).rd32(CB_SEND_PROD) != self.seen:
-            _board(self).post(self.on_host_send, CB_SEND_PROD)     # the host is ahead of a full ring
+cdef int _on_packet(DPFirmware fw, LanaiNI ni, _FwPath p, double* cost) except -1:
+    """on_packet: the receive DMA engine stored `n` bytes at SRAM[buf]::
 
-    def _complete(self):
-        cdef LanaiNI ni = _board(self)
-        self.done = (self.done + 1) & MASK32
-        ni.wr32(CB_TX_DONE, self.done)
-        wait = ni.rd32(CB_TX_WAIT)
-        if wait or ((self.done - self.reported) & MASK32) >= max(1, self.ntx // 2):
-            self._report(wait)
-
-    def _report(self, wait):
-        self.reported = self.done
-        self.counters["done_reports"] += 1
-        _board(self).host_dma(True, self.txdone_addr, CB_TX_DONE, 4, self.on_reported if wait >= 2 else None, None)
-
-    def on_reported(self, _):
-        yield self.c_txdone
-        _board(self).raise_host(ISR_TX)
-
-    def on_tx_wait(self, _off):
-        yield self.c_poll
-        wait = _board(self).rd32(CB_TX_WAIT)
-        if wait:
-            self._report(wait)
-
-    # -- receive side ------------------------------------------------------------------
-
-    def _arm(self):
-        cdef LanaiNI ni = _board(self)
-        if not ni.rx_armed and self.free_rx:
-            ni.rx_arm(self.free_rx.pop(), self.buffer_bytes - 4)
-
-    def _free(self, buf):
-        self.free_rx.append(buf)
-        self._arm()
-
-    def on_packet(self, pkt):
-        buf, n = pkt
-        cdef LanaiNI ni = _board(self)
         self._arm()
         yield self.c_recv
         self.counters["received"] += 1
-        if n < 4:
-            self.counters["runts"] += 1
-            self._free(buf)
-            return
-        if ni.rd16be(buf) != MYRI_TYPE_DP:
-            self.counters["unknown_type"] += 1
-            self._free(buf)
-            return
+        if n < 4: runts, free, return
+        if ni.rd16be(buf) != MYRI_TYPE_DP: unknown_type, free, return
         ring = self.bring if ni.rd16be(buf + 2) == BULK_PROTO else self.kring
-        if ring.slots == 0 or ring.slot_bytes < n + 4:
-            self.counters["no_ring"] += 1
-            self._free(buf)
-            return
+        if ring.slots == 0 or ring.slot_bytes < n + 4: no_ring, free, return
         if ring.pending or ring.full():
-            self.counters["held"] += 1
-            ring.pending.append((buf, n))
-            if ring.hold_timer is None and self.abandon_s > 0:
-                self._watch_holder(ring)
-            return
+            held; ring.pending.append((buf, n)); start the hold timer if none; return
         self._to_host(ring, buf, n)
+    """
+    cdef _Ring ring
+    cdef Py_ssize_t buf = p.buf, n = p.n
+    if p.state == 0:
+        fw._arm()
+        p.state = 1
+        cost[0] = fw.c_recv
+        return 1
+    fw.n_received += 1
+    if n < 4:
+        fw.n_runts += 1
+        fw._free(buf)
+        return 0
+    if ni.rd16be(buf) != _MYRI_TYPE_DP:
+        fw.n_unknown_type += 1
+        fw._free(buf)
+        return 0
+    ring = fw.bring if ni.rd16be(buf + 2) == _BULK_PROTO else fw.kring
+    if ring.slots == 0 or ring.slot_bytes < n + 4:
+        fw.n_no_ring += 1
+        fw._free(buf)
+        return 0
+    if ring.pending or ring.full():
+        fw.n_held += 1
+        ring.pending.append((buf, n))
+        if ring.hold_timer is None and fw.abandon_s > 0:
+            fw._watch_holder(ring)
+        return 0
+    fw._to_host(ring, buf, n)
+    return 0
 
-    def _to_host(self, ring, buf, n):
-        cdef LanaiNI ni = _board(self)
-        slot = ring.prod % ring.slots
-        ring.prod = (ring.prod + 1) & MASK32
-        end = ring.base + (slot + 1) * ring.slot_bytes
-        ni.wr32(buf + n, TRAILER_FULL | n)            # the length word goes after the packet
-        self.counters["to_bulk" if ring is self.bring else "to_kernel"] += 1
-        ni.host_dma(True, end - 4 - n, buf, n + 4, self.on_delivered, (ring, buf))
 
-    def on_delivered(self, item):
-        ring, buf = item
-        yield self.c_rxdone
-        self._free(buf)
-        if ring is not self.kring:
-            return
-        if self.rx_mode == "irq":
-            self.counters["rx_interrupts"] += 1
-            _board(self).raise_host(ISR_RX)
-        elif self.rx_mode == "watchdog" and self.wd_timer is None:
-            self.wd_timer = _board(self).timer(self.watchdog_s, self.on_watchdog)
+cdef int _on_consumed(DPFirmware fw, LanaiNI ni, _FwPath p, double* cost) except -1:
+    """on_consumed: the host bumped a ring's consumer word (`p.i`)::
 
-    def on_watchdog(self, _):
-        self.wd_timer = None
+        ring = self.kring if off == CB_RX_CONS else self.bring
         yield self.c_poll
-        if _board(self).rd32(CB_RX_CONS) != self.kring.prod:
-            self.counters["watchdog_interrupts"] += 1
-            _board(self).raise_host(ISR_RX)
+        ring.cons = ni.rd32(off)
+        while ring.pending and not ring.full():
+            buf, n = ring.pending.popleft()
+            yield self.c_rxdone
+            self._to_host(ring, buf, n)
+    """
+    cdef _Ring ring = p.ring
+    if p.state == 0:
+        p.state = 1
+        cost[0] = fw.c_poll
+        return 1
+    if p.state == 1:
+        ring.cons = ni.rd32(p.i)
+    else:
+        fw._to_host(ring, p.buf, p.n)
+    if ring.pending and not ring.full():
+        p.buf, p.n = ring.pending.popleft()
+        p.state = 2
+        cost[0] = fw.c_rxdone
+        return 1
+    return 0
 
-    def _watch_holder(self, ring):
-        ring.cons_mark = ring.cons
-        ring.hold_timer = _board(self).timer(self.abandon_s, self.on_hold_timeout, ring)
 
-    def on_hold_timeout(self, ring):
-        """A ring has held packets for `abandon_s`: if its host consumed nothing meanwhile,
-        nobody will, and the buffers it holds go back to the receiver (counted)."""
+cdef int _on_hold_timeout(DPFirmware fw, _FwPath p, double* cost) except -1:
+    """on_hold_timeout: a ring has held packets for `abandon_s`: if its host consumed
+    nothing meanwhile, nobody will, and the buffers it holds go back to the receiver
+    (counted)::
+
         ring.hold_timer = None
         yield self.c_poll
-        if not ring.pending:
-            return
+        if not ring.pending: return
         if ring.cons != ring.cons_mark:
             self._watch_holder(ring)              # the host is slow, not gone: keep holding
             return
@@ -360,20 +411,224 @@ class DPFirmware(Firmware):
             buf, _n = ring.pending.popleft()
             yield self.c_rxdone
             self._free(buf)
+    """
+    cdef _Ring ring = p.ring
+    if p.state == 0:
+        ring.hold_timer = None
+        p.state = 1
+        cost[0] = fw.c_poll
+        return 1
+    if p.state == 1:
+        if not ring.pending:
+            return 0
+        if ring.cons != ring.cons_mark:
+            fw._watch_holder(ring)
+            return 0
+        fw.n_dropped_abandoned += len(ring.pending)
+    else:
+        fw._free(p.buf)
+    if ring.pending:
+        p.buf, p.n = ring.pending.popleft()
+        p.state = 2
+        cost[0] = fw.c_rxdone
+        return 1
+    return 0
 
-    def on_consumed(self, off):
-        ring = self.kring if off == CB_RX_CONS else self.bring
-        yield self.c_poll
-        ring.cons = _board(self).rd32(off)
-        while ring.pending and not ring.full():
-            buf, n = ring.pending.popleft()
-            yield self.c_rxdone
-            self._to_host(ring, buf, n)
+
+@cython.final
+cdef class _Handler(NiHandler):
+    """A handler of DP's the board starts (a watched word, a timer, the receive hook)."""
+    cdef DPFirmware fw
+    cdef int kind
+
+    cdef object start(self, object arg):
+        cdef _FwPath p = _path(self.fw, self.kind)
+        if self.kind == K_PACKET:
+            p.buf, p.n = arg
+        elif self.kind == K_CONSUMED:
+            p.i = arg
+            p.ring = self.fw.kring if p.i == _CB_RX_CONS else self.fw.bring
+        elif self.kind == K_HOLD_TIMEOUT:
+            p.ring = <_Ring?> arg
+        return p
+
+
+cdef _Handler _handler(DPFirmware fw, int kind):
+    cdef _Handler h = _Handler.__new__(_Handler)
+    h.fw = fw
+    h.kind = kind
+    return h
+
+
+cdef class DPFirmware(Firmware):
+    """DP's control program (and the EPOS bulk pipeline's NI half)."""
+
+    name = "dp"
+
+    def __init__(self, profile, ntx: int, abandon_s: float = 1.0):
+        self.ntx = ntx
+        self.abandon_s = abandon_s
+        self.c_poll = profile["lanai.poll_cycles"]
+        self.c_desc = profile["lanai.fw_desc_cycles"]
+        self.c_xmit = profile["lanai.fw_xmit_cycles"]
+        self.c_txdone = profile["lanai.fw_txdone_cycles"]
+        self.c_recv = profile["lanai.fw_recv_cycles"]
+        self.c_rxdone = profile["lanai.fw_rxdone_cycles"]
+        self.ni = None
+        self.board = None
+        self.on_host_send = _handler(self, K_HOST_SEND)
+        self.on_consumed = _handler(self, K_CONSUMED)
+        self.on_tx_wait = _handler(self, K_TX_WAIT)
+        self.on_watchdog = _handler(self, K_WATCHDOG)
+        self.on_hold_timeout = _handler(self, K_HOLD_TIMEOUT)
+        self.on_packet = _handler(self, K_PACKET)
+
+    cdef LanaiNI _ni(self):
+        if self.board is None:
+            raise AttributeError("DP's control program is not attached to a board")
+        return self.board
+
+    @property
+    def counters(self) -> dict:
+        """What the control program counted, by name (a snapshot)."""
+        return dict(zip(COUNTERS, (self.n_sent, self.n_sent_pio, self.n_sent_dma, self.n_bad_descriptors,
+                                   self.n_received, self.n_to_kernel, self.n_to_bulk, self.n_held,
+                                   self.n_dropped_abandoned, self.n_runts, self.n_unknown_type, self.n_no_ring,
+                                   self.n_watchdog_interrupts, self.n_rx_interrupts, self.n_done_reports)))
+
+    @property
+    def rx_mode(self) -> str:
+        return RX_MODES[self.rx_code]
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def attach(self, ni) -> None:
+        cdef LanaiNI board = <LanaiNI?> ni
+        b = board.buffer_bytes
+        if _DESC_BASE + self.ntx * _DESC_BYTES > board.firmware_bytes:
+            raise OSError(errno.ENOMEM, f"LANai: {self.ntx} send descriptors do not fit the control area")
+        first = board.firmware_bytes
+        nrx = (board.sram_bytes - first - self.ntx * b) // b
+        if nrx < 2:
+            raise OSError(errno.ENOMEM, f"LANai: {board.sram_bytes} bytes of SRAM hold no {self.ntx} send buffers "
+                                        f"and two receive buffers of {b} bytes")
+        self.ni = ni
+        self.board = board
+        self.buffer_bytes = b
+        self.send0 = first
+        self.send_buf = [first + i * b for i in range(self.ntx)]
+        rx0 = first + self.ntx * b
+        self.rx_buffers = [rx0 + i * b for i in range(nrx)]
+        self._reset_state()
+
+    def detach(self, ni) -> None:
+        self.ni = None
+        self.board = None
+
+    cdef _reset_state(self):
+        self.seen = 0
+        self.done = 0
+        self.reported = 0
+        self.free_rx = list(reversed(self.rx_buffers))
+        self.kring = _Ring("kernel", _CB_RX_CONS)
+        self.bring = _Ring("bulk", CB_BULK_CONS)
+        self.wd_timer = None
+
+    def send_buffer(self, Py_ssize_t i) -> int:
+        """SRAM offset of send buffer `i` (the driver PIO-writes frames there)."""
+        return self.buffer_at(i)
+
+    cdef Py_ssize_t buffer_at(self, Py_ssize_t i) except -1:
+        if not 0 <= i < self.ntx:
+            raise IndexError(f"send buffer {i} of {self.ntx}")
+        return self.send0 + i * self.buffer_bytes
+
+    def start(self, ni):
+        cdef LanaiNI board = self._ni()
+        cdef _Ring ring
+        self._reset_state()
+        for ring, base, slots in ((self.kring, CB_RX_RING, CB_RX_SLOTS), (self.bring, CB_BULK_RING, CB_BULK_SLOTS)):
+            ring.base = board.rd32(base)
+            ring.slots = board.rd32(slots)
+            ring.slot_bytes = board.rd32(CB_SLOT_BYTES)
+            ring.cons = board.rd32(ring.cons_word)
+            ring.prod = ring.cons
+        self.seen = board.rd32(_CB_SEND_PROD)
+        self.done = self.reported = self.seen
+        board.wr32(_CB_TX_DONE, self.done)
+        self.txdone_addr = board.rd32(CB_TXDONE_ADDR)
+        mode = board.rd32(CB_RX_MODE)
+        self.rx_code = mode if mode < len(RX_MODES) else MODE_IRQ
+        self.watchdog_s = board.rd32(CB_WATCHDOG_NS) * 1e-9
+        board.watch(_CB_SEND_PROD, self.on_host_send)
+        board.watch(_CB_RX_CONS, self.on_consumed)
+        board.watch(CB_BULK_CONS, self.on_consumed)
+        board.watch(_CB_TX_WAIT, self.on_tx_wait)
+        self._arm()
+
+    # -- send side ---------------------------------------------------------------------
+
+    cdef int _complete(self) except -1:
+        """A send is complete: count it in SRAM; report to the host if it waits or every
+        half ring."""
+        cdef LanaiNI ni = self._ni()
+        cdef unsigned int wait
+        cdef Py_ssize_t half = self.ntx // 2
+        self.done += 1
+        ni.wr32(_CB_TX_DONE, self.done)
+        wait = ni.rd32(_CB_TX_WAIT)
+        if wait or <unsigned int> (self.done - self.reported) >= (half if half > 1 else 1):
+            self._report(wait)
+        return 0
+
+    cdef int _report(self, unsigned int wait) except -1:
+        """DMA the completion count to the host word (then interrupt it if it asked)."""
+        self.reported = self.done
+        self.n_done_reports += 1
+        self._ni().host_dma(True, self.txdone_addr, _CB_TX_DONE, 4, _path(self, K_REPORTED) if wait >= 2 else None,
+                            None)
+        return 0
+
+    # -- receive side ------------------------------------------------------------------
+
+    cdef int _arm(self) except -1:
+        cdef LanaiNI ni = self._ni()
+        if not ni.rx_armed and self.free_rx:
+            ni.rx_arm(self.free_rx.pop(), self.buffer_bytes - 4)
+        return 0
+
+    cdef int _free(self, object buf) except -1:
+        self.free_rx.append(buf)
+        self._arm()
+        return 0
+
+    cdef int _to_host(self, _Ring ring, object buf, Py_ssize_t n) except -1:
+        """Put the packet at the end of the ring's next slot, its length word after it."""
+        cdef LanaiNI ni = self._ni()
+        cdef Py_ssize_t at = buf
+        cdef unsigned int slot = ring.prod % ring.slots
+        cdef Py_ssize_t end = ring.base + (slot + 1) * <Py_ssize_t> ring.slot_bytes
+        cdef _FwPath delivered = _path(self, K_DELIVERED)
+        ring.prod += 1
+        ni.wr32(at + n, _TRAILER_FULL | <unsigned int> n)      # the length word goes after the packet
+        if ring is self.bring:
+            self.n_to_bulk += 1
+        else:
+            self.n_to_kernel += 1
+        delivered.ring = ring
+        delivered.buf = at
+        ni.host_dma(True, end - 4 - n, at, n + 4, delivered, None)
+        return 0
+
+    cdef int _watch_holder(self, _Ring ring) except -1:
+        ring.cons_mark = ring.cons
+        ring.hold_timer = self._ni().timer(self.abandon_s, self.on_hold_timeout, ring)
+        return 0
 
     def stats(self) -> dict:
-        out = dict(self.counters)
+        out = self.counters
         if self.ni is not None:
             out.update(free_rx_buffers=len(self.free_rx), rx_buffers=len(self.rx_buffers),
                        kernel_ring_held=len(self.kring.pending), bulk_ring_held=len(self.bring.pending),
-                       sends_outstanding=(self.seen - self.done) & MASK32)
+                       sends_outstanding=<unsigned int> (self.seen - self.done))
         return out
