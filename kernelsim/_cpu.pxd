@@ -1,5 +1,13 @@
 from cpython.ref cimport PyObject
 from kernelsim._engine cimport Engine, EventTarget
+from kernelsim._waits cimport Waiter
+
+
+cdef class Completion(Waiter):
+    # A path's `on_done` as a C call (the trio binding's completions are these): the CPU
+    # calls `complete` instead of the Python call ``on_done(value, exc)``.
+    cdef int complete(self, object value, object exc) except -1
+
 
 cdef class _Job:
     cdef object gen

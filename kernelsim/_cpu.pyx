@@ -32,6 +32,7 @@ cimport cython
 from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._path cimport Path
+from kernelsim._waits cimport Waiter
 
 from kernelsim._pyiter cimport resume as _send
 
@@ -40,6 +41,14 @@ cdef int IRQ_LEVEL = 0
 cdef int PROC_LEVEL = 1
 LEVEL_IRQ = 0
 LEVEL_PROC = 1
+
+
+cdef class Completion(Waiter):
+    cdef int complete(self, object value, object exc) except -1:
+        raise NotImplementedError
+
+    def __call__(self, value=None, exc=None):
+        self.complete(value, exc)
 
 
 @cython.freelist(8)
@@ -215,7 +224,10 @@ cdef class Cpu(EventTarget):
             self._running = None
         job.gen = None
         self._ahead = False             # whoever waits for this path may look at this instant
-        job.on_done(value, exc)
+        if isinstance(job.on_done, Completion):
+            (<Completion> job.on_done).complete(value, exc)
+        else:
+            job.on_done(value, exc)
         if self.modeled:
             self._dispatch()
 

@@ -25,3 +25,7 @@ cdef class FdTable:
     cdef dict _files
 
     cpdef object get(self, object fd)
+
+
+# A kernel entry's path (system call or call gate) into routine `name` of `table`.
+cdef object kernel_entry(dict table, str what, object proc, object name, object args, bint entry, double cost)

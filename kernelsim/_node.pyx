@@ -250,7 +250,7 @@ cdef class _Entry(Path):
         return 0
 
 
-cdef _Entry _entry(dict table, str what, proc, name, args, bint entry, double cost):
+cdef object kernel_entry(dict table, str what, object proc, object name, object args, bint entry, double cost):
     cdef _Entry e = _Entry.__new__(_Entry)
     e.table = table
     e.what = what
@@ -391,11 +391,11 @@ class Node:
 
         ``entry=False`` continues a call that slept in the kernel (no second entry).
         """
-        return _entry(self.syscalls, "system call", proc, name, args, entry, (<Costs> self.costs).syscall)
+        return kernel_entry(self.syscalls, "system call", proc, name, args, entry, (<Costs> self.costs).syscall)
 
     def callgate_path(self, proc, name, args: tuple, bint entry=True):
         """The call-gate entry: a far call into one kernel routine."""
-        return _entry(self.callgates, "call gate", proc, name, args, entry, (<Costs> self.costs).callgate)
+        return kernel_entry(self.callgates, "call gate", proc, name, args, entry, (<Costs> self.costs).callgate)
 
     def _sys_read(self, proc, fd, nbytes):
         yield (<Costs> self.costs).vfs

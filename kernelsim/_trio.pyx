@@ -38,10 +38,10 @@ from trio._core import _traps as _trio_traps
 
 from kernelsim._clock import EngineClock
 from kernelsim._clock cimport RunnableCounter, live_counter
-from kernelsim._cpu cimport Cpu
+from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine
 from kernelsim._waits cimport Waiter, WaitQueue
-from kernelsim._node cimport FdTable
+from kernelsim._node cimport Costs, FdTable, kernel_entry
 from kernelsim._node import WouldBlock
 
 cdef int LEVEL_PROC = 1
@@ -89,7 +89,8 @@ _WaitTaskRescheduled = getattr(_trio_traps, "WaitTaskRescheduled", None)
 # What is replicated, and the digest of the source it replicates (trio 0.35, outcome 1.3).
 try:
     _REPLICATED_WAKE = {_trio_run.Runner.reschedule: "d25a5648b6a42879", _Value.__init__: "9616215324e31dd9"}
-    _REPLICATED_PARK = {_wait_task_rescheduled: "c6691068007dfa47", _WaitTaskRescheduled.__init__: "5281303e20dd6bd4"}
+    _REPLICATED_PARK = {_wait_task_rescheduled: "c6691068007dfa47", _WaitTaskRescheduled.__init__: "5281303e20dd6bd4",
+                        _Value.unwrap: "db4601d0345fb3f8", outcome.Outcome._set_unwrapped: "b61ac41048137da2"}
 except AttributeError:                  # a trio without these internals
     _REPLICATED_WAKE = _REPLICATED_PARK = None
 
@@ -127,6 +128,16 @@ cdef object _value_none():
     PyObject_GenericSetAttr(v, "_unwrapped", False)
     PyObject_GenericSetAttr(v, "value", None)
     return v
+
+
+cdef object _unwrap(o):
+    """``o.unwrap()`` for the outcome a park returns: a Value's, done in C."""
+    if _fast_park and type(o) is _Value:
+        if o._unwrapped:
+            raise outcome.AlreadyUsedError
+        PyObject_GenericSetAttr(o, "_unwrapped", True)
+        return o.value
+    return o.unwrap()
 
 
 cdef object _wait_message(abort_func):
@@ -182,7 +193,7 @@ cdef int _task_scheduled(runner, dict hooks, task) except -1:
 
 
 cdef object _park(abort_func):
-    """``(await _park(abort)).unwrap()`` is ``await trio.lowlevel.wait_task_rescheduled(abort)``
+    """``_unwrap(await _park(abort))`` is ``await trio.lowlevel.wait_task_rescheduled(abort)``
     -- with trio's own bottom generator awaited directly, a coroutine less per park."""
     if _fast_park:
         return _async_yield(_wait_message(abort_func))
@@ -194,28 +205,22 @@ async def _park_outcome(abort_func):
 
 
 @cython.freelist(8)
-cdef class _Completion(Waiter):
+cdef class _Completion(Completion):
     """A path's `on_done` (and a wait queue's waiter): records, stops the engine, wakes.
 
     `task` is set only once the calling task has parked; until then the call is still
     running on its own stack and looks at `done` itself. As a waiter it knows its
-    `queue`, so that an aborted wait takes itself off it.
+    `queue`, so that an aborted wait takes itself off it. Made by `_completion`.
     """
     cdef Engine engine
     cdef readonly bint done
     cdef object value, exc, task
     cdef WaitQueue queue
 
-    def __cinit__(self, Engine engine):
-        self.engine = engine
-
-    def __call__(self, value=None, exc=None):
-        self._complete(value, exc)
-
     cdef int wake_up(self) except -1:
-        return self._complete(None, None)
+        return self.complete(None, None)
 
-    cdef int _complete(self, object value, object exc) except -1:
+    cdef int complete(self, object value, object exc) except -1:
         self.done = True
         self.value = value
         self.exc = exc
@@ -231,6 +236,14 @@ cdef class _Completion(Waiter):
         self.task = None
         self.queue.discard(self)
         return _ABORT_SUCCEEDED
+
+
+cdef _Completion _completion(Engine engine):
+    """A completion that stops `engine` when it completes (None: a wait's, whose queue's
+    wake stops the engine itself)."""
+    cdef _Completion c = _Completion.__new__(_Completion)
+    c.engine = engine
+    return c
 
 
 def _refuse_abort(_):
@@ -330,7 +343,7 @@ async def run_path(node, path, cpu=None):
     cdef Cpu on = <Cpu> (node.cpu if cpu is None else cpu)
     cdef int how
     if not node.modeled:
-        done = _Completion(None)
+        done = _completion(None)
         on.submit(LEVEL_PROC, path, done)
         if not isinstance(done.exc, WouldBlock):
             # A path that must wait leaves its device work to the wait (`wait_on` runs it once
@@ -339,7 +352,7 @@ async def run_path(node, path, cpu=None):
         await _checkpoint()
     else:
         task = _task()
-        done = _Completion(engine)
+        done = _completion(engine)
         how = _start_path(engine, on, path, done, task)
         if how == _INLINE:
             if _cancel_pending(task):
@@ -348,7 +361,7 @@ async def run_path(node, path, cpu=None):
             await _checkpoint()
         else:
             done.task = task
-            (await _park(_refuse_abort)).unwrap()
+            _unwrap(await _park(_refuse_abort))
     if done.exc is not None:
         raise done.exc
     return done.value
@@ -360,7 +373,7 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     cdef int how
     if node.modeled:
         task = _task()
-        woken = _Completion(None)          # the queue's wake stops the engine itself
+        woken = _completion(None)          # the queue's wake stops the engine itself
         how = _start_wait(node.engine, queue, woken, task)
         if how == _INLINE:
             if _cancel_pending(task):
@@ -369,7 +382,7 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
             await _checkpoint()
         else:
             woken.task = task
-            (await _park(woken.abort_wait)).unwrap()
+            _unwrap(await _park(woken.abort_wait))
         return
     woken_list = []
     waiter = lambda: woken_list.append(True)  # noqa: E731
@@ -408,12 +421,15 @@ cdef class _CallableMaker(_PathMaker):
 
 @cython.freelist(8)
 cdef class _EntryMaker(_PathMaker):
-    """A kernel entry (system call or call gate) into the routine `name`: the node's own
-    ``syscall_path``/``callgate_path``, without a closure per call."""
-    cdef object entry_path, proc, name, args
+    """A kernel entry (system call or call gate) into the routine `name`: what the node's
+    ``syscall_path``/``callgate_path`` make, without a closure or a Python call per call."""
+    cdef dict table
+    cdef str what
+    cdef double cost
+    cdef object proc, name, args
 
     cdef object make(self, bint first):
-        return self.entry_path(self.proc, self.name, self.args, first)
+        return kernel_entry(self.table, self.what, self.proc, self.name, self.args, first, self.cost)
 
 
 @cython.freelist(8)
@@ -447,7 +463,11 @@ def run_entry(node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_
     flag is read after each WouldBlock): ``node.callgate_path(proc, name, args, first)``
     or ``node.syscall_path(...)``, without a closure per call. Returns the coroutine."""
     cdef _EntryMaker maker = _EntryMaker.__new__(_EntryMaker)
-    maker.entry_path = node.callgate_path if gate else node.syscall_path
+    cdef Costs costs = node.costs
+    if gate:
+        maker.table, maker.what, maker.cost = node.callgates, "call gate", costs.callgate
+    else:
+        maker.table, maker.what, maker.cost = node.syscalls, "system call", costs.syscall
     maker.proc = proc
     maker.name = name
     maker.args = args
@@ -492,7 +512,7 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
         if not _is_nonblocking(nonblocking, proc, fd):
             if modeled:
                 # `wait_on` inlined (a coroutine less on the resume that ends the wait).
-                done = _Completion(None)
+                done = _completion(None)
                 how = _start_wait(node.engine, first_wait, done, task)
                 if how == _INLINE:
                     if _cancel_pending(task):
@@ -501,7 +521,7 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
                     await _checkpoint()
                 else:
                     done.task = task
-                    (await _park(done.abort_wait)).unwrap()
+                    _unwrap(await _park(done.abort_wait))
             else:
                 await wait_on(node, first_wait, spin_s)
             before = wake_cost
@@ -520,11 +540,11 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
     engine = <Engine> node.engine
     on = <Cpu> node.cpu
     while True:
-        done = _Completion(engine)
+        done = _completion(engine)
         how = _start_path(engine, on, path, done, task)
         if how == _PARK:
             done.task = task
-            (await _park(_refuse_abort)).unwrap()
+            _unwrap(await _park(_refuse_abort))
         elif how == _DONE:
             await _checkpoint()
         if done.exc is None or not isinstance(done.exc, WouldBlock):
@@ -539,7 +559,7 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
                 await _checkpoint_if_cancelled()
             raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
         # The wait is this call's checkpoint (it parks, or checks for cancellation).
-        done = _Completion(None)
+        done = _completion(None)
         how = _start_wait(engine, (<WaitQueue?> wb.queue), done, task)
         if how == _INLINE:
             if _cancel_pending(task):
@@ -548,7 +568,7 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
             await _checkpoint()
         else:
             done.task = task
-            (await _park(done.abort_wait)).unwrap()
+            _unwrap(await _park(done.abort_wait))
         path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
 
 

@@ -106,10 +106,11 @@ class DP:
         than being one around it: a task parked in it resumes through one frame less, and
         misuse is still raised by the ``await``.)
         """
-        try:
-            data = _bytes(data)
-        except OSError as exc:
-            return _raise(exc)
+        if type(data) is not bytes:
+            try:
+                data = _bytes(data)
+            except OSError as exc:
+                return _raise(exc)
         return run_entry(self._node, self._proc, True, "dp_write", (fd, data), fd, self._wake_cost, self.spin_s)
 
     async def write(self, fd: int, data) -> int:
@@ -134,7 +135,8 @@ class DP:
         Await it like any async call (see `dp_write` for why it is not a coroutine itself).
         """
         try:
-            _check_count(nbytes)
+            if type(nbytes) is not int or nbytes < 0:
+                _check_count(nbytes)
             ep = self._endpoint(fd)
         except OSError as exc:
             return _raise(exc)
