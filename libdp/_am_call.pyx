@@ -10,6 +10,7 @@ this loop), and each call built a closure for its path.
 """
 from kernelsim import WouldBlock, run_path, wait_on
 from protocols.am.window import BLOCKED
+from protocols.am.endpoint cimport AmEndpoint
 
 __all__ = ["call", "poll_until", "store_async", "get", "REQUEST", "TRANSFER", "WAIT", "CLOSE"]
 
@@ -22,7 +23,7 @@ cdef enum:
 REQUEST, TRANSFER, WAIT, CLOSE = _REQUEST, _TRANSFER, _WAIT, _CLOSE
 
 
-cdef object _path(ep, int what, a, b, bint wait, since):
+cdef object _path(AmEndpoint ep, int what, a, b, bint wait, since):
     if what == _REQUEST:
         return ep.request_path(a, b, since)
     if what == _TRANSFER:
@@ -32,7 +33,7 @@ cdef object _path(ep, int what, a, b, bint wait, since):
     return ep.close_path(since)
 
 
-async def call(ep, dp, int what, a=None, b=None, bint wait=False):
+async def call(AmEndpoint ep, dp, int what, a=None, b=None, bint wait=False):
     """Run the call `what` of endpoint `ep` for process `dp` to its end; its value."""
     node = dp._node
     since = None
@@ -49,7 +50,7 @@ async def call(ep, dp, int what, a=None, b=None, bint wait=False):
             await wait_on(node, ep.events, dp.spin_s)
 
 
-async def poll_until(ep, dp, pred):
+async def poll_until(AmEndpoint ep, dp, pred):
     """``while not pred(): am_poll()`` (checked before the first poll)."""
     ep.check_caller("am_poll")
     if pred():
@@ -69,7 +70,7 @@ async def poll_until(ep, dp, pred):
             await wait_on(node, ep.events, dp.spin_s)
 
 
-async def store_async(ep, dp, dest, local_buf, remote_addr, nbytes, handler, arg, on_done, done_arg):
+async def store_async(AmEndpoint ep, dp, dest, local_buf, remote_addr, nbytes, handler, arg, on_done, done_arg):
     """`AM.am_store_async`: start the store and run its call (`call` inlined: a pipelined
     sweep makes one of these per transfer)."""
     if ep.closed or ep._handler_depth:

@@ -179,7 +179,7 @@ cdef class AmEndpoint(Bulk):
                 self.tx_need = 0
                 self.events.wake()
 
-    def ready(self) -> bool:
+    cpdef bint ready(self) except -1:
         """Would the caller's very next poll find work? (Something may have arrived, or
         send-FIFO room appeared, while its last path was still busy sending: a spinning
         program sees it at once, so the caller must not wait for the next event.)"""
@@ -281,16 +281,16 @@ cdef class AmEndpoint(Bulk):
     # then a poll, then the call's verdict, with the same yields at the same instants as
     # the generators they were (request > poll > receive > handler > pump > send).
 
-    def request_path(self, peer, msg, since=None):
+    cpdef object request_path(self, object peer, object msg, object since=None):
         """am_request_M: queue, send if the window allows, poll (every request polls)."""
         return _call_path(self, A_REQUEST, since, peer, msg, True, False)
 
-    def transfer_path(self, x: Transfer, since=None, wait: bool = False):
+    cpdef object transfer_path(self, object x, object since=None, bint wait=False):
         """am_store / am_store_async / am_get: the request's bookkeeping, send what the
         window allows, poll; a blocking store waits for its last acknowledgement."""
         return _call_path(self, A_TRANSFER, since, x, None, not wait, wait)
 
-    def wait_path(self, pred, since=None):
+    cpdef object wait_path(self, object pred, object since=None):
         """Poll until `pred()` holds (a program's ``while (!flag) am_poll();``)."""
         return _call_path(self, A_WAIT, since, pred, None, True, False)
 
@@ -511,7 +511,6 @@ cdef AmPath _call_path(AmEndpoint ep, int what, object since, object a, object b
     return p
 
 
-@cython.freelist(8)
 cdef class AmPath(Path):
     """One call of an SP AM endpoint as a C state machine (`kernelsim._path.Path`): for a
     request or a transfer, its own sending; then am_poll -- a look at the receive FIFO's

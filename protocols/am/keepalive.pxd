@@ -8,3 +8,4 @@ cdef class KeepAlive(Window):
     cdef int _unsettled(self, Peer peer) except -1
     cdef int _keepalive_check(self) except -1
     cdef int _keepalive_due(self, Peer peer) except -1
+    cpdef arm_timer(self)

@@ -155,7 +155,7 @@ cdef class KeepAlive(Window):
 
     # -- the waiting caller's timer ------------------------------------------------------------
 
-    def arm_timer(self) -> None:
+    cpdef arm_timer(self):
         """Before the caller waits: wake it when a keep-alive falls due (SP-C08). The
         timeout is counted in polls; a spinning caller makes one every `full_poll`."""
         if self._timer >= 0:

@@ -300,7 +300,6 @@ cdef enum:
     S_CHUNK = 5      # a bulk chunk: `Window._send_chunk` runs it
 
 
-@cython.freelist(8)
 cdef class Pump(Path):
     """Send what one peer is owed, in order: its control packets (NACKs, REJECTs), the
     reply channel (resends, then new messages the window admits), the request channel
