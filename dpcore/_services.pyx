@@ -271,7 +271,7 @@ cdef class DirectedPoint:
     def sys_target(self, proc, fd, nid, ep):
         """dp_target(fd, nid, ep): the destination of this endpoint's writes."""
         yield self.c_open
-        e = self._endpoint(proc, fd)
+        e = _endpoint_of(proc, fd)
         if not isinstance(ep, int) or isinstance(ep, bool) or not 0 <= ep <= MAX_ENDPOINT:
             raise OSError(errno.EINVAL, f"endpoint number must be 0..{MAX_ENDPOINT}, not {ep!r}")
         if not isinstance(nid, int) or isinstance(nid, bool) or not 0 <= nid <= MAX_NID:
@@ -284,9 +284,6 @@ cdef class DirectedPoint:
         """dp_write through the call gate: no VFS, straight to the transmit path (whose
         path this returns: the gate entry runs it, one generator less per message)."""
         return _write_path(self, _endpoint_of(proc, fd), data)
-
-    def _endpoint(self, proc, fd) -> Endpoint:
-        return _endpoint_of(proc, fd)
 
     # -- transmit ----------------------------------------------------------------------
 

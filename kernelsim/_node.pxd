@@ -27,5 +27,6 @@ cdef class FdTable:
     cpdef object get(self, object fd)
 
 
-# A kernel entry's path (system call or call gate) into routine `name` of `table`.
-cdef object kernel_entry(dict table, str what, object proc, object name, object args, bint entry, double cost)
+# A kernel entry's path into routine `name`: through `node`'s call gate or its generic
+# system-call entry (`Node.callgate_path` / `Node.syscall_path`).
+cdef object kernel_entry(object node, bint gate, object proc, object name, object args, bint entry)

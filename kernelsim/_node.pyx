@@ -250,14 +250,20 @@ cdef class _Entry(Path):
         return 0
 
 
-cdef object kernel_entry(dict table, str what, object proc, object name, object args, bint entry, double cost):
+cdef object kernel_entry(object node, bint gate, object proc, object name, object args, bint entry):
     cdef _Entry e = _Entry.__new__(_Entry)
-    e.table = table
-    e.what = what
+    cdef Costs costs = node.costs
+    if gate:
+        e.table = node.callgates
+        e.what = "call gate"
+        e.cost = costs.callgate
+    else:
+        e.table = node.syscalls
+        e.what = "system call"
+        e.cost = costs.syscall
     e.proc = proc
     e.name = name
     e.args = args
-    e.cost = cost
     e.state = 0 if entry else 1
     return e
 
@@ -391,11 +397,11 @@ class Node:
 
         ``entry=False`` continues a call that slept in the kernel (no second entry).
         """
-        return kernel_entry(self.syscalls, "system call", proc, name, args, entry, (<Costs> self.costs).syscall)
+        return kernel_entry(self, False, proc, name, args, entry)
 
     def callgate_path(self, proc, name, args: tuple, bint entry=True):
         """The call-gate entry: a far call into one kernel routine."""
-        return kernel_entry(self.callgates, "call gate", proc, name, args, entry, (<Costs> self.costs).callgate)
+        return kernel_entry(self, True, proc, name, args, entry)
 
     def _sys_read(self, proc, fd, nbytes):
         yield (<Costs> self.costs).vfs

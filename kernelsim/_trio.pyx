@@ -41,7 +41,7 @@ from kernelsim._clock cimport RunnableCounter, live_counter
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine
 from kernelsim._waits cimport Waiter, WaitQueue
-from kernelsim._node cimport Costs, FdTable, kernel_entry
+from kernelsim._node cimport FdTable, kernel_entry
 from kernelsim._node import WouldBlock
 
 cdef int LEVEL_PROC = 1
@@ -423,13 +423,11 @@ cdef class _CallableMaker(_PathMaker):
 cdef class _EntryMaker(_PathMaker):
     """A kernel entry (system call or call gate) into the routine `name`: what the node's
     ``syscall_path``/``callgate_path`` make, without a closure or a Python call per call."""
-    cdef dict table
-    cdef str what
-    cdef double cost
-    cdef object proc, name, args
+    cdef object node, proc, name, args
+    cdef bint gate
 
     cdef object make(self, bint first):
-        return kernel_entry(self.table, self.what, self.proc, self.name, self.args, first, self.cost)
+        return kernel_entry(self.node, self.gate, self.proc, self.name, self.args, first)
 
 
 @cython.freelist(8)
@@ -463,11 +461,8 @@ def run_entry(node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_
     flag is read after each WouldBlock): ``node.callgate_path(proc, name, args, first)``
     or ``node.syscall_path(...)``, without a closure per call. Returns the coroutine."""
     cdef _EntryMaker maker = _EntryMaker.__new__(_EntryMaker)
-    cdef Costs costs = node.costs
-    if gate:
-        maker.table, maker.what, maker.cost = node.callgates, "call gate", costs.callgate
-    else:
-        maker.table, maker.what, maker.cost = node.syscalls, "system call", costs.syscall
+    maker.node = node
+    maker.gate = gate
     maker.proc = proc
     maker.name = name
     maker.args = args
@@ -677,8 +672,9 @@ cdef double _next_trio_deadline(runner, RunnableCounter counter) except? -1.0:
     without timeouts) is an empty heap: answered without the queue's Python method.
     """
     try:
-        deadlines = counter.deadlines if counter.runner is runner and runner is not None else \
-            (_GRC.runner if runner is None else runner).deadlines
+        if runner is None:
+            runner = _GRC.runner
+        deadlines = counter.deadlines if counter.runner is runner else runner.deadlines
         if _fast_deadline and not deadlines._heap:
             return INFINITY
         return deadlines.next_deadline()
