@@ -68,6 +68,7 @@ from __future__ import annotations
 from cpython.exc cimport PyErr_CheckSignals
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from kernelsim.media._shmring cimport RING_EMPTY, ShmRing
+from kernelsim.daemon._rings cimport RingExport
 import errno
 import os
 import select
@@ -804,7 +805,10 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
     cdef object name, value, exc
     if kind == GATE_FILEOP:                         # a pool's slots given back, per read
         try:
-            gate.export.ring_op(p[1:k])
+            if isinstance(gate.export, RingExport):     # DP's endpoint: by C, from the buffer
+                (<RingExport> gate.export).ring_op_raw(p + 1, k - 1)
+            else:
+                gate.export.ring_op(p[1:k])
         except OSError as e:
             gate.set_error(e.errno or errno.EIO)
         except Exception:   # noqa: BLE001 - a process's bad entry never stops the node
