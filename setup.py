@@ -47,7 +47,7 @@ setup(
     version="0.1.0",
     description="Directed Point, rebuilt: a simulated cluster kernel and a real messaging subsystem",
     packages=find_packages(include=[f"{p}*" for p in PACKAGES]),
-    package_data={"kernelsim": ["profiles/*.toml", "*.pxd", "media/*.pxd"],
+    package_data={"kernelsim": ["profiles/*.toml", "*.pxd", "media/*.pxd", "daemon/*.pxd"],
                   "dpcore": ["*.pxd"], "nic_drivers": ["*.pxd", "*/*.pxd"], "protocols": ["*/*.pxd"]},
     ext_modules=cythonize(extensions, language_level=3, compiler_directives={"embedsignature": True},
                           nthreads=JOBS),

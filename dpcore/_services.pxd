@@ -2,6 +2,7 @@ from kernelsim._physmem cimport PhysMem
 from kernelsim._node cimport OpenFile
 from dpcore._tbp cimport TokenBufferPool
 from kernelsim._path cimport RxHandler
+from kernelsim.daemon._rings cimport RingExport
 
 
 cdef class Nart:
@@ -48,7 +49,7 @@ cdef class Endpoint(OpenFile):
     cdef public object target
     cdef public object tokens
     cdef public long long sent, received
-    cdef public object export
+    cdef public RingExport export     # a real node's owner's view (dpcore._export), or None
 
     cpdef took(self)
     cpdef deposited(self)

@@ -52,6 +52,7 @@ from kernelsim.daemon import (ERROR_WORD_OFFSET, GATE_CALL, GATE_FILEOP, EventRi
 from kernelsim.media._shmring import ShmRing
 from libdp._api import NodeView
 from libdp._clusterfile import ClusterFile, default_run_dir, node_from_environment, node_socket
+from libdp._endpoint_rings import endpoint_rings
 
 __all__ = ["attach", "AttachedDP", "SyncAttachedDP", "NodeLink", "RemoteToken", "DEFAULT_SPIN_S",
            "spin_from_environment"]
@@ -60,7 +61,7 @@ DEFAULT_SPIN_S = default_spin(200e-6)      # 0 where no core is spare (see kerne
 MAX_SPIN_S = 0.01                          # DP_SPIN_US beyond this is a mistake, not a poll
 _U32 = struct.Struct("<I")
 _OP_RELEASE = 1
-_RELEASE_BATCH = 16
+_WRITE_HEAD = bytes([GATE_CALL, len(b"dp_write")]) + b"dp_write"
 _perf = time.perf_counter
 
 
@@ -377,37 +378,38 @@ class _Endpoint(_File):
             raise
         finally:
             os.close(dlv_fd)
-        self.target = None
         self.tokens = weakref.WeakSet()
-        self._releases: list[int] = []
-        self._write_head = bytes([GATE_CALL, len(b"dp_write")]) + b"dp_write"
+        try:
+            # The round trip's user side -- gate entry, delivery, copy, slot release -- in C.
+            self.rings = endpoint_rings(self.ring, self.deliveries, self.tbp_mm, self._err, self._err_at,
+                                        fd=self.fd, ep=self.ep, slot_bytes=self.slot_bytes,
+                                        max_message=self.max_message, write_head=_WRITE_HEAD,
+                                        gate_fileop=GATE_FILEOP, op_release=_OP_RELEASE)
+        except BaseException:
+            self.deliveries.close()
+            self.tbp.release()
+            self.tbp_mm.close()
+            os.close(self.tbp_fd)
+            raise
+        self.target = None
+        self.take = self.rings.take                     # (slot, length, source) or None
+        self.release = self.rings.release               # batched; no doorbell
+        self.flush_releases = self.rings.flush_releases
+        self.check_error = self.rings.check_error
 
-    def take(self):
-        """The next delivery as (slot, length, source) or None (user-level: no kernel entry)."""
-        rec = self.deliveries.pop()
-        if rec is None:
-            return None
-        slot, n, nid, ep = rec
-        if n > self.slot_bytes or (slot + 1) * self.slot_bytes > len(self.tbp):
-            raise OSError(errno.EIO, f"endpoint {self.ep}: a delivery names slot {slot} of {n} bytes")
-        return slot, n, (nid, ep)
+    @property
+    def target(self):
+        return self._target
 
-    def release(self, slot: int) -> None:
-        self._releases.append(slot)
-        if len(self._releases) >= _RELEASE_BATCH or not self.deliveries.pending():
-            self.flush_releases()
-
-    def flush_releases(self) -> None:
-        if self._releases:
-            entry = bytes([GATE_FILEOP, _OP_RELEASE]) + b"".join(_U32.pack(s) for s in self._releases)
-            # No doorbell: the node takes the slots back when it next wakes -- before it
-            # takes frames (NodeServer._loop), so a full pool is refilled in time.
-            if self.ring.send(entry, False):
-                self._releases.clear()
+    @target.setter
+    def target(self, target) -> None:
+        self._target = target
+        self.rings.targeted = target is not None
 
     def unmap(self) -> None:
         for tok in list(self.tokens):
             tok._revoke()
+        self.rings.close()
         self.deliveries.close()
         self.tbp.release()
         self.tbp_mm.close()
@@ -636,29 +638,22 @@ class AttachedDP:
 
     # -- the call gate --------------------------------------------------------------------
 
-    def _gate_write(self, fd, data):
-        """Everything of dp_write but the wait: (endpoint, message) checked for the ring."""
+    def _fast_endpoint(self, fd) -> _Endpoint:
         e = self._files.get(fd) if type(fd) is int else None
         if type(e) is not _Endpoint or e.closed:
             e = self._endpoint(fd)
-        e.check_error()
-        if type(data) is not bytes:
-            data = _bytes(data)
-        if e.target is None:
-            raise OSError(errno.EDESTADDRREQ, f"endpoint {e.ep} has no target: call dp_target first")
-        if len(data) > e.max_message:
-            raise OSError(errno.EMSGSIZE, f"message of {len(data)} bytes exceeds DP's {e.max_message}-byte limit")
-        return e, data
+        return e
 
     async def dp_write(self, fd: int, data) -> int:
-        e, data = self._gate_write(fd, data)
-        if not e.ring.send2(e._write_head, data):
-            await self._await(e, lambda: e.ring.send2(e._write_head, data), None)
+        write = self._fast_endpoint(fd).rings.write
+        n = write(data)
+        if n < 0:
+            n = await self._await(self._fast_endpoint(fd), lambda: write(data) + 1, None) - 1
         # Every public async call is a full checkpoint (cancel point and schedule point), as
         # in trio itself, even when the gate took the entry at once: a task looping on
         # dp_write must not starve the others. It costs ~4 µs, more than the gate.
         await trio.lowlevel.checkpoint()
-        return len(data)
+        return n
 
     # -- batching loops: no wait, no checkpoint ---------------------------------------------
 
@@ -667,25 +662,14 @@ class AttachedDP:
         message, False (nothing written) if the endpoint's submission ring is full. For a
         loop that posts a batch and then checkpoints (or awaits ``dp_write``) once: the
         per-call trio checkpoint costs more than the gate itself."""
-        e, data = self._gate_write(fd, data)
-        return e.ring.send2(e._write_head, data)
+        return self._fast_endpoint(fd).rings.write(data) >= 0
 
     def dp_read_nowait(self, fd: int, nbytes: int = 65536):
         """The next delivered message (as ``dp_read``), or None at once if none is waiting;
         never yields. A loop that drains what has arrived and then awaits once per batch
         pays no cancel scope or checkpoint per message."""
         _check_count(nbytes)
-        e = self._files.get(fd) if type(fd) is int else None
-        if type(e) is not _Endpoint or e.closed:
-            e = self._endpoint(fd)
-        got = e.take()
-        if got is None:
-            return None
-        slot, n, _src = got
-        off = slot * e.slot_bytes
-        data = bytes(e.tbp[off:off + min(n, nbytes)])
-        e.release(slot)
-        return data
+        return self._fast_endpoint(fd).rings.read(nbytes)
 
     # -- reading from the mapped pool -----------------------------------------------------
 
@@ -697,11 +681,7 @@ class AttachedDP:
             got = await self._await(e, e.take, e.deliveries)
         else:
             await trio.lowlevel.checkpoint()
-        slot, n, _src = got
-        off = slot * e.slot_bytes
-        data = bytes(e.tbp[off:off + min(n, nbytes)])
-        e.release(slot)
-        return data
+        return e.rings.copy_out(got[0], got[1], nbytes)
 
     async def dp_read_token(self, fd: int) -> RemoteToken:
         e = self._endpoint(fd)
@@ -840,19 +820,20 @@ class SyncAttachedDP:
         self._dp.set_blocking(fd, blocking)
 
     def dp_write(self, fd, data):
-        e, data = self._dp._gate_write(fd, data)
-        if not e.ring.send2(e._write_head, data):
-            self._wait(e, lambda: e.ring.send2(e._write_head, data), None)
-        return len(data)
+        e = self._dp._fast_endpoint(fd)
+        write = e.rings.write
+        n = write(data)
+        if n < 0:
+            n = self._wait(e, lambda: write(data) + 1, None) - 1
+        return n
 
     def dp_read(self, fd, nbytes=65536):
         _check_count(nbytes)
-        e = self._dp._endpoint(fd)
-        got = e.take() or self._wait(e, e.take, e.deliveries)
-        slot, n, _src = got
-        off = slot * e.slot_bytes
-        data = bytes(e.tbp[off:off + min(n, nbytes)])
-        e.release(slot)
+        e = self._dp._fast_endpoint(fd)
+        data = e.rings.read(nbytes)
+        if data is None:
+            got = self._wait(e, e.take, e.deliveries)
+            data = e.rings.copy_out(got[0], got[1], nbytes)
         return data
 
     def dp_read_token(self, fd):

@@ -48,46 +48,6 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, 
 import mmap
 import os
 
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <stddef.h>
-    #define EV_MAGIC 0x31474E5256455044ULL  /* "DPEVRNG1" */
-    typedef struct {
-        uint64_t magic; uint32_t version; uint32_t slots; uint32_t rec_bytes; uint8_t _p0[44];
-        uint64_t head; uint8_t _p1[56];
-        uint64_t tail; uint8_t _p2[56];
-        uint32_t armed; uint8_t _p3[60];
-        uint64_t posted; uint64_t full; uint8_t _p4[48];
-    } ev_hdr;
-    _Static_assert(sizeof(ev_hdr) == 320, "event ring header");
-    static inline uint64_t ev_ld_acq(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-    static inline uint64_t ev_ld_rlx(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-    static inline void ev_st_rel(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-    static inline void ev_st_rel32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-    static inline uint32_t ev_ld32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-    static inline uint32_t ev_xchg(uint32_t *p, uint32_t v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); }
-    static inline void ev_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-    """
-    ctypedef struct ev_hdr:
-        uint64_t magic
-        uint32_t version
-        uint32_t slots
-        uint32_t rec_bytes
-        uint64_t head
-        uint64_t tail
-        uint32_t armed
-        uint64_t posted
-        uint64_t full
-    uint64_t EV_MAGIC
-    uint64_t ev_ld_acq(const uint64_t *p) noexcept nogil
-    uint64_t ev_ld_rlx(const uint64_t *p) noexcept nogil
-    void ev_st_rel(uint64_t *p, uint64_t v) noexcept nogil
-    void ev_st_rel32(uint32_t *p, uint32_t v) noexcept nogil
-    uint32_t ev_ld32(const uint32_t *p) noexcept nogil
-    uint32_t ev_xchg(uint32_t *p, uint32_t v) noexcept nogil
-    void ev_fence() noexcept nogil
-
 DEF REC = 16
 HEADER_BYTES = 320
 
@@ -141,17 +101,6 @@ cdef class EventRing:
     the producer); ``EventRing(fd, efd)`` maps an existing one. `efd` is the eventfd;
     both descriptors are duplicated (the caller keeps its own).
     """
-    cdef object _mm
-    cdef Py_buffer _view
-    cdef bint _mapped
-    cdef ev_hdr* _h
-    cdef uint32_t* _recs
-    cdef uint64_t _mask
-    cdef readonly uint32_t slots
-    cdef int _efd
-    cdef uint64_t _local_head           # batching: the head after the records not yet published
-    cdef bint _queued                   # batching: in _unpublished
-
     def __cinit__(self, int fd, int efd, Py_ssize_t slots=0):
         cdef Py_ssize_t size = os.fstat(fd).st_size
         self._efd = -1
@@ -293,3 +242,20 @@ cdef class EventRing:
             return {"closed": True}
         return {"slots": self.slots, "posted": h.posted, "full": h.full,
                 "waiting": ev_ld_acq(&h.head) - ev_ld_acq(&h.tail), "armed": bool(ev_ld32(&h.armed))}
+
+
+cdef class RingExport:
+    """The base of an open file's export whose ring operations the node's gate drain runs
+    by C call (``ring_op_raw``, the entry's payload still in the gate's buffer); the
+    Python entry ``ring_op(payload)`` is the same operation for bytes; ``deliver`` posts
+    what the file has queued to its owner's ring (called on every deposit)."""
+
+    cdef int deliver(self) except -1:
+        return 0
+
+    cdef int ring_op_raw(self, const unsigned char* p, Py_ssize_t n) except -1:
+        raise OSError(22, f"{type(self).__name__} has no ring operations")
+
+    def ring_op(self, payload) -> None:
+        cdef const unsigned char[::1] view = payload
+        self.ring_op_raw(&view[0] if view.shape[0] else <const unsigned char*> b"", view.shape[0])

@@ -72,6 +72,7 @@ from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine
 from kernelsim._node cimport kernel_entry
 from kernelsim.media._shmring cimport RING_EMPTY, ShmRing
+from kernelsim.daemon._rings cimport RingExport
 import errno
 import os
 import select
@@ -793,7 +794,10 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
     cdef object name, value, exc
     if kind == GATE_FILEOP:                         # a pool's slots given back, per read
         try:
-            gate.export.ring_op(p[1:k])
+            if isinstance(gate.export, RingExport):     # DP's endpoint: by C, from the buffer
+                (<RingExport> gate.export).ring_op_raw(p + 1, k - 1)
+            else:
+                gate.export.ring_op(p[1:k])
         except OSError as e:
             gate.set_error(e.errno or errno.EIO)
         except Exception:   # noqa: BLE001 - a process's bad entry never stops the node

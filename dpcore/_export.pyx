@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
 """DP's half of real nodes: an endpoint as its owner's process sees it.
 
 When a process attached to a real node opens an endpoint (`kernelsim.daemon`), the node
@@ -19,20 +20,25 @@ hold more records than the pool has slots, and a process that does not read fill
 pool and its messages are dropped and counted, as DP says. The generic ``read()`` system
 call consumes from the same ring on the blocked process's behalf (`read_path`), so
 ``read`` and ``dp_read`` on one endpoint see one stream of messages in order.
-"""
-from __future__ import annotations
 
+Delivery and release run once per message in the node, so they are C: the endpoint's
+deposit calls ``deliver`` by C (`RingExport`), each record goes to the ring by C
+(``EventRing.post``), the slots the owner holds are a byte per pool slot, and the gate
+drain hands a release entry over still in its buffer (``ring_op_raw``).
+"""
 import errno
 import os
-import struct
 
 from kernelsim import WouldBlock
-from kernelsim.daemon import EventRing, event_ring_bytes
+from kernelsim.daemon import event_ring_bytes
+from kernelsim.daemon._rings cimport EventRing, RingExport
+from dpcore._services cimport Endpoint
+from dpcore._tbp cimport TokenBufferPool
 
 __all__ = ["EndpointExport", "OP_RELEASE"]
 
-OP_RELEASE = 1          # ring operation: u8 op, then u32 slot numbers
-_U32 = struct.Struct("<I")
+OP_RELEASE = 1          # ring operation: u8 op, then u32 slot numbers (little-endian)
+DEF _OP_RELEASE = 1
 
 
 def _pow2(n: int) -> int:
@@ -42,14 +48,14 @@ def _pow2(n: int) -> int:
     return p
 
 
-class EndpointExport:
-    __slots__ = ("e", "owner", "ring", "_memfd", "_efd", "held", "bad_releases", "delivered")
+cdef class EndpointExport(RingExport):
 
-    def __init__(self, e, owner):
+    def __init__(self, Endpoint e, owner):
         region = e.tbp.region
         if not hasattr(region, "readonly_fd"):
             raise OSError(errno.EOPNOTSUPP, "this node's Token Buffer Pools are not in shareable memory")
         self.e = e
+        self.tbp = e.tbp
         self.owner = owner
         slots = _pow2(e.tbp.nslots)
         self._memfd = os.memfd_create(f"dp-ep{e.ep}-deliveries", os.MFD_CLOEXEC)
@@ -61,7 +67,8 @@ class EndpointExport:
             os.close(self._memfd)
             os.close(self._efd)
             raise
-        self.held: set[int] = set()
+        self._held = bytearray(e.tbp.nslots)
+        self.nheld = 0
         self.bad_releases = 0
         self.delivered = 0
         e.export = self
@@ -73,53 +80,74 @@ class EndpointExport:
         return self._efd
 
     def describe(self):
-        tbp = self.e.tbp
+        tbp = self.tbp
         info = {"ep": self.e.ep, "slots": tbp.nslots, "slot_bytes": tbp.slot_bytes,
                 "max_message": self.e.dp.max_message}
         return info, [tbp.region.readonly_fd(), os.dup(self._memfd)]
 
+    @property
+    def held(self):
+        """The slots the owner holds (delivered, not yet given back)."""
+        return {i for i in range(len(self._held)) if self._held[i]}
+
     # -- the kernel's side -----------------------------------------------------------------
 
-    def deliver(self) -> None:
+    cdef int deliver(self) except -1:
         """Every message queued in the pool goes to the owner's ring (called on deposit)."""
-        e = self.e
-        tbp = e.tbp
+        cdef Endpoint e = self.e
+        cdef TokenBufferPool tbp = self.tbp
+        cdef unsigned char[::1] held = self._held
+        cdef int slot
+        if self.ring is None:                   # closed: the endpoint is going away
+            return 0
         while tbp.count:
             slot = tbp.take()
-            n = tbp.length(slot)
-            nid, ep = tbp.source(slot)
             e.took()
-            self.held.add(slot)
-            self.ring.post(slot, n, nid, ep)    # never full: at most one record per held slot
+            held[slot] = 1
+            self.nheld += 1
+            # never full: at most one record per held slot
+            self.ring.post(slot, tbp._len[slot], tbp._src_nid[slot], tbp._src_ep[slot])
             self.delivered += 1
+        return 0
 
-    def ring_op(self, payload: bytes) -> None:
-        if not payload or payload[0] != OP_RELEASE or (len(payload) - 1) % 4:
+    cdef int ring_op_raw(self, const unsigned char* p, Py_ssize_t n) except -1:
+        cdef unsigned char[::1] held = self._held
+        cdef Py_ssize_t i
+        cdef unsigned int slot
+        if n < 1 or p[0] != _OP_RELEASE or (n - 1) % 4:
             raise OSError(errno.EINVAL, "malformed endpoint ring operation")
-        tbp = self.e.tbp
-        for (slot,) in _U32.iter_unpack(payload[1:]):
-            if slot in self.held:
-                self.held.discard(slot)
-                tbp.release(slot)
+        for i in range(1, n, 4):
+            slot = p[i] | (<unsigned int> p[i + 1] << 8) | (<unsigned int> p[i + 2] << 16) | (<unsigned int> p[i + 3] << 24)
+            if slot < <unsigned int> held.shape[0] and held[slot]:
+                held[slot] = 0
+                self.nheld -= 1
+                self.tbp.release(slot)
             else:
                 self.bad_releases += 1
                 raise OSError(errno.EINVAL, f"slot {slot} is not held by this endpoint's owner")
+        return 0
 
     def read_path(self, nbytes: int):
         """The generic read(): the next delivered message, copied, its slot given back."""
         e = self.e
+        if self.ring is None:
+            raise OSError(errno.EBADF, f"endpoint {e.ep} is closed")
         rec = self.ring.pop()
         if rec is None:
             yield e.dp.c_read
             raise WouldBlock(e.readers, f"no message on endpoint {e.ep}")
         slot, n = rec[0], rec[1]
-        if slot not in self.held:               # the ring is the owner's memory: never trust it
+        if not self._holds(slot):               # the ring is the owner's memory: never trust it
             raise OSError(errno.EIO, f"endpoint {e.ep}: delivery ring names slot {slot}, not one delivered")
-        data = e.tbp.copy_out(slot, nbytes)
+        data = self.tbp.copy_out(slot, nbytes)
         yield e.dp.c_read + e.dp.costs.copy(min(n, nbytes))
-        self.held.discard(slot)
-        e.tbp.release(slot)
+        self._held[slot] = 0
+        self.nheld -= 1
+        self.tbp.release(slot)
         return data
+
+    cdef bint _holds(self, object slot):
+        return 0 <= slot < len(self._held) and self._held[slot]
 
     def close(self) -> None:
         """The endpoint is closed: forget the held slots (the pool goes with it)."""
@@ -128,7 +156,8 @@ class EndpointExport:
             self.ring = None
             os.close(self._memfd)
             os.close(self._efd)
-            self.held.clear()
+            self._held = bytearray(len(self._held))
+            self.nheld = 0
 
     def stats(self) -> dict:
-        return {"delivered": self.delivered, "held_by_owner": len(self.held), "bad_releases": self.bad_releases}
+        return {"delivered": self.delivered, "held_by_owner": self.nheld, "bad_releases": self.bad_releases}

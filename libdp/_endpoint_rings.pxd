@@ -1,0 +1,29 @@
+# cython: language_level=3
+"""C-level declarations of the user side of an attached endpoint (libdp._endpoint_rings)."""
+from libc.stdint cimport uint32_t
+from kernelsim.media._shmring cimport ShmRing
+
+
+cdef class EndpointRings:
+    cdef ShmRing gate               # the endpoint's submission ring (the call gate)
+    cdef object deliveries          # its delivery ring (kernelsim.daemon.EventRing)
+    cdef Py_buffer _pool            # the Token Buffer Pool, mapped read-only
+    cdef bint _have_pool
+    cdef Py_buffer _err             # the mapping that holds the file's error word
+    cdef bint _have_err
+    cdef uint32_t* err_word
+    cdef readonly int fd, ep
+    cdef readonly Py_ssize_t slot_bytes, max_message, pool_bytes
+    cdef bytes write_head           # the dp_write gate entry's head
+    cdef public bint targeted       # dp_target has been called
+    cdef unsigned char* entry       # the release gate entry being batched
+    cdef Py_ssize_t n_releases, release_cap, per_entry
+
+    cpdef int check_error(self) except -1
+    cpdef Py_ssize_t write(self, data) except -2
+    cpdef object take(self)
+    cdef int _check_slot(self, Py_ssize_t slot, Py_ssize_t n) except -1
+    cpdef object read(self, Py_ssize_t nbytes)
+    cpdef bytes copy_out(self, Py_ssize_t slot, Py_ssize_t n, Py_ssize_t nbytes)
+    cpdef int release(self, Py_ssize_t slot) except -1
+    cpdef int flush_releases(self) except -1

@@ -1,0 +1,207 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""The user side of an attached endpoint's round trip, in C.
+
+A script attached to a real node (`libdp._attach`) writes a message by appending a gate
+entry to the endpoint's submission ring and reads one by taking a record off its
+delivery ring and copying the slot of the Token Buffer Pool it names; the slot goes back
+to the node in a batched gate entry. Written as Python methods that was ~34k instructions
+per round trip in each script (callgrind, benchmarks/bench_real_nodes.py's round trip):
+two scripts of one round trip spent about as much CPU as one node pass. Here the checks,
+the copy, the release batch and the gate entries are C; the delivery ring is still popped
+through its Python-visible method (one call, one small tuple), so the ring protocol stays
+written once, in kernelsim.daemon._rings.
+
+Errors and their messages are those of the Python layer they replace: EFAULT for a
+message that is not bytes-like, EDESTADDRREQ before ``dp_target``, EMSGSIZE over the
+endpoint's limit, the node's deferred call-gate error (the file's error word) on the next
+call, EIO for a delivery record that names a slot outside the pool.
+"""
+from libc.stdint cimport uint32_t
+from libc.string cimport memcpy
+from libc.stdlib cimport malloc, free
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+
+import errno
+import os
+
+from kernelsim.media._shmring cimport ShmRing, RING_OK, RING_FULL, RING_CLOSED
+
+cdef extern from *:
+    """
+    static inline uint32_t dp_err_load(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline void dp_err_clear(uint32_t *p) { __atomic_store_n(p, 0, __ATOMIC_RELEASE); }
+    """
+    uint32_t dp_err_load(const uint32_t *p) noexcept nogil
+    void dp_err_clear(uint32_t *p) noexcept nogil
+
+DEF RELEASE_HEAD = 2            # u8 GATE_FILEOP, u8 OP_RELEASE, then u32 slot numbers (little endian)
+
+
+def endpoint_rings(ShmRing gate, deliveries, pool, err_map, Py_ssize_t err_at, *, int fd, int ep,
+                   Py_ssize_t slot_bytes, Py_ssize_t max_message, bytes write_head, int gate_fileop,
+                   int op_release):
+    """The C side of an attached endpoint (`EndpointRings`): `gate` its submission ring,
+    `deliveries` its delivery `EventRing`, `pool` the read-only mapping of its Token Buffer
+    Pool, `err_map` the mapping holding its u32 error word at `err_at`."""
+    cdef EndpointRings r = EndpointRings.__new__(EndpointRings)
+    cdef Py_ssize_t slots
+    r.gate = gate
+    r.deliveries = deliveries
+    r.fd = fd
+    r.ep = ep
+    r.slot_bytes = slot_bytes
+    r.max_message = max_message
+    r.write_head = write_head
+    PyObject_GetBuffer(pool, &r._pool, PyBUF_SIMPLE)
+    r._have_pool = True
+    PyObject_GetBuffer(err_map, &r._err, PyBUF_SIMPLE | PyBUF_WRITABLE)
+    r._have_err = True
+    if err_at < 0 or err_at + 4 > r._err.len or slot_bytes <= 0:
+        r.close()
+        raise ValueError("bad endpoint layout")
+    r.err_word = <uint32_t*> (<char*> r._err.buf + err_at)
+    r.pool_bytes = r._pool.len
+    # Every slot of the pool can wait for its release at most once; a gate entry carries
+    # as many as fit in a ring slot.
+    slots = r.pool_bytes // slot_bytes
+    r.release_cap = slots if slots > 0 else 1
+    r.per_entry = (gate._max_frame - RELEASE_HEAD) // 4
+    r.entry = <unsigned char*> malloc(RELEASE_HEAD + 4 * r.release_cap)
+    if r.entry == NULL:
+        r.close()
+        raise MemoryError()
+    r.entry[0] = <unsigned char> gate_fileop
+    r.entry[1] = <unsigned char> op_release
+    return r
+
+
+cdef class EndpointRings:
+    """Built by `endpoint_rings` only."""
+
+    def __dealloc__(self):
+        self.close()
+
+    def close(self):
+        """Let go of the mappings (before they are unmapped) and the release buffer."""
+        if self._have_pool:
+            self._have_pool = False
+            PyBuffer_Release(&self._pool)
+        if self._have_err:
+            self._have_err = False
+            self.err_word = NULL
+            PyBuffer_Release(&self._err)
+        if self.entry != NULL:
+            free(self.entry)
+            self.entry = NULL
+        self.n_releases = 0
+
+    # -- the call gate ------------------------------------------------------------------
+
+    cpdef int check_error(self) except -1:
+        """Raise (once) what the node found wrong with an earlier call-gate entry."""
+        cdef uint32_t err
+        if self.err_word == NULL:
+            raise OSError(errno.EBADF, f"bad file descriptor {self.fd}")
+        err = dp_err_load(self.err_word)
+        if err:
+            dp_err_clear(self.err_word)
+            raise OSError(err, f"{os.strerror(err)} (an earlier call-gate entry on fd {self.fd})")
+        return 0
+
+    cpdef Py_ssize_t write(self, data) except -2:
+        """``dp_write``'s entry: the message's length once the gate took it, -1 if the
+        submission ring is full (nothing written: wait and call again)."""
+        cdef Py_ssize_t n
+        cdef int r
+        self.check_error()
+        if type(data) is not bytes:
+            if not isinstance(data, (bytearray, memoryview)):
+                raise OSError(errno.EFAULT, f"a message is a bytes-like object, not {type(data).__name__}")
+            data = bytes(data)
+        if not self.targeted:
+            raise OSError(errno.EDESTADDRREQ, f"endpoint {self.ep} has no target: call dp_target first")
+        n = PyBytes_GET_SIZE(data)
+        if n > self.max_message:
+            raise OSError(errno.EMSGSIZE, f"message of {n} bytes exceeds DP's {self.max_message}-byte limit")
+        r = self.gate._publish2(<const unsigned char*> PyBytes_AS_STRING(self.write_head),
+                                <size_t> PyBytes_GET_SIZE(self.write_head),
+                                <const unsigned char*> PyBytes_AS_STRING(data), <size_t> n, True)
+        if r == RING_OK:
+            return n
+        if r == RING_FULL:
+            return -1
+        raise OSError(errno.EBADF, f"bad file descriptor {self.fd}")
+
+    # -- reading from the mapped pool ---------------------------------------------------
+
+    cpdef object take(self):
+        """The next delivery as (slot, length, (node, endpoint)), or None."""
+        rec = self.deliveries.pop()
+        if rec is None:
+            return None
+        slot, n, nid, ep = rec
+        self._check_slot(slot, n)
+        return slot, n, (nid, ep)
+
+    cdef int _check_slot(self, Py_ssize_t slot, Py_ssize_t n) except -1:
+        if n > self.slot_bytes or (slot + 1) * self.slot_bytes > self.pool_bytes or not self._have_pool:
+            raise OSError(errno.EIO, f"endpoint {self.ep}: a delivery names slot {slot} of {n} bytes")
+        return 0
+
+    cpdef object read(self, Py_ssize_t nbytes):
+        """The next delivered message (at most `nbytes` of it) copied out, its slot given
+        back; None if none is waiting."""
+        rec = self.deliveries.pop()
+        if rec is None:
+            return None
+        return self.copy_out(rec[0], rec[1], nbytes)
+
+    cpdef bytes copy_out(self, Py_ssize_t slot, Py_ssize_t n, Py_ssize_t nbytes):
+        """The message in `slot` (`n` bytes, at most `nbytes` of them); the slot given back."""
+        self._check_slot(slot, n)
+        out = PyBytes_FromStringAndSize(<const char*> self._pool.buf + slot * self.slot_bytes,
+                                        n if n < nbytes else nbytes)
+        self.release(slot)
+        return out
+
+    cpdef int release(self, Py_ssize_t slot) except -1:
+        """Give `slot` back: batched, sent when the batch is full or nothing else waits (the
+        node takes releases before frames, so a full pool is refilled in time)."""
+        cdef unsigned char* at
+        cdef uint32_t s = <uint32_t> slot
+        if self.entry == NULL:
+            return 0
+        if self.n_releases >= self.release_cap:     # only if the gate has stayed full throughout
+            self.flush_releases()
+            if self.n_releases >= self.release_cap:
+                raise OSError(errno.ENOBUFS, f"endpoint {self.ep}: the node takes no slots back")
+        at = self.entry + RELEASE_HEAD + 4 * self.n_releases
+        at[0] = s & 0xff
+        at[1] = (s >> 8) & 0xff
+        at[2] = (s >> 16) & 0xff
+        at[3] = s >> 24
+        self.n_releases += 1
+        if self.n_releases >= 16 or not self.deliveries.pending():
+            self.flush_releases()
+        return 0
+
+    cpdef int flush_releases(self) except -1:
+        """Send the batched releases in gate entries, without a doorbell (the node takes them
+        when it next wakes); what a full ring refuses stays batched."""
+        cdef Py_ssize_t k, left
+        cdef int r
+        while self.n_releases > 0 and self.entry != NULL:
+            k = self.n_releases if self.n_releases < self.per_entry else self.per_entry
+            r = self.gate._publish(self.entry, RELEASE_HEAD + 4 * k, False)
+            if r != RING_OK:
+                return 0
+            left = self.n_releases - k
+            if left:
+                memcpy(self.entry + RELEASE_HEAD, self.entry + RELEASE_HEAD + 4 * k, 4 * left)
+            self.n_releases = left
+        return 0
+
+    @property
+    def releases_pending(self):
+        return self.n_releases
