@@ -41,7 +41,7 @@ from protocols.am.window import AM_PROTO, BLOCKED
 from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg, verify, words_of
 from protocols.am.bulk cimport Bulk
 from protocols.am._codes cimport *
-from protocols.am.window cimport Pump
+from protocols.am.window cimport Events, Pump
 from kernelsim._path cimport Path
 from cpython.ref cimport PyObject
 cimport cython
@@ -155,7 +155,7 @@ cdef class AmEndpoint(Bulk):
         self.segments = []                       # Segment, sorted by address
         self._starts = []
         self._ends = []                          # each segment's end, in the same order
-        self.events = WaitQueue(node.engine)
+        self.events = Events(node.engine)
         self.polls = 0
         self._handler_depth = 0
         self.pending_errors = deque()

@@ -5,12 +5,17 @@
 from kernelsim._engine cimport Engine
 from kernelsim._node cimport Costs, OpenFile
 from kernelsim._physmem cimport PhysMem
-from kernelsim._waits cimport WaitQueue
+from kernelsim._waits cimport WaitQueue, Waiter
 from nic_drivers.tb2._model cimport Tb2Adapter
 from nic_drivers.tb2.fifos cimport HostFifos, UserFifos
 from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
 from kernelsim._path cimport Path
 from protocols.am._codes cimport N_STATS
+
+
+cdef class Events(WaitQueue):
+    # The endpoint's wait queue (window.pyx), with a place for one waiter the engine runs.
+    cdef public Waiter spinner
 
 
 cdef class Window(OpenFile):

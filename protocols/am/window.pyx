@@ -42,7 +42,7 @@ cimport cython
 from kernelsim._pyiter cimport resume
 from cpython.ref cimport PyObject, Py_XDECREF
 
-__all__ = ["Window", "AM_PROTO", "BLOCKED"]
+__all__ = ["Window", "Events", "AM_PROTO", "BLOCKED"]
 
 AM_PROTO = 0x414D            # "AM": the link-level protocol id in the TB2 header
 
@@ -61,6 +61,23 @@ DEF HDR_BYTES = 32           # nic_drivers.tb2._model.HDR_BYTES
 DEF REG_LEN = 0              # nic_drivers.tb2._model.REG_LEN: the packet-length array
 assert hw.HDR_BYTES == HDR_BYTES and hw.REG_LEN == REG_LEN
 
+
+cdef class Events(WaitQueue):
+    """The endpoint's events (an arrival, send-FIFO room, a keep-alive due) as a wait queue,
+    with a place for one more kind of waiter: `spinner`, a caller's am_poll loop that the
+    engine runs itself (``libdp/_am_call.pyx``: `poll_until` in modeled time). The queue's
+    waiters are trio tasks, and waking one stops the engine so that trio runs it at this
+    instant; the spinner is woken by a C call and the engine goes on -- it goes on with
+    the spinner's own continuation, at this instant, before anything else (see `_Spin`)."""
+
+    cpdef wake(self):
+        cdef Waiter s = self.spinner
+        if s is not None:
+            self.spinner = None
+            if not self._waiters:
+                self.wakeups += 1
+            s.wake_up()
+        WaitQueue.wake(self)
 
 
 cdef class Window(OpenFile):

@@ -1,0 +1,86 @@
+"""`poll_until` in modeled time is a spin the engine runs (`libdp/_am_call.pyx`, `_Spin`):
+the polling task parks once for the whole loop instead of being woken by trio at every
+packet, and a cancelled loop stops polling. (That the modeled figures are the same as
+when the task polled itself is tests/test_golden.py's business.)"""
+from __future__ import annotations
+
+import trio
+
+from libdp import Cluster
+from libdp.am import AM
+
+H_DATA, H_PING, H_PONG = 1, 2, 3
+
+
+def am_cluster():
+    return Cluster(nodes=2, nic="tb2", seed=0, load=[("am", {})])
+
+
+class _Steps(trio.abc.Instrument):
+    """Counts how often trio runs each task (a step: a resume up to its next park)."""
+
+    def __init__(self):
+        self.steps = {}
+
+    def before_task_step(self, task):
+        self.steps[task] = self.steps.get(task, 0) + 1
+
+
+def test_a_polling_receiver_is_not_woken_per_packet():
+    transfers = 2000
+    steps = _Steps()
+    tasks = {}
+
+    async def prog(dp, rank, size):
+        if rank == 0:
+            trio.lowlevel.add_instrument(steps)
+        tasks[rank] = trio.lowlevel.current_task()
+        am = await AM.open(dp)
+        landed = []
+        am.set_handler(H_DATA, lambda tok, addr, nbytes, arg: landed.append(arg))
+        seg = am.segment(64)
+        if rank == 0:
+            for i in range(transfers):
+                await am.am_store_async(1, seg.addr, seg.addr, 16, H_DATA, i)
+        else:
+            await am.poll_until(lambda: len(landed) == transfers)
+            assert landed == list(range(transfers))
+        await am.close()
+        return am.stats()["polls"]
+
+    polls = am_cluster().run_spmd(prog)
+    assert polls[1] >= transfers / 8               # it did poll for the packets...
+    assert steps.steps[tasks[1]] < 40              # ...without trio running it for each
+
+
+def test_a_cancelled_poll_loop_stops_polling_and_the_endpoint_goes_on():
+    c = am_cluster()
+    seen = {}
+
+    async def prog(dp, rank, size):
+        am = await AM.open(dp)
+        got = []
+        am.set_handler(H_PING, lambda tok, k: (got.append(k), tok.reply(H_PONG, k)))
+        am.set_handler(H_PONG, lambda tok, k: got.append(("pong", k)))
+        if rank == 0:
+            with trio.move_on_after(200e-6) as scope:        # modeled seconds: nothing comes
+                await am.poll_until(lambda: False)
+            seen["cancelled"] = scope.cancelled_caught
+            seen["spinner_after_cancel"] = am.ep.events.spinner
+            await am.am_request_1(1, H_PING, 1)              # rank 1 answers, then pings back
+            await am.poll_until(lambda: ("pong", 1) in got)
+            handled = am.stats()["handlers_run"]
+            await trio.sleep(500e-6)                         # rank 1's ping lands; nobody polls
+            seen["handled_while_not_polling"] = am.stats()["handlers_run"] - handled
+            await am.poll_until(lambda: 2 in got)
+            seen["handled_once_polling"] = am.stats()["handlers_run"] - handled
+        else:
+            await am.poll_until(lambda: 1 in got)
+            await am.am_request_1(0, H_PING, 2)
+            await am.poll_until(lambda: ("pong", 2) in got)
+        await am.close()
+
+    c.run_spmd(prog)
+    assert seen["cancelled"] and seen["spinner_after_cancel"] is None
+    assert seen["handled_while_not_polling"] == 0
+    assert seen["handled_once_polling"] == 1
