@@ -143,10 +143,6 @@ async def _bw_size(am, state, op, mode, n, count, seg, total):
     def completed(_arg):
         state["done"] += 1
 
-    def span(i):
-        off = (i * n) % total
-        return off, min(n, total - off)
-
     # The loop's invariants are read once (no modeled time either way: the host program's
     # own work is not modeled, only its calls).
     dest, base = 1 - am.nid, seg.addr
@@ -171,7 +167,10 @@ async def _bw_size(am, state, op, mode, n, count, seg, total):
                 await poll_until(lambda i=i: state["arrived"] > i)
         await poll_until(lambda: state["arrived"] >= count)
     elapsed = dp.now() - t0
-    moved = sum(span(i)[1] for i in range(count))
+    # Transfer i moves min(n, total - off) bytes from off = (i * n) % total: with count at most
+    # ceil(total / n) (the caller's bound) off is i * n, every transfer but a last partial one
+    # is whole, and together they move count * n bytes, or total if that is less.
+    moved = min(count * n, total)
     return {"size": n, "mbytes_per_s": moved / elapsed / 1e6, "transfers": count, "bytes": moved,
             "time_us": elapsed * 1e6}
 

@@ -149,11 +149,16 @@ cdef class _Spin(Completion):
         self.event = -1
         if self.over:
             return 0
-        if what == _GO_ON and not self.ep.ready():
-            self.ep.arm_timer()
-            (<Events> self.ep.events).spinner = self
-            return 0
-        self.cpu.submit(_PROC, self.ep.wait_path(self.pred, self.since), self)
+        try:
+            if what == _GO_ON and not self.ep.ready():
+                self.ep.arm_timer()
+                (<Events> self.ep.events).add_spinner(self)
+                return 0
+            self.cpu.submit(_PROC, self.ep.wait_path(self.pred, self.since), self)
+        except BaseException as e:
+            # The polling task's error, not the engine's: raised where the task awaits,
+            # as it was when the task ran this itself.
+            self.complete(None, e)
         return 0
 
     cdef int abandon(self) except -1:
@@ -161,9 +166,7 @@ cdef class _Spin(Completion):
         if self.event >= 0:
             self.engine.cancel(self.event)
             self.event = -1
-        cdef Events events = <Events> self.ep.events
-        if events.spinner is self:
-            events.spinner = None
+        (<Events> self.ep.events).discard_spinner(self)
         return 0
 
 

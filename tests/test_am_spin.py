@@ -84,3 +84,30 @@ def test_a_cancelled_poll_loop_stops_polling_and_the_endpoint_goes_on():
     assert seen["cancelled"] and seen["spinner_after_cancel"] is None
     assert seen["handled_while_not_polling"] == 0
     assert seen["handled_once_polling"] == 1
+
+
+def test_two_tasks_polling_one_endpoint_both_see_their_messages():
+    c = am_cluster()
+    seen = {}
+
+    async def prog(dp, rank, size):
+        am = await AM.open(dp)
+        got = []
+        am.set_handler(H_PING, lambda tok, k: got.append(k))
+        if rank == 1:
+            async def until(k):
+                await am.poll_until(lambda: k in got)
+                seen[k] = dp.now()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(until, 2)             # each parks in its own spin
+                nursery.start_soon(until, 1)
+                await am.poll_until(lambda: 3 in got)
+        else:
+            for k in (1, 2, 3):
+                await trio.sleep(100e-6)
+                await am.am_request_1(1, H_PING, k)
+        await am.close()
+
+    c.run_spmd(prog)
+    assert set(seen) == {1, 2} and seen[1] < seen[2]

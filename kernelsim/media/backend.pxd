@@ -3,6 +3,7 @@
 # into its buffer and hands it to the device model by C (`FrameSink.frame_in`), then runs
 # the node's engine by C, once per frame.
 from kernelsim._engine cimport Engine, EventTarget
+from kernelsim.media._port cimport FramePort
 
 
 cdef class FrameSink(EventTarget):
@@ -11,8 +12,13 @@ cdef class FrameSink(EventTarget):
     cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1
 
 
-cdef class DevicePort:
+cdef class PortTx(FramePort):
+    # The transmit side (backend.pyx): send_frame to the transport by C where it is a mesh.
     cdef public object transport
+    cdef public long long tx_frames, tx_dropped
+
+
+cdef class DevicePort(PortTx):
     cdef object _device
     cdef FrameSink _sink                # the device, when it takes frames by C call
     cdef public Engine settle           # the node's engine: run after each frame, or None
@@ -22,7 +28,7 @@ cdef class DevicePort:
     cdef bytearray _buf
     cdef unsigned char[::1] _mv         # the buffer, typed
     cdef object _view                   # and as a Python memoryview (the Python-level paths)
-    cdef public long long tx_frames, tx_dropped, rx_frames
+    cdef public long long rx_frames
     cdef list _held                     # (due wall time, sequence, frame, crc_ok): frames held back
     cdef long long _held_seq
 

@@ -14,8 +14,11 @@ from protocols.am._codes cimport N_STATS
 
 
 cdef class Events(WaitQueue):
-    # The endpoint's wait queue (window.pyx), with a place for one waiter the engine runs.
+    # The endpoint's wait queue (window.pyx), with places for waiters the engine runs.
     cdef public Waiter spinner
+    cdef list more_spinners                    # when more than one task polls (rare)
+    cdef int add_spinner(self, Waiter s) except -1
+    cdef int discard_spinner(self, Waiter s) except -1
 
 
 cdef class Window(OpenFile):
