@@ -9,7 +9,7 @@ cdef class EndpointExport(RingExport):
     cdef TokenBufferPool tbp
     cdef readonly EventRing ring
     cdef readonly int _memfd, _efd      # the ring's memory file and eventfd (the owner gets duplicates)
-    cdef bytearray _held                # one byte per pool slot: 1 while the owner holds it
+    cdef unsigned char[::1] _held       # one byte per pool slot: 1 while the owner holds it
     cdef readonly Py_ssize_t nheld
     cdef readonly long long bad_releases, delivered
 

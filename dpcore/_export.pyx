@@ -88,7 +88,7 @@ cdef class EndpointExport(RingExport):
     @property
     def held(self):
         """The slots the owner holds (delivered, not yet given back)."""
-        return {i for i in range(len(self._held)) if self._held[i]}
+        return {i for i in range(self._held.shape[0]) if self._held[i]}
 
     # -- the kernel's side -----------------------------------------------------------------
 
@@ -147,7 +147,7 @@ cdef class EndpointExport(RingExport):
         return data
 
     cdef bint _holds(self, object slot):
-        return 0 <= slot < len(self._held) and self._held[slot]
+        return 0 <= slot < self._held.shape[0] and self._held[slot]
 
     def close(self) -> None:
         """The endpoint is closed: forget the held slots (the pool goes with it)."""
@@ -156,7 +156,7 @@ cdef class EndpointExport(RingExport):
             self.ring = None
             os.close(self._memfd)
             os.close(self._efd)
-            self._held = bytearray(len(self._held))
+            self._held = bytearray(self._held.shape[0])
             self.nheld = 0
 
     def stats(self) -> dict:

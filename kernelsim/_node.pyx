@@ -31,6 +31,8 @@ from kernelsim._modules import ModuleTable
 from kernelsim._physmem import PhysMem
 from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._waits cimport WaitQueue
+from kernelsim._engine cimport Engine
+from kernelsim.media.backend cimport DevicePort
 
 cdef extern from "sys/eventfd.h":
     ctypedef unsigned long long eventfd_t
@@ -441,11 +443,14 @@ class Node:
 
     def poll_devices(self) -> int:
         """Real time: let every device take what its transport has; return frames taken."""
-        n = 0
+        cdef Py_ssize_t n = 0
         for port in self.real_ports:
-            n += port.poll()
+            if type(port) is DevicePort:        # by C: this is once per node pass
+                n += (<DevicePort> port).poll()
+            else:
+                n += port.poll()
         if n:
-            self.engine.run()
+            (<Engine> self.engine).run()
         return n
 
     def stats(self) -> dict:
