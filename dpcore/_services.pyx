@@ -30,6 +30,10 @@ from kernelsim._node cimport FdTable, OpenFile
 from kernelsim._path cimport Path, RxHandler
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport step_any
+from kernelsim._netdev cimport NetDevice
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_CheckExact, PyBytes_AS_STRING
+from libc.string cimport memcpy
 
 DEF DM_HEADER = 8
 
@@ -494,7 +498,8 @@ cdef class _WritePath(Path):
         cdef DirectedPoint dp = self.dp
         cdef Endpoint e = self.e
         cdef PhysMem mem
-        cdef Py_ssize_t n, at
+        cdef NetDevice nd
+        cdef Py_ssize_t n, at, buf
         cdef int nid, dst_ep
         cdef PyObject* res = NULL
         if self.state == 0:
@@ -509,23 +514,23 @@ cdef class _WritePath(Path):
                 self.state = 3
             else:
                 dev, hw = dp.nart.lookup(nid)
+                nd = <NetDevice?> dev               # the driver's transmit calls are C calls
                 try:
-                    buf = dev.tx_reserve()
+                    buf = nd.tx_buffer()
                 except WouldBlock as wb:
                     self.blocked = wb
                     self.state = 2
                     cost[0] = dp.c_xmit
                     return 1
-                dev.write_link_header(buf, hw, DP_ETHERTYPE)
+                at = nd.tx_header(buf, hw, DP_ETHERTYPE)
                 mem = dp.mem
-                at = buf + dev.link_header_bytes
                 if not span_ok(at, DM_HEADER + n, mem.size):
                     span_check(at, DM_HEADER + n, mem.size, "DP transmit buffer")
                 dm_build(&mem.buf[at], dst_ep, dp.nid, e.ep, 0, <int> n)
-                mem.write(at + DM_HEADER, self.data)
+                _copy_in(&mem.buf[at + DM_HEADER], self.data, n)
                 self.data = None
                 self.n = n
-                self.cur = dev.tx_commit_path(DM_HEADER + n, dp.c_xmit + dp.copy_cost(n))
+                self.cur = nd.tx_commit(DM_HEADER + n, dp.c_xmit + dp.copy_cost(n))
                 self.state = 1
         if self.state == 1:
             if step_any(self.cur, cost, &res):
@@ -550,6 +555,23 @@ cdef class _WritePath(Path):
             raise wb
         self.value = None
         return 0
+
+
+cdef int _copy_in(unsigned char* dst, object data, Py_ssize_t n) except -1:
+    """Copy a message's `n` bytes (bytes, or any C-contiguous buffer) to `dst`: from the
+    bytes object's own storage when it is one (no buffer view made per message)."""
+    cdef Py_buffer view
+    if PyBytes_CheckExact(data):
+        memcpy(dst, PyBytes_AS_STRING(data), n)
+        return 0
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if view.len != n:
+            raise ValueError("a message's buffer changed size while it was sent")
+        memcpy(dst, view.buf, n)
+    finally:
+        PyBuffer_Release(&view)
+    return 0
 
 
 cdef _WritePath _write_path(DirectedPoint dp, Endpoint e, data):

@@ -123,6 +123,27 @@ cdef class NetDevice:
         `pending` is the caller's CPU time not yet yielded (it built the frame)."""
         raise NotImplementedError
 
+    # -- the same operations as C calls (what DP's transmit path calls per frame) ---------
+    #
+    # A driver that is a `cdef class` overrides these with its own C code and has its
+    # Python-level methods above call them; the defaults call the Python-level methods,
+    # so a driver written as a Python class (ATM, TB2) is reached unchanged. (A Python
+    # subclass of a Cython driver that overrides only the Python-level method would be
+    # bypassed: none exists.)
+
+    cdef Py_ssize_t tx_buffer(self) except -1:
+        """`tx_reserve`: the next free transmit buffer's physical address."""
+        return self.tx_reserve()
+
+    cdef Py_ssize_t tx_header(self, Py_ssize_t addr, object dst_hw, int proto) except -1:
+        """`write_link_header` at `addr`; returns where the protocol's payload starts."""
+        self.write_link_header(addr, dst_hw, proto)
+        return addr + <Py_ssize_t> self.link_header_bytes
+
+    cdef object tx_commit(self, Py_ssize_t payload_bytes, double pending):
+        """`tx_commit_path`: the path that hands the reserved buffer to the device."""
+        return self.tx_commit_path(payload_bytes, pending)
+
     # -- receive: drivers call this from their interrupt path ----------------------------
 
     def deliver_path(self, int proto, Py_ssize_t addr, Py_ssize_t length):

@@ -17,10 +17,36 @@ from __future__ import annotations
 import heapq
 import time
 
+from kernelsim.media._port cimport FramePort
+from kernelsim.media.mesh cimport MeshSender
+
 __all__ = ["DevicePort"]
 
 
-class DevicePort:
+cdef class PortTx(FramePort):
+    """`DevicePort`'s transmit side as a C call (`FramePort.send_frame`): a frame from the
+    device model to a shared-memory mesh by C calls (`MeshSender.send_c`), to any other
+    transport by its ``send``."""
+    cdef public object transport
+    cdef public long long tx_frames, tx_dropped
+
+    cdef int send_frame(self, object frame, double t, double* start, double* end) except -1:
+        cdef bint sent
+        transport = self.transport
+        if isinstance(transport, MeshSender) and isinstance(frame, bytes):
+            sent = (<MeshSender> transport).send_c(frame, <const unsigned char*> (<bytes> frame), len(<bytes> frame))
+        else:
+            sent = transport.send(frame)
+        if sent:
+            self.tx_frames += 1
+        else:
+            self.tx_dropped += 1          # transport full: lost, as on a congested wire
+        start[0] = t                      # real time: the medium's (start, end) are both now
+        end[0] = t
+        return 0
+
+
+class DevicePort(PortTx):
     def __init__(self, transport, faults=None):
         self.transport = transport
         self.device = None
@@ -49,11 +75,9 @@ class DevicePort:
 
     def transmit(self, frame, t: float, ready: float = 0.0):
         """Send `frame` now (real time: `ready`, when a cut-through sender has the whole
-        frame, has passed already); the medium's (start, end) -- both now."""
-        if self.transport.send(frame):
-            self.tx_frames += 1
-        else:
-            self.tx_dropped += 1          # transport full: lost, as on a congested wire
+        frame, has passed already); the medium's (start, end) -- both now (`send_frame`)."""
+        cdef double start, end
+        (<PortTx> self).send_frame(frame, t, &start, &end)
         return t, t
 
     def poll(self) -> int:

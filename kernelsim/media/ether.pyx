@@ -9,13 +9,14 @@ left. Each direction is its own wire (full duplex), so no collisions.
 Every frame crosses a port, so ports are Cython: typed timing, the arrival a typed
 engine event on the far port.
 """
-from kernelsim._engine cimport Engine, EventTarget
+from kernelsim._engine cimport Engine
+from kernelsim.media._port cimport FramePort
 from kernelsim.media.faults import FaultInjector
 
 __all__ = ["EtherLink", "EtherPort"]
 
 
-cdef class EtherPort(EventTarget):
+cdef class EtherPort(FramePort):
     """One end of the cable: what a NIC's transmitter drives."""
 
     cdef public EtherLink link
@@ -36,6 +37,12 @@ cdef class EtherPort(EventTarget):
 
     cpdef tuple transmit(self, frame, double t):
         """Put `frame` (without FCS) on the wire no earlier than `t`; return (start, end)."""
+        cdef double start, end
+        self.send_frame(frame, t, &start, &end)
+        return start, end
+
+    cdef int send_frame(self, object frame, double t, double* start_out, double* end_out) except -1:
+        """`transmit` as a C call (`FramePort`): the device model's per-frame path."""
         cdef EtherLink link = self.link
         cdef Py_ssize_t n = len(frame)
         cdef double on_wire = link.preamble + max(n + link.fcs, link.min_frame)
@@ -52,7 +59,9 @@ cdef class EtherPort(EventTarget):
                 link.engine.post(arrive + delay, self.peer, 0, (data, ok))
         else:
             link.engine.post(arrive, self.peer, 0, (frame, True))
-        return start, end
+        start_out[0] = start
+        end_out[0] = end
+        return 0
 
     cdef int on_event(self, int what, object item) except -1:
         if self.device is not None:

@@ -30,6 +30,7 @@ import time
 
 from kernelsim.media._shmring import ShmRing
 from kernelsim.media.real import UdpPort
+from kernelsim.media._shmring cimport ShmRing as CShmRing, RING_OK, RING_FULL
 
 __all__ = ["ShmMesh", "UdpMesh", "mesh_ring_name", "MESH_PREFIX"]
 
@@ -41,7 +42,41 @@ def mesh_ring_name(cluster: str, src: int, dst: int) -> str:
     return f"{MESH_PREFIX}{cluster}-{src}to{dst}"
 
 
-class ShmMesh:
+cdef class MeshSender:
+    """`ShmMesh.send`'s per-frame work as a C call (`send_c`): the destination, the
+    peer's ring, the copy into its next slot; what `DevicePort` calls for every frame."""
+
+    cdef int send_c(self, object frame, const unsigned char* p, Py_ssize_t n) except -1:
+        """Send `frame` (its bytes at `p`, `n` long): 1 if it is in the peer's ring, 0 if
+        dropped (and counted); the ring's errors (too large, closed) raised as `send` does."""
+        cdef int r
+        dst = self.dest_of(frame)
+        if dst is None or dst == self.nid:
+            self.tx_no_station += 1
+            return 0
+        ring = self._out.get(dst)
+        if ring is None:
+            ring = self._attach(dst)
+            if ring is None:
+                self.tx_no_peer += 1
+                return 0
+        r = (<CShmRing?> ring)._publish(p, <size_t> n, True)
+        if r == RING_OK:
+            return 1
+        if r != RING_FULL and ring.send(frame):     # raises what went wrong, as the ring's own send
+            return 1
+        self.tx_full += 1
+        return 0
+
+    def send(self, frame) -> bool:
+        cdef const unsigned char[::1] view
+        if isinstance(frame, bytes):
+            return self.send_c(frame, <const unsigned char*> (<bytes> frame), len(<bytes> frame)) == 1
+        view = frame
+        return self.send_c(frame, &view[0] if view.shape[0] else NULL, view.shape[0]) == 1
+
+
+class ShmMesh(MeshSender):
     def __init__(self, cluster: str, nid: int, peers, dest_of, *, slots: int = 256, slot_bytes: int = 8192):
         self.cluster = cluster
         self.nid = nid
@@ -74,23 +109,7 @@ class ShmMesh:
             self.recv_into = self._in[0].recv_into
             self.pending = self._in[0].pending
 
-    # -- sending ---------------------------------------------------------------------
-
-    def send(self, frame) -> bool:
-        dst = self.dest_of(frame)
-        if dst is None or dst == self.nid:
-            self.tx_no_station += 1
-            return False
-        ring = self._out.get(dst)
-        if ring is None:
-            ring = self._attach(dst)
-            if ring is None:
-                self.tx_no_peer += 1
-                return False
-        if ring.send(frame):
-            return True
-        self.tx_full += 1
-        return False
+    # -- sending (`MeshSender.send`) --------------------------------------------------
 
     def _attach(self, dst: int):
         if dst not in self.peers:

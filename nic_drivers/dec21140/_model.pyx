@@ -12,7 +12,10 @@ Descriptors and buffers live in the node's physical memory and are reached only 
 DMA through the addresses the driver wrote into CSR3/CSR4 and the descriptors.
 """
 from kernelsim._engine cimport Engine
-from kernelsim._physmem cimport PhysMem
+from kernelsim._physmem cimport PhysMem, span_check, span_ok
+from kernelsim.media._port cimport FramePort
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from libc.string cimport memcpy, memset
 from nic_drivers._nic cimport NicModel
 
 # What each engine event of the card is (EventTarget.on_event's `what`).
@@ -203,17 +206,29 @@ cdef class Dec21140(NicModel):
         cdef unsigned int des1 = self.mem.rd32(d + 4)
         cdef Py_ssize_t length = des1 & 0x7FF
         cdef Py_ssize_t buf = self.mem.rd32(d + 8)
+        cdef Py_ssize_t padded = length if length >= ETH_MIN_FRAME else ETH_MIN_FRAME
+        cdef double start, end
         cdef bytes frame
+        cdef char* out
         if not des1 & TDES1_FS or not des1 & TDES1_LS or length < 14:
             # Multi-descriptor frames are not used by our driver; refuse them loudly.
             self.mem.wr32(d, TDES0_ES)
             self._raise(TI if des1 & TDES1_IC else 0)
             self._tx_advance(d, self.engine.now)
             return
-        frame = self.mem.read(buf, length)
-        if length < ETH_MIN_FRAME:
-            frame = frame + bytes(ETH_MIN_FRAME - length)
-        start, end = self.port.transmit(frame, self.engine.now)
+        # The frame as it leaves, padded to the minimum: one bytes object, made here.
+        if not span_ok(buf, length, self.mem.size):
+            span_check(buf, length, self.mem.size, "physical memory")
+        frame = PyBytes_FromStringAndSize(NULL, padded)
+        out = PyBytes_AS_STRING(frame)
+        memcpy(out, &self.mem.buf[buf], length)
+        if padded > length:
+            memset(out + length, 0, padded - length)
+        port = self.port
+        if isinstance(port, FramePort):     # a medium's end or a real transport: a C call
+            (<FramePort> port).send_frame(frame, self.engine.now, &start, &end)
+        else:
+            start, end = port.transmit(frame, self.engine.now)
         self.tx_frames += 1
         self.tx_bytes += length
         # The FIFO holds one frame beyond the one on the wire: fetch the next one as

@@ -15,7 +15,8 @@ The per-frame paths (transmit commit, interrupt, receive walk, reclaim) reach th
 and physical memory through typed C calls; set-up and tear-down stay plain.
 """
 from kernelsim._node cimport Costs
-from kernelsim._physmem cimport PhysMem
+from kernelsim._physmem cimport PhysMem, span_check, span_ok
+from libc.string cimport memcpy
 from kernelsim._waits cimport WaitQueue
 from kernelsim._path cimport Path
 from kernelsim._netdev cimport RxWalk
@@ -110,18 +111,10 @@ cdef class TulipNetDevice(NicDriver):
     def tx_reserve(self):
         """The next free transmit buffer, or WouldBlock when the ring is full
         (`NetDevice.ring_reserve`, on typed fields)."""
-        if self.cur_tx - self.dirty_tx >= self.ntx:
-            self.tx_busy += 1
-            raise WouldBlock(self.tx_space, f"{self.name}: transmit ring full")
-        return self.tx_bufs[self.cur_tx % self.ntx]
+        return self.tx_buffer()
 
     def write_link_header(self, Py_ssize_t addr, dst_hw, int proto) -> None:
-        # Destination, our address, EtherType: built once per destination and reused.
-        if self._hdr is None or proto != self._hdr_proto or dst_hw != self._hdr_dst:
-            self._hdr = bytes(dst_hw) + bytes(self.hwaddr) + proto.to_bytes(2, "big")
-            self._hdr_dst = bytes(dst_hw)
-            self._hdr_proto = proto
-        (<PhysMem> self.node.mem).write(addr, self._hdr)
+        self.tx_header(addr, dst_hw, proto)
 
     def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
         """Hand the frame to the NIC: `_TulipCommit` (a C state machine), for reading::
@@ -130,6 +123,31 @@ cdef class TulipNetDevice(NicDriver):
             fill the next descriptor (length, FS|LS, IC at the half-ring point, near full
             and at the ring's end), OWN last; cur_tx += 1; transmit poll demand
         """
+        return self.tx_commit(payload_bytes, pending)
+
+    # The same three as C calls (`NetDevice`'s transmit interface: DP calls these).
+
+    cdef Py_ssize_t tx_buffer(self) except -1:
+        if self.cur_tx - self.dirty_tx >= self.ntx:
+            self.tx_busy += 1
+            raise WouldBlock(self.tx_space, f"{self.name}: transmit ring full")
+        return self.tx_bufs[self.cur_tx % self.ntx]
+
+    cdef Py_ssize_t tx_header(self, Py_ssize_t addr, object dst_hw, int proto) except -1:
+        # Destination, our address, EtherType: built once per destination and reused.
+        cdef PhysMem mem = <PhysMem> self.node.mem
+        cdef Py_ssize_t n
+        if self._hdr is None or proto != self._hdr_proto or not (dst_hw is self._hdr_dst or dst_hw == self._hdr_dst):
+            self._hdr = bytes(dst_hw) + bytes(self.hwaddr) + proto.to_bytes(2, "big")
+            self._hdr_dst = bytes(dst_hw)
+            self._hdr_proto = proto
+        n = len(self._hdr)
+        if not span_ok(addr, n, mem.size):
+            span_check(addr, n, mem.size, "physical memory")
+        memcpy(&mem.buf[addr], <const char*> self._hdr, n)
+        return addr + ETH_HLEN
+
+    cdef object tx_commit(self, Py_ssize_t payload_bytes, double pending):
         cdef _TulipCommit path = _TulipCommit.__new__(_TulipCommit)
         path.nd = self
         path.payload_bytes = payload_bytes

@@ -209,6 +209,9 @@ cdef class MyrinetNetDevice(NicDriver):
         return self.cur_tx % self.ntx
 
     def tx_reserve(self) -> int:
+        return self.tx_buffer()
+
+    cdef Py_ssize_t tx_buffer(self) except -1:
         return self.tx_bufs[self._reserve_c(TX_WAIT_IRQ, self.tx_space)]
 
     def route(self, nid: int) -> bytes:
@@ -220,6 +223,11 @@ cdef class MyrinetNetDevice(NicDriver):
         return r
 
     def write_link_header(self, Py_ssize_t addr, dst_hw, int proto) -> None:
+        self.tx_header(addr, dst_hw, proto)
+
+    cdef Py_ssize_t tx_header(self, Py_ssize_t addr, object dst_hw, int proto) except -1:
+        """`write_link_header` (NetDevice's C transmit interface): the route, right-aligned
+        in the route area, then the packet type and the link protocol."""
         cdef object r = None
         cdef Py_ssize_t at, n
         if self.routes is self._known_of:       # looked up every time: the mapper may re-route
@@ -236,6 +244,7 @@ cdef class MyrinetNetDevice(NicDriver):
             span_check(at, n, self.hostmem.size, "physical memory")
         memcpy(&self.hostmem.buf[at], <const unsigned char*> self._hdr_route, n)
         self._rlen = len(r)
+        return addr + (_ROUTE_MAX + 4)
 
     def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
         """Hand the frame to the NI: `_MyriCommit` (a C state machine); for reading::
@@ -257,6 +266,9 @@ cdef class MyrinetNetDevice(NicDriver):
             self.tx_frames += 1
             self.tx_bytes += flen
         """
+        return self.tx_commit(payload_bytes, pending)
+
+    cdef object tx_commit(self, Py_ssize_t payload_bytes, double pending):
         cdef _MyriCommit path = _MyriCommit.__new__(_MyriCommit)
         path.nd = self
         path.payload_bytes = payload_bytes
