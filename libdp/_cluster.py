@@ -165,7 +165,7 @@ class Cluster:
         node.hosts = hosts
         dev = pkg.make_device(node)
         port.attach(dev)
-        port.settle = node.engine.run
+        port.settle = node.engine         # run by the port after each frame
         node.real_ports.append(port)
         boot_modules(node, pkg.MODULE.name, load)
         return node

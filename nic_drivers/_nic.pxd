@@ -1,12 +1,13 @@
 # What the four NIC models share (declared here; `_nic.pyx` implements it): the
 # interrupt line, the bus-master DMA timing and the counters of both.
 from kernelsim._engine cimport Engine, EventTarget
+from kernelsim.media.backend cimport FrameSink
 from kernelsim._netdev cimport NetDevice
 from kernelsim._node cimport Costs
 from kernelsim._physmem cimport PhysMem
 
 
-cdef class NicModel(EventTarget):
+cdef class NicModel(FrameSink):
     cdef public object driver           # the kernel netdev bound to this card, or None
     cdef public object irq_sink         # callable(bool): the interrupt line (the driver's set_irq)
     cdef Engine engine

@@ -19,13 +19,15 @@ import errno
 
 
 from kernelsim._engine cimport Engine, EventTarget
+from kernelsim.media.backend cimport FrameSink
 from kernelsim._physmem cimport PhysMem
 
 __all__ = ["NicModel", "NicDriver"]
 
 
-cdef class NicModel(EventTarget):
-    """The part of a NIC model every card has: its interrupt line and its DMA engine's timing."""
+cdef class NicModel(FrameSink):
+    """The part of a NIC model every card has: its interrupt line and its DMA engine's timing
+    (and, as a `FrameSink`, a receive entry a real transport's port calls by C)."""
 
     cdef _init_nic(self, Engine engine, PhysMem mem, profile, bint bursts):
         """Bind to the node and read the DMA timing; `bursts`: the card re-arbitrates

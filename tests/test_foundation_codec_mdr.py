@@ -392,3 +392,24 @@ def test_target_own_nid_never_reaches_the_other_node():
     b.sync.set_blocking(fb, False)
     with pytest.raises(BlockingIOError):
         b.sync.dp_read(fb)
+
+
+def test_real_port_filters_by_the_perfect_filter_the_driver_loaded():
+    """The 21140's address filter behind a real transport's port: a frame for this node's
+    MAC and a broadcast frame are taken, a frame for any other unicast MAC -- one byte
+    off, in the first or the last position -- is filtered and counted (CSR6 without PR)."""
+    from kernelsim.media.backend import DevicePort
+
+    transport = _FakeTransport()
+    hosts = {r: {"ether": hwaddr_for(r)} for r in range(2)}
+    node = Cluster.real_node(1, hosts, DevicePort(transport))
+    node.engine.run()                           # the setup frame loads the filter
+    dev = node.pci_devices[0]
+    other_last = NODE1_MAC[:5] + bytes([NODE1_MAC[5] ^ 1])
+    other_first = bytes([NODE1_MAC[0] ^ 2]) + NODE1_MAC[1:]
+    transport.pending = [_dp_frame(7, b"a"), _dp_frame(7, b"b", dst_mac=other_last),
+                         _dp_frame(7, b"c", dst_mac=b"\xff" * 6), _dp_frame(7, b"d", dst_mac=other_first)]
+    assert node.poll_devices() == 4
+    st = dev.stats()
+    assert st["rx_filtered"] == 2
+    assert st["rx_frames"] == 2

@@ -1,3 +1,4 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
 """The backend adapter between a device model and a real transport.
 
 A device model transmits through a *port* (``transmit(frame, t) -> (start, end)``)
@@ -11,24 +12,41 @@ through the same seeded `FaultInjector` the modeled media use -- lost, duplicate
 corrupted (the device sees a failed CRC, as after a real wire's FCS check) or held
 back so that later frames overtake it (reordering). Held frames are due at a wall
 time; until then the port never lets its node sleep.
+
+A frame is received by C calls only, as often as frames arrive: when the transport is a
+shared-memory ring (`ShmRing`, or a mesh with one peer), the port takes the frame
+straight into its buffer (``recv_raw``), hands it to the device model's C entry
+(`FrameSink.frame_in`) and runs the node's engine (``Engine.run``) -- no Python-level call,
+attribute lookup or memoryview object per frame. Any other transport or device is
+reached through its Python-level methods, with the same effect.
 """
 from __future__ import annotations
 
 import heapq
 import time
 
+from kernelsim._engine cimport Engine, EventTarget
 from kernelsim.media._port cimport FramePort
+from kernelsim.media._shmring cimport RING_EMPTY, ShmRing
 from kernelsim.media.mesh cimport MeshSender
 
-__all__ = ["DevicePort"]
+__all__ = ["DevicePort", "FrameSink"]
+
+
+cdef class FrameSink(EventTarget):
+    """A device model behind a `DevicePort`: ``frame_in`` is its receive entry by C call.
+    A model overrides it to take the frame without a Python-level call; by default it
+    calls the model's ``rx_frame(frame, crc_ok)``."""
+
+    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1:
+        self.rx_frame(frame, crc_ok)
+        return 0
 
 
 cdef class PortTx(FramePort):
     """`DevicePort`'s transmit side as a C call (`FramePort.send_frame`): a frame from the
     device model to a shared-memory mesh by C calls (`MeshSender.send_c`), to any other
     transport by its ``send``."""
-    cdef public object transport
-    cdef public long long tx_frames, tx_dropped
 
     cdef int send_frame(self, object frame, double t, double* start, double* end) except -1:
         cdef bint sent
@@ -46,23 +64,39 @@ cdef class PortTx(FramePort):
         return 0
 
 
-class DevicePort(PortTx):
+cdef class DevicePort(PortTx):
+    """One device model on one real transport (see the module's essay).
+
+    ``settle`` is the node's engine, run after each frame (each frame is handled before
+    the next); ``faults_elsewhere`` describes faults the transport itself applies (netem),
+    for the statistics."""
+
     def __init__(self, transport, faults=None):
         self.transport = transport
         self.device = None
         self._buf = bytearray(transport.max_frame)
+        self._mv = self._buf
         self._view = memoryview(self._buf)
         self.tx_frames = 0
         self.tx_dropped = 0
         self.rx_frames = 0
-        self.settle = None      # the node's engine run: each frame is handled before the next
-        self.divert = None             # frames go to this callable instead of the device (a process drives the card)
+        self.settle = None
+        self.divert = None
         self.faults = None
-        self.faults_elsewhere = None   # faults the transport itself applies (netem), for the statistics
-        self._held: list = []   # (due wall time, sequence, frame, crc_ok): frames held back
+        self.faults_elsewhere = None
+        self._held = []
         self._held_seq = 0
         if faults is not None:
             self.inject_faults(faults)
+
+    @property
+    def device(self):
+        return self._device
+
+    @device.setter
+    def device(self, device):
+        self._device = device
+        self._sink = device if isinstance(device, FrameSink) else None
 
     def inject_faults(self, faults) -> None:
         """Pass every received frame through `faults` (a FaultInjector) from now on. (Not
@@ -77,35 +111,56 @@ class DevicePort(PortTx):
         """Send `frame` now (real time: `ready`, when a cut-through sender has the whole
         frame, has passed already); the medium's (start, end) -- both now (`send_frame`)."""
         cdef double start, end
-        (<PortTx> self).send_frame(frame, t, &start, &end)
+        self.send_frame(frame, t, &start, &end)
         return t, t
 
-    def poll(self) -> int:
+    cpdef int poll(self) except -1:
         """Feed what the transport holds to the device, one frame at a time.
 
         Each frame is handled -- DMA, interrupt, driver, protocol -- before the next is
         taken, as frames that arrive microseconds apart on a wire would be; a transport
         burst therefore never overruns the receive ring unseen.
         """
+        cdef Py_ssize_t k, n = 0
+        cdef ShmRing ring
         if self.faults is not None or self._held or self.divert is not None:
             return self._poll_faulty()
-        recv, view, dev, settle = self.transport.recv_into, self._view, self.device, self.settle
-        n = 0
+        recv = self.transport.recv_into
+        owner = getattr(recv, "__self__", None)
+        if type(owner) is ShmRing:              # the ring itself: frames by C, straight into the buffer
+            ring = owner
+            while True:
+                k = ring.recv_raw(&self._mv[0], <size_t> self._mv.shape[0])
+                if k < 0:
+                    if k != RING_EMPTY:
+                        ring.recv_into(self._buf)       # raises what went wrong (closed, corrupt)
+                    return n
+                self._frame_in(k)
+                n += 1
         while True:
             k = recv(self._buf)
             if k < 0:
                 return n
-            dev.rx_frame(view[:k], True)
+            self._frame_in(k)
             n += 1
-            self.rx_frames += 1
-            if settle is not None:
-                settle()
+
+    cdef int _frame_in(self, Py_ssize_t k) except -1:
+        """The `k` bytes in the buffer to the device, then the node's engine: the frame is
+        handled -- DMA, interrupt, driver, protocol -- before the next is taken."""
+        if self._sink is not None:
+            self._sink.frame_in(self._mv[:k], True)
+        else:
+            self._device.rx_frame(self._view[:k], True)
+        self.rx_frames += 1
+        if self.settle is not None:
+            self.settle.run()
+        return 0
 
     def _poll_faulty(self) -> int:
         """`poll` through the fault injector: frames held back whose time has come go
         first (they are older), then what the transport has, each as the injector says."""
         held, settle, faults = self._held, self.settle, self.faults
-        rx = self.divert or self.device.rx_frame
+        rx = self.divert or self._device.rx_frame
         n = 0
         now = time.perf_counter()
         while held and held[0][0] <= now:
@@ -113,7 +168,7 @@ class DevicePort(PortTx):
             rx(frame, ok)
             n += 1
             if settle is not None:
-                settle()
+                settle.run()
         while True:
             k = self.transport.recv_into(self._buf)
             if k < 0:
@@ -129,7 +184,7 @@ class DevicePort(PortTx):
                 rx(frame, ok)
                 n += 1
                 if settle is not None:
-                    settle()
+                    settle.run()
 
     def fileno(self) -> int:
         return self.transport.fileno()

@@ -79,7 +79,8 @@ cdef class Dec21140(NicModel):
     cdef int tx_state, rx_state
     cdef bint tx_pending_kick
     cdef double rx_free_at
-    cdef set _filter                      # perfect filter: MACs loaded by a setup frame
+    cdef unsigned long long _perfect[16]  # perfect filter: MACs loaded by a setup frame (_mac48)
+    cdef int _nperfect                    # entries loaded (0 or 16)
     cdef set _rx_inflight                 # descriptors holding a frame not yet handed over
     cdef readonly bytes hwaddr
     # statistics
@@ -103,5 +104,6 @@ cdef class Dec21140(NicModel):
     cdef _tx_complete(self, Py_ssize_t d, unsigned int des1)
     cdef _tx_advance(self, Py_ssize_t d, double t)
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok)
+    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1
     cdef bint _accepts(self, const unsigned char[::1] frame) except -1
     cdef _rx_done(self, arg)

@@ -25,6 +25,14 @@ DEF TX_WIRE_DONE = 2
 DEF RX_DONE = 3
 DEF TX_SETUP_DONE = 4
 
+DEF BROADCAST_MAC48 = 0xFFFFFFFFFFFF
+
+
+cdef inline unsigned long long _mac48(const unsigned char* p) noexcept nogil:
+    """A MAC address as one integer, its first byte lowest (the perfect filter's key)."""
+    return (p[0] | (<unsigned long long> p[1] << 8) | (<unsigned long long> p[2] << 16)
+            | (<unsigned long long> p[3] << 24) | (<unsigned long long> p[4] << 32) | (<unsigned long long> p[5] << 40))
+
 # The register and descriptor bits are C constants declared in _model.pxd.
 
 
@@ -53,7 +61,7 @@ cdef class Dec21140(NicModel):
         self.rx_free_at = 0.0
         self.burst_bytes = 0
         self._line = False
-        self._filter = set()
+        self._nperfect = 0
         self._rx_inflight = set()
 
     # -- register file ---------------------------------------------------------------
@@ -191,13 +199,15 @@ cdef class Dec21140(NicModel):
         """Load the 16-entry perfect filter: each address in three longwords' low halves."""
         cdef Py_ssize_t buf = self.mem.rd32(d + 8), i, w
         cdef unsigned int des1 = self.mem.rd32(d + 4)
-        cdef bytes mac
-        self._filter = set()
+        cdef unsigned long long mac
+        self._nperfect = 0
         if (des1 & 0x7FF) >= 192:
             for i in range(16):
-                mac = b"".join(int(self.mem.rd32(buf + 12 * i + 4 * w) & 0xFFFF).to_bytes(2, "little")
-                               for w in range(3))
-                self._filter.add(mac)
+                mac = 0
+                for w in range(3):          # the address's bytes in order, low half of each longword
+                    mac |= (<unsigned long long> (self.mem.rd32(buf + 12 * i + 4 * w) & 0xFFFF)) << (16 * w)
+                self._perfect[i] = mac
+            self._nperfect = 16
         self._tx_complete(d, des1)
         self._tx_advance(d, self.engine.now)
 
@@ -256,6 +266,9 @@ cdef class Dec21140(NicModel):
     # -- receive ring walker (the backend calls rx_frame at the frame's last bit) --------
 
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok):
+        self.frame_in(frame, crc_ok)
+
+    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1:
         cdef Py_ssize_t d = self.rx_cur
         cdef Py_ssize_t n = frame.shape[0]
         cdef unsigned int des0, des1, status
@@ -263,10 +276,10 @@ cdef class Dec21140(NicModel):
         cdef double tail
         if self.rx_state == RS_STOPPED:
             self.rx_missed += 1
-            return
+            return 0
         if n >= 14 and not self._accepts(frame):
             self.rx_filtered += 1
-            return
+            return 0
         des0 = self.mem.rd32(d)
         if not des0 & OWN or d in self._rx_inflight:
             # Receive buffer unavailable: the frame is lost and counted (CSR8).
@@ -274,7 +287,7 @@ cdef class Dec21140(NicModel):
             self.csr[8] = (self.csr[8] + 1) & 0xFFFF
             self.rx_missed += 1
             self._raise(RU)
-            return
+            return 0
         des1 = self.mem.rd32(d + 4)
         size1 = des1 & 0x7FF
         status = ((<unsigned int> (n + 4)) << 16) | RDES0_FS | RDES0_LS
@@ -302,14 +315,20 @@ cdef class Dec21140(NicModel):
         self.rx_bytes += n
         self._rx_inflight.add(d)
         self.engine.post(t, self, RX_DONE, (d, status))
+        return 0
 
     cdef bint _accepts(self, const unsigned char[::1] frame) except -1:
         """Address filtering: promiscuous, multicast with PM, or a perfect-filter hit."""
         if self.csr[6] & PR:
             return True
+        cdef unsigned long long dst = _mac48(&frame[0])
+        cdef int i
         if frame[0] & 1:
-            return bool(self.csr[6] & PM) or bytes(frame[0:6]) == b"\xff\xff\xff\xff\xff\xff"
-        return bytes(frame[0:6]) in self._filter
+            return bool(self.csr[6] & PM) or dst == BROADCAST_MAC48
+        for i in range(self._nperfect):
+            if self._perfect[i] == dst:
+                return True
+        return False
 
     cdef _rx_done(self, arg):
         d, status = arg

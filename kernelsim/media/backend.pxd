@@ -1,0 +1,36 @@
+# The backend adapter between a device model and a real transport (backend.pyx): the
+# receive side is a C call chain -- the port takes a frame out of a shared-memory ring
+# into its buffer and hands it to the device model by C (`FrameSink.frame_in`), then runs
+# the node's engine by C, once per frame.
+from kernelsim._engine cimport Engine, EventTarget
+from kernelsim.media._port cimport FramePort
+
+
+cdef class FrameSink(EventTarget):
+    # A device model a port feeds: frame_in(frame, crc_ok) is its receive entry by C call
+    # (the default calls the model's Python-level rx_frame, so any model works behind a port).
+    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1
+
+
+cdef class PortTx(FramePort):
+    # The transmit side (backend.pyx): send_frame to the transport by C where it is a mesh.
+    cdef public object transport
+    cdef public long long tx_frames, tx_dropped
+
+
+cdef class DevicePort(PortTx):
+    cdef object _device
+    cdef FrameSink _sink                # the device, when it takes frames by C call
+    cdef public Engine settle           # the node's engine: run after each frame, or None
+    cdef public object divert           # frames go to this callable instead (a process drives the card)
+    cdef public object faults
+    cdef public object faults_elsewhere
+    cdef bytearray _buf
+    cdef unsigned char[::1] _mv         # the buffer, typed
+    cdef object _view                   # and as a Python memoryview (the Python-level paths)
+    cdef public long long rx_frames
+    cdef list _held                     # (due wall time, sequence, frame, crc_ok): frames held back
+    cdef long long _held_seq
+
+    cpdef int poll(self) except -1
+    cdef int _frame_in(self, Py_ssize_t k) except -1
