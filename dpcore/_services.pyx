@@ -26,7 +26,7 @@ from dpcore._codec cimport DmHeader, dm_build, dm_parse
 from dpcore._tbp cimport TokenBufferPool
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim import WouldBlock
-from kernelsim._node cimport FdTable, OpenFile
+from kernelsim._node cimport FdTable, KernelRoutine, OpenFile
 from kernelsim._path cimport Path, RxHandler
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport step_any
@@ -288,6 +288,13 @@ cdef class DirectedPoint:
         """dp_write through the call gate: no VFS, straight to the transmit path (whose
         path this returns: the gate entry runs it, one generator less per message)."""
         return _write_path(self, _endpoint_of(proc, fd), data)
+
+    def gate_write_routine(self):
+        """`gate_write` as the call gate's table holds it: a `KernelRoutine`, which the
+        kernel entry calls by C (no Python call and no argument tuple per message)."""
+        cdef _GateWrite r = _GateWrite.__new__(_GateWrite)
+        r.dp = self
+        return r
 
     # -- transmit ----------------------------------------------------------------------
 
@@ -555,6 +562,16 @@ cdef class _WritePath(Path):
             raise wb
         self.value = None
         return 0
+
+
+cdef class _GateWrite(KernelRoutine):
+    """`DirectedPoint.gate_write` for the call gate's table: (fd, data) -> the transmit path."""
+    cdef DirectedPoint dp
+
+    cdef object start(self, object proc, tuple args):
+        if len(args) != 2:
+            raise TypeError(f"dp_write takes an fd and the data ({len(args)} arguments given)")
+        return _write_path(self.dp, _endpoint_of(proc, args[0]), args[1])
 
 
 cdef int _copy_in(unsigned char* dst, object data, Py_ssize_t n) except -1:

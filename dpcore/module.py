@@ -25,7 +25,7 @@ def _init(kernel, tbp_slots: int, netdev: str):
     dp.nart.learn(kernel.hosts, dp.netdevs)           # entries are made as peers are first addressed
     kernel.register_syscall("dp_open", dp.sys_open)
     kernel.register_syscall("dp_target", dp.sys_target)
-    kernel.register_callgate("dp_write", dp.gate_write)
+    kernel.register_callgate("dp_write", dp.gate_write_routine())
     kernel.register_service("dp", dp)
     return dp
 

@@ -27,6 +27,12 @@ cdef class FdTable:
     cpdef object get(self, object fd)
 
 
+cdef class KernelRoutine:
+    # A routine of a kernel table (a system call, a call gate) that makes its path by a C
+    # call: what a kernel entry calls per call instead of ``fn(proc, *args)``.
+    cdef object start(self, object proc, tuple args)
+
+
 # A kernel entry's path into routine `name`: through `node`'s call gate or its generic
 # system-call entry (`Node.callgate_path` / `Node.syscall_path`).
 cdef object kernel_entry(object node, bint gate, object proc, object name, object args, bint entry)

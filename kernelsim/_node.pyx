@@ -192,6 +192,18 @@ class Process:
 from kernelsim._path cimport Path, step_any
 
 
+cdef class KernelRoutine:
+    """A kernel routine reached by a C call from the kernel entry (`_Entry`): a table
+    (`Node.register_callgate`, `register_syscall`) takes one as it takes any callable
+    ``fn(proc, *args) -> path``; the per-message routines (DP's call-gate write) are these."""
+
+    cdef object start(self, object proc, tuple args):
+        raise NotImplementedError
+
+    def __call__(self, proc, *args):
+        return self.start(proc, args)
+
+
 @cython.freelist(8)
 cdef class _Entry(Path):
     """A kernel entry's path as a C iterator: the entry cost, then the routine's own path.
@@ -227,7 +239,10 @@ cdef class _Entry(Path):
             if fn is None:
                 self.state = 3
                 raise OSError(errno.ENOSYS, f"no {self.what} {self.name}")
-            self.cur = fn(self.proc, *self.args)
+            if isinstance(fn, KernelRoutine) and type(self.args) is tuple:
+                self.cur = (<KernelRoutine> fn).start(self.proc, <tuple> self.args)
+            else:
+                self.cur = fn(self.proc, *self.args)
             self.state = 2
             self.proc = None
             self.args = None
