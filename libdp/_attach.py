@@ -175,6 +175,7 @@ class NodeLink:
         self._next = 1
         self._answers: dict = {}
         self._socket_waiter = None          # trio.Event of the task sleeping on the socket, if one is
+        self._socket_sleep = None           # and the cancel scope of its sleep (`pump` ends it)
         self.gone: OSError | None = None
 
     @classmethod
@@ -225,6 +226,11 @@ class NodeLink:
                 self._lost()
             header, payload, fds = msg
             self._answers[header.get("id")] = (header, payload, fds)
+            if self._socket_sleep is not None:
+                # Read by some other task (one waiting on its endpoint, whose wait set holds
+                # this socket too): the task sleeping on the socket may be the caller, and
+                # the socket it sleeps on is not readable any more.
+                self._socket_sleep.cancel()
 
     def _answer(self, call_id):
         header, payload, fds = self._answers.pop(call_id)
@@ -270,14 +276,17 @@ class NodeLink:
     async def _await_answers(self) -> None:
         """Until the control socket has something: one task of the process sleeps on it
         (trio allows one waiter per descriptor), the others on an event it sets when it
-        wakes -- several tasks may each have a call out (bibw's sender and receiver)."""
+        wakes -- several tasks may each have a call out (bibw's sender and receiver) -- or
+        until another task has read the socket (`pump` ends the sleep)."""
         if self._socket_waiter is not None:
             await self._socket_waiter.wait()
             return
         self._socket_waiter = woke = trio.Event()
         try:
-            await trio.lowlevel.wait_readable(self.sock)
+            with trio.CancelScope() as self._socket_sleep:
+                await trio.lowlevel.wait_readable(self.sock)
         finally:
+            self._socket_sleep = None
             self._socket_waiter = None
             woke.set()
 
