@@ -36,6 +36,7 @@ cdef extern from *:
     void dp_err_clear(uint32_t *p) noexcept nogil
 
 DEF RELEASE_HEAD = 2            # u8 GATE_FILEOP, u8 OP_RELEASE, then u32 slot numbers (little endian)
+DEF RELEASE_BATCH = 16          # releases sent at once while more deliveries wait
 
 
 def endpoint_rings(ShmRing gate, deliveries, pool, err_map, Py_ssize_t err_at, *, int fd, int ep,
@@ -182,7 +183,7 @@ cdef class EndpointRings:
         at[2] = (s >> 16) & 0xff
         at[3] = s >> 24
         self.n_releases += 1
-        if self.n_releases >= 16 or not self.deliveries.pending():
+        if self.n_releases >= RELEASE_BATCH or not self.deliveries.pending():
             self.flush_releases()
         return 0
 
