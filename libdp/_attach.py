@@ -654,10 +654,11 @@ class AttachedDP:
         return e
 
     async def dp_write(self, fd: int, data) -> int:
-        write = self._fast_endpoint(fd).rings.write
+        e = self._fast_endpoint(fd)
+        write = e.rings.write
         n = write(data)
         if n < 0:
-            n = await self._await(self._fast_endpoint(fd), lambda: write(data) + 1, None) - 1
+            n = await self._await(e, lambda: write(data) + 1, None) - 1
         # Every public async call is a full checkpoint (cancel point and schedule point), as
         # in trio itself, even when the gate took the entry at once: a task looping on
         # dp_write must not starve the others. It costs ~4 µs, more than the gate.
@@ -784,7 +785,6 @@ class SyncAttachedDP:
 
     def __init__(self, dp: AttachedDP):
         self._dp = dp
-        self._files = dp._files
         self.link = dp.link
 
     def syscall(self, name, *args, nonblock=False):
@@ -829,15 +829,8 @@ class SyncAttachedDP:
     def set_blocking(self, fd, blocking):
         self._dp.set_blocking(fd, blocking)
 
-    # dp_write and dp_read are a round trip's whole user side: each Python call and bytecode
-    # here is paid twice per round trip (callgrind: ~18k instructions per round trip in each
-    # script), so they look the endpoint up inline and the common wait -- no polling, as a
-    # script that shares its node's CPU does -- goes straight to sleep.
-
     def dp_write(self, fd, data):
-        e = self._files.get(fd) if type(fd) is int else None
-        if type(e) is not _Endpoint or e.closed:
-            e = self._dp._endpoint(fd)
+        e = self._dp._fast_endpoint(fd)
         write = e.rings.write
         n = write(data)
         if n < 0:
@@ -845,11 +838,8 @@ class SyncAttachedDP:
         return n
 
     def dp_read(self, fd, nbytes=65536):
-        if type(nbytes) is not int or nbytes < 0:
-            _check_count(nbytes)
-        e = self._files.get(fd) if type(fd) is int else None
-        if type(e) is not _Endpoint or e.closed:
-            e = self._dp._endpoint(fd)
+        _check_count(nbytes)
+        e = self._dp._fast_endpoint(fd)
         rings = e.rings
         data = rings.read(nbytes)
         if data is None:
