@@ -67,6 +67,16 @@ cpdef enum:
     QENTRY = 8              # tx/rx/bs queue entry: trigger word, status address
 
 
+# What each engine event of the card is (EventTarget.on_event's `what`).
+cdef enum:
+    EV_TX_LOAD = 0      # the cp's poll loop notices a posted TPD
+    EV_TX_LOADED = 1    # a PDU is in a card slot
+    EV_TX_CELL = 2      # the SAR segments the next cell
+    EV_TX_DONE = 3      # a PDU's status word is written back
+    EV_RX_DONE = 4      # a received PDU's status word is written back
+    EV_BSQ_DONE = 5     # a block of receive buffer descriptors is fetched
+
+
 cdef struct Vc:
     unsigned char in_open
     unsigned char out_open
@@ -119,8 +129,6 @@ cdef class Pca200e(NicModel):
     # timing
     cdef readonly double cell_s, sar_cell_s, sar_pdu_s, cmd_s, cp_poll_s
     cdef int tx_fifo, rx_fifo
-    # cached callbacks
-    cdef object _tx_load_cb, _tx_loaded_cb, _tx_cell_cb, _tx_done_cb, _rx_done_cb, _bsq_done_cb
     # statistics (the card's own counters: phy, atm, aal5, aux)
     cdef readonly long long cells_in, hec_errors, idle_cells, oam_cells, runts
     cdef readonly long long vpi_bad_range, vci_bad_range, vci_no_conn, rx_fifo_overflow
@@ -144,7 +152,14 @@ cdef class Pca200e(NicModel):
     cdef bint _activate(self, bint incoming, unsigned int aal, unsigned int vpi, unsigned int vci, unsigned int mtu)
     cdef bint _deactivate(self, bint incoming, unsigned int vpi, unsigned int vci)
     cdef int _take_buffer(self, int magn, unsigned int* handle, unsigned int* addr)
+    cdef int on_event(self, int what, object arg) except -1
+    cdef _bsq_done(self, long long word)
     cdef _tx_kick(self)
+    cdef _tx_load(self, object epoch)
+    cdef _tx_loaded(self, object epoch)
+    cdef _tx_cell(self, object epoch)
+    cdef _tx_done(self, long long word)
+    cdef _rx_done(self, long long word)
     cdef _tx_fail(self, int e, unsigned int spec)
     cdef _tx_try_load(self)
     cdef int _rx(self, const unsigned char* c, bint paced) except -1

@@ -249,12 +249,6 @@ cdef class Pca200e(NicModel):
         self.burst_bytes = profile["atm.dma_burst_bytes"]
         self.tx_fifo = max(1, profile["atm.tx_fifo_cells"])
         self.rx_fifo = max(1, profile["atm.rx_fifo_cells"])
-        self._tx_load_cb = self._tx_load
-        self._tx_loaded_cb = self._tx_loaded
-        self._tx_cell_cb = self._tx_cell
-        self._tx_done_cb = self._tx_done
-        self._rx_done_cb = self._rx_done
-        self._bsq_done_cb = self._bsq_done
         self.epoch = 0
         self._reset()
 
@@ -389,8 +383,8 @@ cdef class Pca200e(NicModel):
                 i = rel // QENTRY                   # 0..2*bsq_len-1: small entries, then large
                 self.bsq_posted[i] = 1
                 word = (<long long> self.epoch << 16) | i
-                self.engine.after(self.cp_poll_s + self.dma_time(RBD_BYTES * ((value & 31) + 1)),
-                                  self._bsq_done_cb, word)
+                self.engine.post(self.engine.now + (self.cp_poll_s + self.dma_time(RBD_BYTES * ((value & 31) + 1))),
+                                 self, EV_BSQ_DONE, word)
 
     # -- interrupt -------------------------------------------------------------------------
 
@@ -507,7 +501,23 @@ cdef class Pca200e(NicModel):
 
     # -- buffer supply -----------------------------------------------------------------------
 
-    def _bsq_done(self, long long word):
+    cdef int on_event(self, int what, object arg) except -1:
+        """The card's own engine events (bound once: no bound method per event)."""
+        if what == EV_TX_CELL:
+            self._tx_cell(arg)
+        elif what == EV_TX_LOAD:
+            self._tx_load(arg)
+        elif what == EV_TX_LOADED:
+            self._tx_loaded(arg)
+        elif what == EV_TX_DONE:
+            self._tx_done(arg)
+        elif what == EV_RX_DONE:
+            self._rx_done(arg)
+        else:
+            self._bsq_done(arg)
+        return 0
+
+    cdef _bsq_done(self, long long word):
         """The cp has fetched a block of receive buffer descriptors: add them to its pool."""
         cdef int i = word & 0xFFFF, magn, k, n, idx
         cdef unsigned int w0, block, handle, addr, size
@@ -556,9 +566,9 @@ cdef class Pca200e(NicModel):
     cdef _tx_kick(self):
         if not self.tx_poll_pending and not self.tx_loading:
             self.tx_poll_pending = True
-            self.engine.after(self.cp_poll_s, self._tx_load_cb, self.epoch_obj)
+            self.engine.post(self.engine.now + self.cp_poll_s, self, EV_TX_LOAD, self.epoch_obj)
 
-    def _tx_load(self, epoch):
+    cdef _tx_load(self, object epoch):
         if epoch != self.epoch:
             return
         self.tx_poll_pending = False
@@ -628,9 +638,9 @@ cdef class Pca200e(NicModel):
             self.slot_hdr[slot] = hdr & ~(<unsigned int> 0xE)       # user data cell; the SAR sets PTI bit 0
             t = self._cp(self.engine.now, self.sar_pdu_s)
             self.tx_loading = True
-            self.engine.at(self._dma(t, dur), self._tx_loaded_cb, self.epoch_obj)
+            self.engine.post(self._dma(t, dur), self, EV_TX_LOADED, self.epoch_obj)
 
-    def _tx_loaded(self, epoch):
+    cdef _tx_loaded(self, object epoch):
         cdef int slot = self.load_slot
         if epoch != self.epoch:
             return
@@ -643,7 +653,7 @@ cdef class Pca200e(NicModel):
             self._tx_cell(epoch)
         self._tx_try_load()                         # fetch the next PDU while this one goes out
 
-    def _tx_cell(self, epoch):
+    cdef _tx_cell(self, object epoch):
         """The i960 segments one cell and hands it to the framer's FIFO."""
         cdef int slot = self.seg_slot, k = self.seg_cell
         cdef bint last
@@ -673,20 +683,20 @@ cdef class Pca200e(NicModel):
             nxt = t
         if not last:
             self.seg_cell = k + 1
-            self.engine.at(nxt, self._tx_cell_cb, self.epoch_obj)
+            self.engine.post(nxt, self, EV_TX_CELL, self.epoch_obj)
             return
         self.pdus_tx += 1
-        self.engine.at(self._dma(t, self.dma_time(4)), self._tx_done_cb,
-                       (self.epoch << 24) | (self.slot_entry[slot] << 1) | self.slot_intr[slot])
+        self.engine.post(self._dma(t, self.dma_time(4)), self, EV_TX_DONE,
+                         (<long long> self.epoch << 24) | (self.slot_entry[slot] << 1) | self.slot_intr[slot])
         self.slot_full[slot] = 0
         self.seg_slot = -1
         if self.slot_full[slot ^ 1]:
             self.seg_slot = slot ^ 1
             self.seg_cell = 0
-            self.engine.at(nxt, self._tx_cell_cb, self.epoch_obj)
+            self.engine.post(nxt, self, EV_TX_CELL, self.epoch_obj)
         self._tx_try_load()
 
-    def _tx_done(self, long long word):
+    cdef _tx_done(self, long long word):
         cdef int e = (word >> 1) & 0x7FFFFF
         if (word >> 24) != self.epoch:
             return
@@ -819,12 +829,12 @@ cdef class Pca200e(NicModel):
             dur += self.dma_time(RPD_RSD + 8 * nseg) + self.dma_time(4)
             self.pdus_rx += 1
             t = self._cp(t, self.sar_pdu_s)
-            self.engine.at(self._dma(t, dur), self._rx_done_cb, (self.epoch << 24) | e)
+            self.engine.post(self._dma(t, dur), self, EV_RX_DONE, (<long long> self.epoch << 24) | e)
             return
         self.pdus_dropped += 1
         self.cells_dropped += n
 
-    def _rx_done(self, long long word):
+    cdef _rx_done(self, long long word):
         cdef int e = word & 0xFFFFFF
         if (word >> 24) != self.epoch:
             return
