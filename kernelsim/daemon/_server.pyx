@@ -70,7 +70,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.string cimport memcmp
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine
-from kernelsim._node cimport kernel_entry
+from kernelsim._node cimport Costs, callgate_entry, poll_ports
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from kernelsim.media._shmring cimport RING_EMPTY, ShmRing
 from kernelsim.daemon._rings cimport RingExport
@@ -122,7 +122,7 @@ def default_spin(seconds: float) -> float:
 
 DEFAULT_SPIN_S = default_spin(1e-3)
 _EPOLL_IN = select.EPOLLIN
-_INF = float("inf")
+cdef double _INF = float("inf")
 
 
 class _PlainExport:
@@ -153,7 +153,8 @@ cdef class Gate:
     cdef public Py_ssize_t entries, errors
     cdef object _name_raw, _name    # the last gate name an entry gave (bytes) and its str:
                                     # a gate's entries nearly always name the same routine
-    cdef object _proc, _node        # what every entry runs on, looked up once (`_bind`)
+    cdef object _proc, _callgates   # what every entry runs on, looked up once (`_bind`)
+    cdef Costs _costs
     cdef Engine _engine
     cdef Cpu _cpu
 
@@ -298,9 +299,8 @@ class NodeServer:
 
     def _loop(self) -> None:
         node = self.node
-        engine = node.engine
-        ports = node.real_ports
-        poll_devices = node.poll_devices
+        cdef Engine engine = <Engine?> node.engine
+        cdef list ports = node.real_ports, gates = self._gates
         epoll_poll = self._epoll.poll
         cdef double spin_s = self.spin_s
         cdef double last_work = _now(), now
@@ -312,8 +312,8 @@ class NodeServer:
             PyErr_CheckSignals()
             # The gates first: entries that ring no doorbell (a pool's slots given back) are
             # taken before the frames that may need them.
-            work = _poll_gates(self, self._gates)
-            work += poll_devices()
+            work = _poll_gates(self, gates)
+            work += poll_ports(ports, engine)
             if engine.peek() != _INF:
                 engine.run()                # device work a parked call left, timers paths armed
                 work += 1
@@ -857,7 +857,8 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
         _bind(server, gate)
     try:
         value, exc = _run_now(gate._engine, gate._cpu,
-                              kernel_entry(gate._node, True, gate._proc, name, (gate.node_fd, p[2 + ln:k]), True))
+                              callgate_entry(gate._callgates, gate._costs, gate._proc, name,
+                                             (gate.node_fd, p[2 + ln:k])))
         if exc is not None:
             if isinstance(exc, WouldBlock):
                 server._block(gate, p[:k], exc.queue)
@@ -872,10 +873,12 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
 
 cdef int _bind(object server, Gate gate) except -1:
     """Look up once what a gate's entries run on: its process (the session's, set at
-    attach, before any file -- so any gate -- exists), the node, its engine and CPU."""
+    attach, before any file -- so any gate -- exists), the node's call-gate table and
+    costs (made with the node, never replaced), its engine and CPU."""
     node = server.node
     gate._proc = gate.session.proc
-    gate._node = node
+    gate._callgates = node.callgates
+    gate._costs = <Costs?> node.costs
     gate._engine = <Engine?> node.engine
     gate._cpu = <Cpu?> node.cpu
     return 0
