@@ -1,4 +1,5 @@
 from kernelsim._waits cimport WaitQueue
+from kernelsim._engine cimport Engine
 
 
 cdef class Costs:
@@ -36,3 +37,10 @@ cdef class KernelRoutine:
 # A kernel entry's path into routine `name`: through `node`'s call gate or its generic
 # system-call entry (`Node.callgate_path` / `Node.syscall_path`).
 cdef object kernel_entry(object node, bint gate, object proc, object name, object args, bint entry)
+# The same through the call gate, for a caller that looked `node.callgates` and
+# `node.costs` up once (a node's gate drain: per message).
+cdef object callgate_entry(object callgates, Costs costs, object proc, object name, object args)
+
+# `Node.poll_devices` for a caller that holds the node's real ports (the list itself: ports
+# come and go in it) and its engine: a node's polling loop, every pass.
+cdef Py_ssize_t poll_ports(list ports, Engine engine) except -1

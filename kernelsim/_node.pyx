@@ -268,16 +268,33 @@ cdef class _Entry(Path):
 
 
 cdef object kernel_entry(object node, bint gate, object proc, object name, object args, bint entry):
-    cdef _Entry e = _Entry.__new__(_Entry)
     cdef Costs costs = node.costs
     if gate:
-        e.table = node.callgates
-        e.what = "call gate"
-        e.cost = costs.callgate
-    else:
-        e.table = node.syscalls
-        e.what = "system call"
-        e.cost = costs.syscall
+        return _entry(node.callgates, "call gate", costs.callgate, proc, name, args, entry)
+    return _entry(node.syscalls, "system call", costs.syscall, proc, name, args, entry)
+
+
+cdef Py_ssize_t poll_ports(list ports, Engine engine) except -1:
+    cdef Py_ssize_t n = 0
+    for port in ports:
+        if type(port) is DevicePort:            # by C: this is once per node pass
+            n += (<DevicePort> port).poll()
+        else:
+            n += port.poll()
+    if n:
+        engine.run()
+    return n
+
+
+cdef object callgate_entry(object callgates, Costs costs, object proc, object name, object args):
+    return _entry(callgates, "call gate", costs.callgate, proc, name, args, True)
+
+
+cdef inline object _entry(object table, str what, double cost, object proc, object name, object args, bint entry):
+    cdef _Entry e = _Entry.__new__(_Entry)
+    e.table = table
+    e.what = what
+    e.cost = cost
     e.proc = proc
     e.name = name
     e.args = args
@@ -458,15 +475,7 @@ class Node:
 
     def poll_devices(self) -> int:
         """Real time: let every device take what its transport has; return frames taken."""
-        cdef Py_ssize_t n = 0
-        for port in self.real_ports:
-            if type(port) is DevicePort:        # by C: this is once per node pass
-                n += (<DevicePort> port).poll()
-            else:
-                n += port.poll()
-        if n:
-            (<Engine> self.engine).run()
-        return n
+        return poll_ports(self.real_ports, self.engine)
 
     def stats(self) -> dict:
         out = {"cpu": self.cpu.stats(), "irq": self.irq.stats(), "mem_in_use_bytes": self.mem.in_use(),

@@ -842,6 +842,11 @@ class SyncAttachedDP:
         e = self._dp._fast_endpoint(fd)
         rings = e.rings
         data = rings.read(nbytes)
+        if data is None and not e.nonblocking and self._dp.spinner.cap <= 0.0:
+            # A process that sleeps at once (on its node's CPU) sleeps in C: wake-up, pop,
+            # copy and release in one call; None if the control socket needs reading.
+            ws = e._waitset or e.waitset(self.link.sock)
+            data = rings.read_sleeping(nbytes, ws.fileno(), self.link.sock.fileno())
         if data is None:
             got = self._wait(e, rings.take, e.deliveries)
             data = rings.copy_out(got[0], got[1], nbytes)

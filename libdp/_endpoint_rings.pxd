@@ -2,11 +2,12 @@
 """C-level declarations of the user side of an attached endpoint (libdp._endpoint_rings)."""
 from libc.stdint cimport uint32_t
 from kernelsim.media._shmring cimport ShmRing
+from kernelsim.daemon._rings cimport EventRing
 
 
 cdef class EndpointRings:
     cdef ShmRing gate               # the endpoint's submission ring (the call gate)
-    cdef object deliveries          # its delivery ring (kernelsim.daemon.EventRing)
+    cdef EventRing deliveries       # its delivery ring
     cdef Py_buffer _pool            # the Token Buffer Pool, mapped read-only
     cdef bint _have_pool
     cdef Py_buffer _err             # the mapping that holds the file's error word
@@ -24,6 +25,7 @@ cdef class EndpointRings:
     cpdef object take(self)
     cdef int _check_slot(self, Py_ssize_t slot, Py_ssize_t n) except -1
     cpdef object read(self, Py_ssize_t nbytes)
+    cpdef object read_sleeping(self, Py_ssize_t nbytes, int waitset_fd, int sock_fd)
     cpdef bytes copy_out(self, Py_ssize_t slot, Py_ssize_t n, Py_ssize_t nbytes)
     cpdef int release(self, Py_ssize_t slot) except -1
     cpdef int flush_releases(self) except -1

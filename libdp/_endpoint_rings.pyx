@@ -7,9 +7,14 @@ delivery ring and copying the slot of the Token Buffer Pool it names; the slot g
 to the node in a batched gate entry. Written as Python methods that was ~34k instructions
 per round trip in each script (callgrind, benchmarks/bench_real_nodes.py's round trip):
 two scripts of one round trip spent about as much CPU as one node pass. Here the checks,
-the copy, the release batch and the gate entries are C; the delivery ring is still popped
-through its Python-visible method (one call, one small tuple), so the ring protocol stays
-written once, in kernelsim.daemon._rings.
+the copy, the release batch and the gate entries are C, and so is the delivery ring's pop
+(by C call into kernelsim.daemon._rings, where the ring protocol is written once).
+
+A blocking read that sleeps at once (`read_sleeping`: a script on its node's CPU, which
+must give the CPU to the node rather than poll it) sleeps here too, in epoll_wait(2) on the
+file's wait set (its delivery eventfd and the node's control socket): the wake-up, the pop,
+the copy and the release are one C call. Only what needs the Python layer -- the control
+socket readable (an answer, or the node gone) -- returns to it.
 
 Errors and their messages are those of the Python layer they replace: EFAULT for a
 message that is not bytes-like, EDESTADDRREQ before ``dp_target``, EMSGSIZE over the
@@ -21,11 +26,22 @@ from libc.string cimport memcpy
 from libc.stdlib cimport malloc, free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.exc cimport PyErr_CheckSignals
+from libc.errno cimport errno as c_errno, EINTR
+
+cdef extern from "<sys/epoll.h>" nogil:
+    ctypedef union epoll_data_t:
+        int fd
+    cdef struct epoll_event:
+        uint32_t events
+        epoll_data_t data
+    int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout)
 
 import errno
 import os
 
 from kernelsim.media._shmring cimport ShmRing, RING_OK, RING_FULL, RING_CLOSED
+from kernelsim.daemon._rings cimport EventRing
 
 cdef extern from *:
     """
@@ -37,9 +53,10 @@ cdef extern from *:
 
 DEF RELEASE_HEAD = 2            # u8 GATE_FILEOP, u8 OP_RELEASE, then u32 slot numbers (little endian)
 DEF RELEASE_BATCH = 16          # releases sent at once while more deliveries wait
+DEF SLEEP_MS = 500              # a sleeping read looks at the file's error word this often
 
 
-def endpoint_rings(ShmRing gate, deliveries, pool, err_map, Py_ssize_t err_at, *, int fd, int ep,
+def endpoint_rings(ShmRing gate, EventRing deliveries, pool, err_map, Py_ssize_t err_at, *, int fd, int ep,
                    Py_ssize_t slot_bytes, Py_ssize_t max_message, bytes write_head, int gate_fileop,
                    int op_release):
     """The C side of an attached endpoint (`EndpointRings`): `gate` its submission ring,
@@ -138,12 +155,11 @@ cdef class EndpointRings:
 
     cpdef object take(self):
         """The next delivery as (slot, length, (node, endpoint)), or None."""
-        rec = self.deliveries.pop()
-        if rec is None:
+        cdef uint32_t rec[4]
+        if not self.deliveries.pop_into(rec):
             return None
-        slot, n, nid, ep = rec
-        self._check_slot(slot, n)
-        return slot, n, (nid, ep)
+        self._check_slot(rec[0], rec[1])
+        return rec[0], rec[1], (rec[2], rec[3])
 
     cdef int _check_slot(self, Py_ssize_t slot, Py_ssize_t n) except -1:
         if n > self.slot_bytes or (slot + 1) * self.slot_bytes > self.pool_bytes or not self._have_pool:
@@ -153,10 +169,35 @@ cdef class EndpointRings:
     cpdef object read(self, Py_ssize_t nbytes):
         """The next delivered message (at most `nbytes` of it) copied out, its slot given
         back; None if none is waiting."""
-        rec = self.deliveries.pop()
-        if rec is None:
+        cdef uint32_t rec[4]
+        if not self.deliveries.pop_into(rec):
             return None
         return self.copy_out(rec[0], rec[1], nbytes)
+
+    cpdef object read_sleeping(self, Py_ssize_t nbytes, int waitset_fd, int sock_fd):
+        """`read` that sleeps until a message comes, on the epoll descriptor `waitset_fd`
+        (this endpoint's delivery eventfd and the node's control socket `sock_fd`): the
+        releases batched so far go to the node first, the error word is looked at on every
+        wake-up. None when the control socket is readable: the caller reads it (an answer,
+        or ENETDOWN -- the node died) and waits again its own way."""
+        cdef epoll_event evs[2]
+        cdef int n, i
+        self.flush_releases()
+        while True:
+            got = self.read(nbytes)
+            if got is not None:
+                return got
+            self.check_error()
+            with nogil:
+                n = epoll_wait(waitset_fd, evs, 2, SLEEP_MS)
+            if n < 0:
+                if c_errno != EINTR:
+                    raise OSError(c_errno, os.strerror(c_errno))
+                PyErr_CheckSignals()        # a handler that raises ends the read (PEP 475)
+                continue
+            for i in range(n):
+                if evs[i].data.fd == sock_fd:
+                    return self.read(nbytes)
 
     cpdef bytes copy_out(self, Py_ssize_t slot, Py_ssize_t n, Py_ssize_t nbytes):
         """The message in `slot` (`n` bytes, at most `nbytes` of them); the slot given back."""

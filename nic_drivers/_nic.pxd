@@ -29,5 +29,6 @@ cdef class NicDriver(NetDevice):
     # The kernel side of one card: what every driver's per-frame paths read, typed.
     cdef public object dev              # the card (a NicModel)
     cdef public Costs c                 # the node's cost table
+    cdef readonly PhysMem host_mem      # the node's physical memory (rings, buffers)
     cdef public double c_desc, c_isr    # CPU time per descriptor / per interrupt
     cdef public Py_ssize_t cur_tx, dirty_tx, cur_rx   # ring producer / consumer counts

@@ -76,6 +76,7 @@ cdef class NicDriver(NetDevice):
         super().__init__(node, name, hwaddr)
         self.dev = dev
         self.c = node.costs
+        self.host_mem = node.mem
         self.c_desc = self.cycles(desc_cycles) if desc_cycles else 0.0
         self.c_isr = self.cycles(isr_cycles) if isr_cycles else 0.0
         self.cur_tx = self.dirty_tx = 0         # ring producer / consumer counts (ring_reserve)

@@ -61,6 +61,7 @@ cdef class EventRing:
     cdef void _publish_head(self, uint64_t head)
     cpdef bint pending(self)
     cpdef object pop(self)
+    cdef int pop_into(self, uint32_t* out) except -1
     cdef void _disarm(self)
 
 

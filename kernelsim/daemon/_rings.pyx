@@ -207,10 +207,16 @@ cdef class EventRing:
 
     cpdef object pop(self):
         """The oldest record as (a, b, c, d), or None if there is none."""
+        cdef uint32_t rec[4]
+        if not self.pop_into(rec):
+            return None
+        return (rec[0], rec[1], rec[2], rec[3])
+
+    cdef int pop_into(self, uint32_t* out) except -1:
+        """`pop` for C callers: the oldest record into out[0..3]; 1, or 0 if there is none."""
         cdef ev_hdr* h = self._h
         cdef uint64_t tail, head
         cdef uint32_t* r
-        cdef object out
         if h == NULL:
             raise ValueError("event ring is closed")
         if self._queued:                       # the node consuming its own batch: publish it first
@@ -218,15 +224,15 @@ cdef class EventRing:
         tail = ev_ld_rlx(&h.tail)
         head = ev_ld_acq(&h.head)
         if head == tail:
-            return None
+            return 0
         if head - tail > self.slots:          # a producer cannot do this; never trust memory
             raise OSError(5, "event ring indices are corrupt")
         r = self._recs + (tail & self._mask) * 4
-        out = (r[0], r[1], r[2], r[3])
+        out[0] = r[0]; out[1] = r[1]; out[2] = r[2]; out[3] = r[3]
         ev_st_rel(&h.tail, tail + 1)
         if head == tail + 1:
             self._disarm()
-        return out
+        return 1
 
     cdef void _disarm(self):
         cdef ev_hdr* h = self._h

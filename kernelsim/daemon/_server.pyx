@@ -70,7 +70,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.string cimport memcmp
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine
-from kernelsim._node cimport kernel_entry
+from kernelsim._node cimport Costs, callgate_entry, poll_ports
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from kernelsim.media._shmring cimport RING_EMPTY, ShmRing
 from kernelsim.daemon._rings cimport RingExport
@@ -98,6 +98,7 @@ ERROR_WORD_OFFSET = ring_bytes(GATE_SLOTS, GATE_SLOT_BYTES)     # u32 errno afte
 _ERR = struct.Struct("<I")
 SPIN_MIN_CPUS = 4
 cdef enum:
+    GATE_BUDGET = 64        # entries one gate runs per pass before the next gate's turn
     SOCKET_POLL_EVERY = 4   # empty polling passes per look at the sockets (_loop); 1-byte RTT 27.9-28.3 -> 27.0-27.1 us
 YIELD_IDLE_S = 20e-6    # a sched_yield that returns later than this ran someone else (a no-op yield: ~1 µs)
 cdef double _yield_idle_s = YIELD_IDLE_S
@@ -121,7 +122,7 @@ def default_spin(seconds: float) -> float:
 
 DEFAULT_SPIN_S = default_spin(1e-3)
 _EPOLL_IN = select.EPOLLIN
-_INF = float("inf")
+cdef double _INF = float("inf")
 
 
 class _PlainExport:
@@ -152,6 +153,10 @@ cdef class Gate:
     cdef public Py_ssize_t entries, errors
     cdef object _name_raw, _name    # the last gate name an entry gave (bytes) and its str:
                                     # a gate's entries nearly always name the same routine
+    cdef object _proc, _callgates   # what every entry runs on, looked up once (`_bind`)
+    cdef Costs _costs
+    cdef Engine _engine
+    cdef Cpu _cpu
 
     def __init__(self, session, node_fd, f, export):
         self.session, self.node_fd, self.file, self.export = session, node_fd, f, export
@@ -228,7 +233,7 @@ class NodeServer:
         self._tied: list[int] = []               # pidfds of processes this node must not outlive
         self.started = time.time()
         self.calls = 0
-        self.gate_entries = 0
+        self._closed_gate_entries = 0            # entries of gates since dropped (`gate_entries`)
         self._gate_names: dict[bytes, str] = {}
         self.refused = 0
 
@@ -294,9 +299,8 @@ class NodeServer:
 
     def _loop(self) -> None:
         node = self.node
-        engine = node.engine
-        ports = node.real_ports
-        poll_devices = node.poll_devices
+        cdef Engine engine = <Engine?> node.engine
+        cdef list ports = node.real_ports, gates = self._gates
         epoll_poll = self._epoll.poll
         cdef double spin_s = self.spin_s
         cdef double last_work = _now(), now
@@ -308,8 +312,8 @@ class NodeServer:
             PyErr_CheckSignals()
             # The gates first: entries that ring no doorbell (a pool's slots given back) are
             # taken before the frames that may need them.
-            work = self._poll_gates() if self._gates else 0
-            work += poll_devices()
+            work = _poll_gates(self, gates)
+            work += poll_ports(ports, engine)
             if engine.peek() != _INF:
                 engine.run()                # device work a parked call left, timers paths armed
                 work += 1
@@ -639,10 +643,16 @@ class NodeServer:
             for fd in fresh:
                 os.close(fd)
 
+    @property
+    def gate_entries(self) -> int:
+        """Call-gate entries this node has run, on every gate it ever had."""
+        return self._closed_gate_entries + sum((<Gate> g).entries for g in self._gates)
+
     def _drop_gate(self, s: Session, fd: int) -> None:
         gate = s.gates.pop(fd, None)
         if gate is not None:
             self._gates.remove(gate)
+            self._closed_gate_entries += (<Gate> gate).entries
             try:
                 self._epoll.unregister(gate.bell)
             except (OSError, ValueError):
@@ -653,36 +663,15 @@ class NodeServer:
     # ---------------------------------------------------------------- call gates
 
     def _poll_gates(self) -> int:
-        n = 0
-        for gate in self._gates:
-            if gate.blocked is None and gate.ring.pending():
-                n += self._drain_gate(gate)
-        return n
+        return _poll_gates(self, self._gates)
 
     def _drain_gates(self, s: Session) -> None:
         for gate in list(s.gates.values()):
             if gate.blocked is None and gate.ring is not None and gate.ring.pending():
-                self._drain_gate(gate)
+                _drain_gate(self, gate, GATE_BUDGET)
 
-    def _drain_gate(self, Gate gate, Py_ssize_t budget=64) -> int:
-        """Run up to `budget` of the gate's entries, straight from the ring into the gate's
-        buffer (typed: a call-gate entry is per message -- bench_node_pass)."""
-        cdef ShmRing ring = gate.ring
-        cdef bytearray buf = gate._buf
-        cdef unsigned char* p = <unsigned char*> buf
-        cdef Py_ssize_t k, n = 0, cap = len(buf)
-        while n < budget:
-            k = ring.recv_raw(p, <size_t> cap)
-            if k < 0:
-                if k != RING_EMPTY:
-                    ring.recv_into(buf)             # raises what went wrong (closed, corrupt)
-                break
-            n += 1
-            if not _gate_entry_raw(self, gate, p, k):
-                break
-        gate.entries += n
-        self.gate_entries += n
-        return n
+    def _drain_gate(self, Gate gate, Py_ssize_t budget=GATE_BUDGET) -> int:
+        return _drain_gate(self, gate, budget)
 
     def _gate_name(self, raw) -> str:
         """A gate name as the process wrote it (bytes) -> str, decoded once per name."""
@@ -804,6 +793,36 @@ class NodeServer:
         s.sock.close()
 
 
+cdef Py_ssize_t _poll_gates(object server, list gates) except -1:
+    """A pass over the node's gates: the entries waiting in each ring that is not blocked."""
+    cdef Gate gate
+    cdef Py_ssize_t n = 0
+    for gate in gates:
+        if gate.blocked is None and gate.ring.pending():
+            n += _drain_gate(server, gate, GATE_BUDGET)
+    return n
+
+
+cdef Py_ssize_t _drain_gate(object server, Gate gate, Py_ssize_t budget) except -1:
+    """Run up to `budget` of the gate's entries, straight from the ring into the gate's
+    buffer (typed: a call-gate entry is per message -- bench_node_pass)."""
+    cdef ShmRing ring = gate.ring
+    cdef bytearray buf = gate._buf
+    cdef unsigned char* p = <unsigned char*> buf
+    cdef Py_ssize_t k, n = 0, cap = len(buf)
+    while n < budget:
+        k = ring.recv_raw(p, <size_t> cap)
+        if k < 0:
+            if k != RING_EMPTY:
+                ring.recv_into(buf)             # raises what went wrong (closed, corrupt)
+            break
+        n += 1
+        if not _gate_entry_raw(server, gate, p, k):
+            break
+    gate.entries += n
+    return n
+
+
 cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_ssize_t k) except -1:
     """`NodeServer._gate_entry` for an entry still in the gate's buffer: the name and the
     payload are taken out of it as bytes, nothing else is made per entry."""
@@ -834,20 +853,35 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
             return server._gate_entry(gate, p[:k])     # a name not seen yet: decoded (and checked) there
         gate._name_raw = raw
         gate._name = name
-    s = gate.session
-    node = server.node
+    if gate._cpu is None:
+        _bind(server, gate)
     try:
-        value, exc = _run_now(node, kernel_entry(node, True, s.proc, name, (gate.node_fd, p[2 + ln:k]), True))
-        if isinstance(exc, WouldBlock):
-            server._block(gate, p[:k], exc.queue)
-            return False
+        value, exc = _run_now(gate._engine, gate._cpu,
+                              callgate_entry(gate._callgates, gate._costs, gate._proc, name,
+                                             (gate.node_fd, p[2 + ln:k])))
         if exc is not None:
+            if isinstance(exc, WouldBlock):
+                server._block(gate, p[:k], exc.queue)
+                return False
             raise exc
     except OSError as e:
         gate.set_error(e.errno or errno.EIO)
     except Exception:   # noqa: BLE001 - a process's bad entry never stops the node
         gate.set_error(errno.EINVAL)
     return True
+
+
+cdef int _bind(object server, Gate gate) except -1:
+    """Look up once what a gate's entries run on: its process (the session's, set at
+    attach, before any file -- so any gate -- exists), the node's call-gate table and
+    costs (made with the node, never replaced), its engine and CPU."""
+    node = server.node
+    gate._proc = gate.session.proc
+    gate._callgates = node.callgates
+    gate._costs = <Costs?> node.costs
+    gate._engine = <Engine?> node.engine
+    gate._cpu = <Cpu?> node.cpu
+    return 0
 
 
 cdef int _LEVEL_PROC = LEVEL_PROC
@@ -865,15 +899,14 @@ cdef class _Done(Completion):
         return 0
 
 
-cdef tuple _run_now(object node, object path):
+cdef tuple _run_now(Engine engine, Cpu cpu, object path):
     """`NodeServer._run` for a gate entry, by C calls: no closure and no list per entry."""
     cdef _Done done = _Done.__new__(_Done)
-    cdef Engine engine = <Engine?> node.engine
-    (<Cpu?> node.cpu).submit(_LEVEL_PROC, path, done)
+    cpu.submit(_LEVEL_PROC, path, done)
     while not done.done:
         if not engine.step():
             return None, OSError(errno.EDEADLK, "no event can complete this call")
-    if not isinstance(done.exc, WouldBlock):
+    if done.exc is None or not isinstance(done.exc, WouldBlock):
         engine.run()        # else once the caller is parked: no wake-up is lost (see _loop)
     return done.value, done.exc
 

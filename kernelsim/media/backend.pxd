@@ -4,6 +4,7 @@
 # the node's engine by C, once per frame.
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim.media._port cimport FramePort
+from kernelsim.media._shmring cimport ShmRing
 
 
 cdef class FrameSink(EventTarget):
@@ -31,6 +32,8 @@ cdef class DevicePort(PortTx):
     cdef public long long rx_frames
     cdef list _held                     # (due wall time, sequence, frame, crc_ok): frames held back
     cdef long long _held_seq
+    cdef object _rx_of                  # the transport _rx_ring was looked up for (poll)
+    cdef ShmRing _rx_ring               # its receive ring, when frames come from one; else None
 
     cpdef int poll(self) except -1
     cdef int _frame_in(self, Py_ssize_t k) except -1

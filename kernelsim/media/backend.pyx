@@ -125,10 +125,12 @@ cdef class DevicePort(PortTx):
         cdef ShmRing ring
         if self.faults is not None or self._held or self.divert is not None:
             return self._poll_faulty()
-        recv = self.transport.recv_into
-        owner = getattr(recv, "__self__", None)
-        if type(owner) is ShmRing:              # the ring itself: frames by C, straight into the buffer
-            ring = owner
+        if self.transport is not self._rx_of:   # looked up once per transport, not per pass
+            owner = getattr(self.transport.recv_into, "__self__", None)
+            self._rx_ring = owner if type(owner) is ShmRing else None
+            self._rx_of = self.transport
+        ring = self._rx_ring
+        if ring is not None:                    # the ring itself: frames by C, straight into the buffer
             while True:
                 k = ring.recv_raw(&self._mv[0], <size_t> self._mv.shape[0])
                 if k < 0:
@@ -137,6 +139,7 @@ cdef class DevicePort(PortTx):
                     return n
                 self._frame_in(k)
                 n += 1
+        recv = self.transport.recv_into
         while True:
             k = recv(self._buf)
             if k < 0:

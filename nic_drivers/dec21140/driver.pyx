@@ -135,7 +135,7 @@ cdef class TulipNetDevice(NicDriver):
 
     cdef Py_ssize_t tx_header(self, Py_ssize_t addr, object dst_hw, int proto) except -1:
         # Destination, our address, EtherType: built once per destination and reused.
-        cdef PhysMem mem = <PhysMem> self.node.mem
+        cdef PhysMem mem = self.host_mem
         cdef Py_ssize_t n
         if self._hdr is None or proto != self._hdr_proto or not (dst_hw is self._hdr_dst or dst_hw == self._hdr_dst):
             self._hdr = bytes(dst_hw) + bytes(self.hwaddr) + proto.to_bytes(2, "big")
@@ -165,7 +165,7 @@ cdef class TulipNetDevice(NicDriver):
         cdef _TulipIrq path = _TulipIrq.__new__(_TulipIrq)
         path.nd = self
         path.dev = <Dec21140> self.dev
-        path.mem = <PhysMem> self.node.mem
+        path.mem = self.host_mem
         path.pci_read = (<Costs> self.c).pci_read
         path.pci_write = (<Costs> self.c).pci_write
         path.mem_miss = (<Costs> self.c).mem_miss
@@ -175,7 +175,7 @@ cdef class TulipNetDevice(NicDriver):
 
     cdef double _tx_reclaim(self) except? -1.0:
         """Free the transmit descriptors the NIC is done with; return the time it took."""
-        cdef PhysMem mem = self.node.mem
+        cdef PhysMem mem = self.host_mem
         cdef Py_ssize_t freed = 0, ntx = self.ntx, d
         while self.dirty_tx < self.cur_tx:
             d = self.tx_ring + 16 * (self.dirty_tx % ntx)
@@ -384,7 +384,7 @@ cdef class _TulipCommit(Path):
             return 1
         if self.state == 1:
             self.state = 2
-            mem = <PhysMem> nd.node.mem
+            mem = nd.host_mem
             ntx = nd.ntx
             entry = nd.cur_tx % ntx
             d = nd.tx_ring + 16 * entry
