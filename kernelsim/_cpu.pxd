@@ -1,5 +1,6 @@
 from cpython.ref cimport PyObject
 from kernelsim._engine cimport Engine, EventTarget
+from kernelsim._path cimport Path
 from kernelsim._waits cimport Waiter
 
 
@@ -10,15 +11,21 @@ cdef class Completion(Waiter):
 
 
 cdef class _Job:
+    # One submitted path. Jobs are links of their level's FIFO and, once finished, of the
+    # CPU's list of spare jobs: no object is made and no list grows per path.
     cdef object gen
+    cdef Path path             # gen, when it is a C state machine; else None
     cdef object on_done
     cdef double remaining
     cdef int level
+    cdef _Job next
 
 cdef class Cpu(EventTarget):
     cdef Engine engine
     cdef readonly bint modeled
-    cdef list _queues          # [irq jobs, process jobs], FIFO each
+    # FIFO of each level (interrupt paths, process paths): head and tail of a chain of jobs
+    cdef _Job _irq_head, _irq_tail, _proc_head, _proc_tail
+    cdef _Job _spare           # finished jobs, for reuse (a chain)
     cdef _Job _running
     cdef double _seg_end
     cdef double _seg_start
@@ -34,6 +41,7 @@ cdef class Cpu(EventTarget):
 
     cpdef submit(self, int level, object gen, object on_done, bint last=*)
     cdef int on_event(self, int what, object arg) except -1
+    cdef _Job _head(self)
     cdef _dispatch(self)
     cdef _advance(self, _Job job)
     cdef _start_segment(self, _Job job, double cost)

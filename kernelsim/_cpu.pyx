@@ -51,7 +51,6 @@ cdef class Completion(Waiter):
         self.complete(value, exc)
 
 
-@cython.freelist(8)
 cdef class _Job:
     pass
 
@@ -60,7 +59,6 @@ cdef class Cpu(EventTarget):
     def __cinit__(self, Engine engine, bint modeled):
         self.engine = engine
         self.modeled = modeled
-        self._queues = [[], []]
         self._running = None
         self._ev = -1
         self._in_real_run = False
@@ -72,16 +70,33 @@ cdef class Cpu(EventTarget):
         ``last=True``: the caller does nothing more at this instant before it runs the
         engine (inside a window it opened), so the path may advance time itself.
         """
-        cdef _Job job = _Job.__new__(_Job)
+        cdef _Job job = self._spare
         cdef _Job cur
+        if level != IRQ_LEVEL and level != PROC_LEVEL:
+            raise ValueError(f"no CPU level {level}")
+        if job is None:
+            job = _Job.__new__(_Job)
+        else:
+            self._spare = job.next
         job.gen = gen
+        job.path = <Path> gen if isinstance(gen, Path) else None
         job.on_done = on_done
         job.remaining = 0.0
         job.level = level
-        (<list> self._queues[level]).append(job)
+        job.next = None
         if level == IRQ_LEVEL:
+            if self._irq_tail is None:
+                self._irq_head = job
+            else:
+                self._irq_tail.next = job
+            self._irq_tail = job
             self.jobs_irq += 1
         else:
+            if self._proc_tail is None:
+                self._proc_head = job
+            else:
+                self._proc_tail.next = job
+            self._proc_tail = job
             self.jobs_proc += 1
         if not self.modeled:
             if not self._in_real_run:
@@ -105,32 +120,28 @@ cdef class Cpu(EventTarget):
         else:
             self._dispatch()
 
+    cdef inline _Job _head(self):
+        """The path to run next: the first interrupt path, else the first process path."""
+        return self._irq_head if self._irq_head is not None else self._proc_head
+
     cdef _run_real(self):
-        cdef list q
         cdef _Job job
         self._in_real_run = True
         try:
             while True:
-                q = <list> self._queues[IRQ_LEVEL]
-                if not q:
-                    q = <list> self._queues[PROC_LEVEL]
-                    if not q:
-                        break
-                job = <_Job> q[0]
+                job = self._head()
+                if job is None:
+                    break
                 self._advance(job)
         finally:
             self._in_real_run = False
 
     cdef _dispatch(self):
-        cdef list q
         cdef _Job job
         while self._running is None:
-            q = <list> self._queues[IRQ_LEVEL]
-            if not q:
-                q = <list> self._queues[PROC_LEVEL]
-                if not q:
-                    return
-            job = <_Job> q[0]
+            job = self._head()
+            if job is None:
+                return
             self._running = job
             if job.remaining > 0.0:
                 self._start_segment(job, job.remaining)
@@ -143,7 +154,7 @@ cdef class Cpu(EventTarget):
         cdef object out
         cdef int r
         cdef double c
-        cdef Path path = job.gen if isinstance(job.gen, Path) else None
+        cdef Path path = job.path
         while True:
             if path is not None:
                 # A C state machine: its next instant by a C call, no generator resume.
@@ -174,7 +185,7 @@ cdef class Cpu(EventTarget):
                     continue
                 c = <double> out
             if c > 0.0:
-                if self._ahead and not (job.level == PROC_LEVEL and (<list> self._queues[IRQ_LEVEL])) \
+                if self._ahead and not (job.level == PROC_LEVEL and self._irq_head is not None) \
                         and self.engine.advance(self.engine.now + c):
                     # Nothing can happen before this segment ends: it is over already.
                     if job.level == IRQ_LEVEL:
@@ -187,7 +198,7 @@ cdef class Cpu(EventTarget):
                 return
 
     cdef _start_segment(self, _Job job, double cost):
-        if job.level == PROC_LEVEL and (<list> self._queues[IRQ_LEVEL]):
+        if job.level == PROC_LEVEL and self._irq_head is not None:
             # An interrupt arrived while this path ran its Python code: it goes first.
             job.remaining = cost
             self._running = None
@@ -215,19 +226,46 @@ cdef class Cpu(EventTarget):
         return 0
 
     cdef _finish(self, _Job job, object value, object exc):
-        cdef list q = <list> self._queues[job.level]
-        if q[0] is job:
-            q.pop(0)
+        cdef _Job prev
+        cdef object on_done = job.on_done
+        # Unlink the job from its level's FIFO (it is the head but after a misuse).
+        if job.level == IRQ_LEVEL:
+            if self._irq_head is job:
+                self._irq_head = job.next
+            else:
+                prev = self._irq_head
+                while prev.next is not job:
+                    prev = prev.next
+                prev.next = job.next
+                if self._irq_tail is job:
+                    self._irq_tail = prev
+            if self._irq_head is None:
+                self._irq_tail = None
         else:
-            q.remove(job)
+            if self._proc_head is job:
+                self._proc_head = job.next
+            else:
+                prev = self._proc_head
+                while prev.next is not job:
+                    prev = prev.next
+                prev.next = job.next
+                if self._proc_tail is job:
+                    self._proc_tail = prev
+            if self._proc_head is None:
+                self._proc_tail = None
         if self._running is job:
             self._running = None
+        # Nothing refers to the job now (its segment event has run or was cancelled): spare it.
         job.gen = None
+        job.path = None
+        job.on_done = None
+        job.next = self._spare
+        self._spare = job
         self._ahead = False             # whoever waits for this path may look at this instant
-        if isinstance(job.on_done, Completion):
-            (<Completion> job.on_done).complete(value, exc)
+        if isinstance(on_done, Completion):
+            (<Completion> on_done).complete(value, exc)
         else:
-            job.on_done(value, exc)
+            on_done(value, exc)
         if self.modeled:
             self._dispatch()
 
