@@ -31,7 +31,6 @@ Two things keep the per-event cost near a bare heap operation:
 """
 from libc.stdlib cimport malloc, realloc, free
 from libc.math cimport INFINITY
-from time import perf_counter as _wall
 
 cdef class EventTarget:
     cdef int on_event(self, int what, object arg) except -1:
@@ -65,7 +64,7 @@ cdef class Engine:
 
     def __init__(self, bint realtime=False):
         self.realtime = realtime
-        self.now = _wall() if realtime else 0.0
+        self.now = wall_now() if realtime else 0.0
         self._size = 0
         self._seq = 0
         self.stop_requested = False
@@ -200,7 +199,7 @@ cdef class Engine:
             if fn is None:
                 self._pop_dead()
                 continue
-            self.now = _wall() if self.realtime else self._heap[0].time
+            self.now = wall_now() if self.realtime else self._heap[0].time
             arg = self._args[slot]
             what = self._whats[slot]
             self._fns[slot] = None

@@ -1,6 +1,12 @@
 from kernelsim._cpu cimport Cpu
 
 
+cdef class IrqHandler:
+    # An interrupt handler whose path a C call makes (a driver's); the default is the
+    # Python-level ``self.interrupt_path(pending)``.
+    cdef object irq_path(self, double pending)
+
+
 cdef class _Line:
     cdef public list handlers
     cdef public bint level
