@@ -11,6 +11,8 @@ engine event on the far port (the frame its argument, whether its CRC checks its
 no tuple per frame), and the frame handed to the device model by a C call
 (`FrameSink.frame_in`, the receive entry a real transport's port uses too).
 """
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.string cimport memcpy
 from kernelsim._engine cimport Engine
 from kernelsim.media._port cimport FramePort
 from kernelsim.media.backend cimport FrameSink
@@ -26,6 +28,8 @@ cdef class EtherPort(FramePort):
     cdef public EtherPort peer
     cdef object _device                  # the receiving device model at this end
     cdef FrameSink _sink                 # the same, when it takes frames by C call
+    cdef bytearray _buf                  # a frame handed to _sink is copied here: its bytes
+    cdef unsigned char[::1] _mv          # as a typed view cost no buffer request per frame
     cdef public double free_at
     cdef public long long frames, bytes
     cdef public double busy_s
@@ -38,6 +42,8 @@ cdef class EtherPort(FramePort):
         self.frames = 0
         self.bytes = 0
         self.busy_s = 0.0
+        self._buf = bytearray(2048)      # a descriptor's longest buffer (11 bits); grows if need be
+        self._mv = self._buf
 
     @property
     def device(self):
@@ -78,8 +84,19 @@ cdef class EtherPort(FramePort):
 
     cdef int on_event(self, int what, object frame) except -1:
         """The frame's last bit is here; `what`: 1 if its CRC checks."""
+        cdef Py_ssize_t n
         if self._sink is not None:
-            self._sink.frame_in(frame, what != 0)
+            if type(frame) is bytes:
+                # The sink takes a typed view; one of the port's buffer, not a new one of
+                # the frame (it copies what it keeps, as from a real transport's port).
+                n = PyBytes_GET_SIZE(frame)
+                if n > self._mv.shape[0]:
+                    self._buf = bytearray(n)
+                    self._mv = self._buf
+                memcpy(&self._mv[0], PyBytes_AS_STRING(frame), n)
+                self._sink.frame_in(self._mv[:n], what != 0)
+            else:
+                self._sink.frame_in(frame, what != 0)
         elif self._device is not None:
             self._device.rx_frame(frame, what != 0)
         return 0
