@@ -1,5 +1,14 @@
 # The discrete-event core: a binary heap of (time, priority, sequence) keys in C,
 # callbacks kept in a slot table so that no Python tuple is built per event.
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+
+
+cdef inline double wall_now() noexcept nogil:
+    # Real time's clock: time.perf_counter's (CLOCK_MONOTONIC on Linux), read without a
+    # Python call or float -- a real-time engine reads it per event, a node per pass.
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 cdef struct _Key:
     double time

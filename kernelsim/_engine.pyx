@@ -33,7 +33,6 @@ from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdlib cimport malloc, realloc, free
 from libc.math cimport INFINITY
-from time import perf_counter as _wall
 
 cdef class EventTarget:
     cdef int on_event(self, int what, object arg) except -1:
@@ -80,7 +79,7 @@ cdef class Engine:
 
     def __init__(self, bint realtime=False):
         self.realtime = realtime
-        self.now = _wall() if realtime else 0.0
+        self.now = wall_now() if realtime else 0.0
         self._size = 0
         self._seq = 0
         self.stop_requested = False
@@ -215,7 +214,7 @@ cdef class Engine:
                 self._pop_dead()
                 continue
             fn = <object> PyList_GET_ITEM(self._fns, slot)
-            self.now = _wall() if self.realtime else self._heap[0].time
+            self.now = wall_now() if self.realtime else self._heap[0].time
             arg = <object> PyList_GET_ITEM(self._args, slot)
             what = self._whats[slot]
             _put(self._fns, slot, None)

@@ -2,6 +2,12 @@ from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._path cimport Path
 
 
+cdef class IrqHandler:
+    # An interrupt handler whose path a C call makes (a driver's); the default is the
+    # Python-level ``self.interrupt_path(pending)``.
+    cdef object irq_path(self, double pending)
+
+
 cdef class _IrqPath(Path):
     cdef list handlers
     cdef Py_ssize_t i

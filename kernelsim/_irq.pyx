@@ -39,6 +39,14 @@ cdef class _Line(Completion):
         return 0
 
 
+cdef class IrqHandler:
+    """A handler object `request_irq` takes instead of a path function: its path is made
+    by a C call, per interrupt (the network devices: `NetDevice`)."""
+
+    cdef object irq_path(self, double pending):
+        return self.interrupt_path(pending)
+
+
 cdef class _IrqPath(Path):
     """One interrupt path: the entry cost, every handler of the line in turn, the exit cost.
 
@@ -49,13 +57,13 @@ cdef class _IrqPath(Path):
             pending = yield from handler(pending)
         yield pending + exit_s
 
-    A handler whose path is a `Path` (the drivers' interrupt paths) is stepped by a C
-    call, anything else by a generator resume.
+    An `IrqHandler` makes its path by a C call; a handler whose path is a `Path` (the
+    drivers' interrupt paths) is stepped by a C call, anything else by a generator resume.
     """
     cdef int step(self, double* cost) except -1:
         cdef PyObject* res = NULL
         cdef int r
-        cdef object out
+        cdef object out, handler
         while True:
             if self.cur is None:
                 if self.i == len(self.handlers):
@@ -65,7 +73,11 @@ cdef class _IrqPath(Path):
                     self.exited = True
                     cost[0] = self.pending + self.exit_s
                     return 1
-                self.cur = (<tuple> self.handlers[self.i])[1](self.pending)
+                handler = (<tuple> self.handlers[self.i])[1]
+                if isinstance(handler, IrqHandler):
+                    self.cur = (<IrqHandler> handler).irq_path(self.pending)
+                else:
+                    self.cur = handler(self.pending)
                 self.i += 1
             r = step_any(self.cur, cost, &res)  # a handler's error goes to the path's completion
             if r == 1:
@@ -89,9 +101,10 @@ cdef class IrqController:
     def request_irq(self, int line, handler, str name):
         """Attach `handler` to `line`.
 
-        A handler is a path function ``handler(pending)``: `pending` is CPU time already
-        spent but not yet yielded (the entry cost), which it folds into its first yield;
-        it returns whatever it spent after its last device access, for the same reason.
+        A handler is a path function ``handler(pending)`` -- or an `IrqHandler`, whose
+        ``irq_path(pending)`` is that function: `pending` is CPU time already spent but
+        not yet yielded (the entry cost), which it folds into its first yield; it returns
+        whatever it spent after its last device access, for the same reason.
         """
         if not 0 <= line < 16:
             raise OSError(errno.EINVAL, f"no IRQ line {line}")

@@ -1,10 +1,10 @@
 from cpython.ref cimport PyObject
-from kernelsim._irq cimport IrqController
+from kernelsim._irq cimport IrqController, IrqHandler
 from kernelsim._path cimport Path
 from kernelsim._waits cimport WaitQueue
 
 
-cdef class NetDevice:
+cdef class NetDevice(IrqHandler):
     cdef public object node
     cdef public str name
     cdef public object hwaddr

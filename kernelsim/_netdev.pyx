@@ -38,7 +38,7 @@ class PciDevice:
         self.driver = None
 
 
-cdef class NetDevice:
+cdef class NetDevice(IrqHandler):
     # A driver sets these (class attributes of its subclass):
     link_header_bytes = 0       # bytes the driver's link header takes at the buffer start
     max_payload = 0             # largest protocol payload one frame carries
@@ -74,7 +74,7 @@ cdef class NetDevice:
     def take_irq(self) -> None:
         """A free interrupt line for this device, its handler the driver's `interrupt_path`."""
         self.irq_line = self.node.irq.free_line()
-        self.node.irq.request_irq(self.irq_line, self.interrupt_path, self.name)
+        self.node.irq.request_irq(self.irq_line, self, self.name)     # its irq_path: interrupt_path
 
     cpdef set_irq(self, bint level):
         """The device's interrupt pin (device models call this as their IRQ sink)."""

@@ -643,7 +643,10 @@ class AttachedDP:
             f.unmap()
 
     def set_blocking(self, fd: int, blocking: bool) -> None:
-        self._file(fd).nonblocking = not blocking
+        f = self._file(fd)
+        f.nonblocking = not blocking
+        if isinstance(f, _Endpoint):
+            f.rings.sleep_on(-1, -1)        # a blocking read that sleeps arms it again
 
     # -- the call gate --------------------------------------------------------------------
 
@@ -838,19 +841,24 @@ class SyncAttachedDP:
         return n
 
     def dp_read(self, fd, nbytes=65536):
-        _check_count(nbytes)
+        if type(nbytes) is not int or nbytes < 0:
+            _check_count(nbytes)
         e = self._dp._fast_endpoint(fd)
+        data = e.rings.read_wait(nbytes)
+        return self._read_waiting(e, nbytes) if data is None else data
+
+    def _read_waiting(self, e, nbytes):
         rings = e.rings
-        data = rings.read(nbytes)
-        if data is None and not e.nonblocking and self._dp.spinner.cap <= 0.0:
+        if not e.nonblocking and self._dp.spinner.cap <= 0.0:
             # A process that sleeps at once (on its node's CPU) sleeps in C: wake-up, pop,
-            # copy and release in one call; None if the control socket needs reading.
+            # copy and release in one call -- from now on inside read_wait's one call.
             ws = e._waitset or e.waitset(self.link.sock)
+            rings.sleep_on(ws.fileno(), self.link.sock.fileno())
             data = rings.read_sleeping(nbytes, ws.fileno(), self.link.sock.fileno())
-        if data is None:
-            got = self._wait(e, rings.take, e.deliveries)
-            data = rings.copy_out(got[0], got[1], nbytes)
-        return data
+            if data is not None:
+                return data
+        got = self._wait(e, rings.take, e.deliveries)      # the control socket, polling, EAGAIN
+        return rings.copy_out(got[0], got[1], nbytes)
 
     def dp_read_token(self, fd):
         e = self._dp._endpoint(fd)

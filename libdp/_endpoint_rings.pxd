@@ -19,6 +19,7 @@ cdef class EndpointRings:
     cdef public bint targeted       # dp_target has been called
     cdef unsigned char* entry       # the release gate entry being batched
     cdef Py_ssize_t n_releases, release_cap, per_entry
+    cdef int sleep_waitset, sleep_sock # read_wait sleeps on these (`sleep_on`), or -1: it does not
 
     cpdef int check_error(self) except -1
     cpdef Py_ssize_t write(self, data) except -2
@@ -26,6 +27,7 @@ cdef class EndpointRings:
     cdef int _check_slot(self, Py_ssize_t slot, Py_ssize_t n) except -1
     cpdef object read(self, Py_ssize_t nbytes)
     cpdef object read_sleeping(self, Py_ssize_t nbytes, int waitset_fd, int sock_fd)
+    cpdef object read_wait(self, Py_ssize_t nbytes)
     cpdef bytes copy_out(self, Py_ssize_t slot, Py_ssize_t n, Py_ssize_t nbytes)
     cpdef int release(self, Py_ssize_t slot) except -1
     cpdef int flush_releases(self) except -1

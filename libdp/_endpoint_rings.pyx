@@ -64,6 +64,7 @@ def endpoint_rings(ShmRing gate, EventRing deliveries, pool, err_map, Py_ssize_t
     Pool, `err_map` the mapping holding its u32 error word at `err_at`."""
     cdef EndpointRings r = EndpointRings.__new__(EndpointRings)
     cdef Py_ssize_t slots
+    r.sleep_waitset = r.sleep_sock = -1
     r.gate = gate
     r.deliveries = deliveries
     r.fd = fd
@@ -113,6 +114,7 @@ cdef class EndpointRings:
             free(self.entry)
             self.entry = NULL
         self.n_releases = 0
+        self.sleep_waitset = self.sleep_sock = -1
 
     # -- the call gate ------------------------------------------------------------------
 
@@ -173,6 +175,20 @@ cdef class EndpointRings:
         if not self.deliveries.pop_into(rec):
             return None
         return self.copy_out(rec[0], rec[1], nbytes)
+
+    def sleep_on(self, int waitset_fd, int sock_fd):
+        """Let `read_wait` sleep on `waitset_fd` (see `read_sleeping`); -1: it never sleeps
+        (a process that polls first, a non-blocking file, a wait set closed)."""
+        self.sleep_waitset = waitset_fd
+        self.sleep_sock = sock_fd if waitset_fd >= 0 else -1
+
+    cpdef object read_wait(self, Py_ssize_t nbytes):
+        """A blocking read's one C call: `read`, and if nothing is waiting and the process
+        sleeps at once (`sleep_on`), `read_sleeping`; None for the caller to wait its way."""
+        got = self.read(nbytes)
+        if got is None and self.sleep_waitset >= 0:
+            return self.read_sleeping(nbytes, self.sleep_waitset, self.sleep_sock)
+        return got
 
     cpdef object read_sleeping(self, Py_ssize_t nbytes, int waitset_fd, int sock_fd):
         """`read` that sleeps until a message comes, on the epoll descriptor `waitset_fd`

@@ -32,7 +32,7 @@ import time
 from kernelsim.daemon import MemfdRegion, NodeServer
 from kernelsim.media.backend import DevicePort
 from kernelsim.media.faults import FaultInjector
-from kernelsim.media.mesh import ShmMesh, UdpMesh, remove_cluster_rings
+from kernelsim.media.mesh import OnlyPeer, ShmMesh, UdpMesh, remove_cluster_rings
 from libdp._clusterfile import ClusterFile, NodeSpec, make_run_dir
 from libdp._cluster import Cluster, build_profile, resolve_platform
 from nic_drivers import nic as nic_package
@@ -87,8 +87,7 @@ def frame_router(pkg, hosts: dict, nid: int):
     """``dest_of(frame) -> node id``: which node a frame of this NIC is addressed to."""
     peers = [p for p in hosts if p != nid]
     if len(peers) == 1:
-        only = peers[0]
-        return lambda frame: only
+        return OnlyPeer(peers[0])
     station_of = getattr(pkg, "frame_station", None)
     if station_of is None:
         raise OSError(errno.EINVAL, f"{pkg.__name__.split('.')[-1]} frames carry no address a real transport can "

@@ -9,7 +9,8 @@ from kernelsim._physmem cimport PhysMem
 
 cdef class NicModel(FrameSink):
     cdef public object driver           # the kernel netdev bound to this card, or None
-    cdef public object irq_sink         # callable(bool): the interrupt line (the driver's set_irq)
+    cdef object _irq_sink               # callable(bool): the interrupt line (`irq_sink`)
+    cdef NetDevice _irq_dev             # when that is a netdev's set_irq: the netdev, called by C
     cdef Engine engine
     cdef PhysMem mem                    # host physical memory: reached only by DMA
     cdef bint _line                     # the level the card drives on its interrupt line

@@ -4,8 +4,9 @@
 A device model (the 21140, the PCA-200E, the LANai board, the TB2) is a `NicModel`:
 it drives one interrupt line and masters host memory by DMA. The line is a level the
 card computes from its own status and mask registers; `_set_line` passes a change of
-level -- and only a change -- to the sink the driver installed (its `set_irq`), and
-counts the rising edges. A DMA transfer costs a set-up, a re-arbitration for every
+level -- and only a change -- to the sink the driver installed (its `set_irq`, then
+called by C: an interrupt's raise and lower are per message), and counts the rising
+edges. A DMA transfer costs a set-up, a re-arbitration for every
 burst after the first, and its bytes at the sustained rate (HW-21140, HW-ATM,
 HW-MYRI, SP-A16); the four cards differ only in their burst length and in the bus the
 profile describes. Everything else -- register files, rings, firmware -- is the
@@ -35,7 +36,8 @@ cdef class NicModel(FrameSink):
         self.engine = engine
         self.mem = mem
         self.driver = None
-        self.irq_sink = None
+        self._irq_sink = None
+        self._irq_dev = None
         self._line = False
         self.dma_setup = profile["pci.dma_setup_s"]
         self.dma_rate = profile["pci.dma_rate_Bps"]
@@ -44,13 +46,26 @@ cdef class NicModel(FrameSink):
         if not self.dma_rate > 0:
             raise OSError(errno.EINVAL, "pci.dma_rate_Bps must be positive")
 
+    @property
+    def irq_sink(self):
+        """What the card's interrupt line drives: a callable(level), or None."""
+        return self._irq_sink
+
+    @irq_sink.setter
+    def irq_sink(self, sink):
+        owner = getattr(sink, "__self__", None)
+        self._irq_sink = sink
+        self._irq_dev = owner if isinstance(owner, NetDevice) and getattr(sink, "__name__", "") == "set_irq" else None
+
     cdef _set_line(self, bint line):
         if line != self._line:
             self._line = line
             if line:
                 self.irq_raised += 1
-            if self.irq_sink is not None:
-                self.irq_sink(line)
+            if self._irq_dev is not None:
+                self._irq_dev.set_irq(line)
+            elif self._irq_sink is not None:
+                self._irq_sink(line)
 
     cdef double dma_span(self, Py_ssize_t nbytes) noexcept:
         cdef Py_ssize_t bursts = 1
@@ -89,8 +104,9 @@ cdef class NicDriver(NetDevice):
     def attach_irq(self) -> None:
         """Take a free IRQ line and let the card drive it (open, after the rings exist)."""
         self.take_irq()
-        # The Python-level bound method: `self.set_irq` in a cdef class would convert the
-        # C method of the base type to a callable through a cast gcc flags as incompatible.
+        # The Python-level bound method (`self.set_irq` in a cdef class would convert the
+        # C method of the base type to a callable through a cast gcc flags as incompatible);
+        # the card recognises it and calls set_irq by C.
         self.dev.irq_sink = getattr(self, "set_irq")
 
     def detach_irq(self) -> None:

@@ -69,9 +69,8 @@ from cpython.exc cimport PyErr_CheckSignals
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.string cimport memcmp
 from kernelsim._cpu cimport Completion, Cpu
-from kernelsim._engine cimport Engine
+from kernelsim._engine cimport Engine, wall_now
 from kernelsim._node cimport Costs, callgate_entry, poll_ports
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from kernelsim.media._shmring cimport RING_EMPTY, ShmRing
 from kernelsim.daemon._rings cimport RingExport
 import errno
@@ -105,13 +104,6 @@ cdef double _yield_idle_s = YIELD_IDLE_S
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
-
-
-cdef inline double _now() noexcept nogil:
-    """time.perf_counter's clock, without a Python float per reading (the polling loop)."""
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 def default_spin(seconds: float) -> float:
@@ -303,7 +295,7 @@ class NodeServer:
         cdef list ports = node.real_ports, gates = self._gates
         epoll_poll = self._epoll.poll
         cdef double spin_s = self.spin_s
-        cdef double last_work = _now(), now
+        cdef double last_work = wall_now(), now
         cdef unsigned int empty = 0
         while not self._stopping:
             # A signal's Python handler (SIGTERM/SIGINT: `stop`) runs only when something
@@ -325,7 +317,7 @@ class NodeServer:
             # did: every process woken once, before the node polls on or sleeps.
             publish_posts()
             if work and spin_s > 0.0:
-                last_work = _now()
+                last_work = wall_now()
                 empty = 0
                 continue
             if not work:
@@ -338,17 +330,17 @@ class NodeServer:
                     events = epoll_poll(0)
                     if events:
                         self._handle_events(events)
-                        last_work = _now()
+                        last_work = wall_now()
                         continue
                 if spin_s > 0.0:
-                    now = _now()
+                    now = wall_now()
                     if now - last_work < spin_s:
                         sched_yield()
                         # Poll only while the core is otherwise idle: a yield that gave the
                         # core away (another process ran) means polling takes it from that
                         # process -- its own script, mid-stream -- so sleep instead; the
                         # script's doorbell wakes the node when it has posted.
-                        if _now() - now < _yield_idle_s:
+                        if wall_now() - now < _yield_idle_s:
                             continue
             # Sleep -- also straight after work when the node does not poll: announcing the
             # sleep checks every ring once more (a producer that published meanwhile makes
@@ -378,7 +370,7 @@ class NodeServer:
                     r.drain()
             if events:
                 self._handle_events(events)
-            last_work = _now()
+            last_work = wall_now()
 
     def tie_to(self, pid: int) -> None:
         """Stop when process `pid` exits (a temporary cluster's nodes end with their maker)."""

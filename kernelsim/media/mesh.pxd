@@ -1,3 +1,8 @@
+cdef class OnlyPeer:
+    # The router of a cluster of two: every frame goes to the one other node.
+    cdef readonly long nid
+
+
 cdef class MeshSender:
     # `ShmMesh`'s sending side, typed: what a `DevicePort` reaches by a C call per frame.
     cdef public object dest_of          # dest_of(frame) -> node id or None

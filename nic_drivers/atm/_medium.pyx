@@ -33,10 +33,14 @@ Two topologies:
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy
 
-from kernelsim._engine cimport Engine
+from kernelsim._engine cimport Engine, EventTarget
 from kernelsim.media.faults import FaultInjector
 
 DEF CELL = 53
+
+cdef enum:
+    EV_ARRIVE = 0           # the ring's oldest cell reaches the sink
+    EV_ARRIVE_FAULTED = 1   # a cell the fault injector passed on (its own bytes, maybe late or changed)
 
 cdef unsigned char _crc8_tab[256]
 
@@ -88,8 +92,6 @@ cdef class CellPort:
             raise MemoryError()
         self.head = 0
         self.count = 0
-        self._arrive_cb = self._arrive
-        self._arrive_obj_cb = self._arrive_obj
 
     def __dealloc__(self):
         free(self.ring)
@@ -125,24 +127,28 @@ cdef class CellPort:
         self.busy_s += self.cell_s
         if not self.faulty:
             self._push(cell)
-            self.engine.at(arrive, self._arrive_cb, None)
+            self.engine.post(arrive, self, EV_ARRIVE, None)
         else:
             # The injector's verdict on the CRC is not passed on: the receiver checks.
             for data, delay, _ok in self.faults.apply((<const char*> cell)[:CELL]):
-                self.engine.at(arrive + delay, self._arrive_obj_cb, data)
+                self.engine.post(arrive + delay, self, EV_ARRIVE_FAULTED, data)
         return end
 
-    def _arrive(self, _):
+    cdef int on_event(self, int what, object arg) except -1:
+        """A cell's arrival at the sink (bound once: no bound method per cell)."""
         cdef unsigned char cell[CELL]
+        cdef bytes data
+        if what == EV_ARRIVE_FAULTED:
+            data = arg
+            if self.sink is not None and len(data) == CELL:
+                self.sink.rx_cell(<const unsigned char*> <const char*> data)
+            return 0
         memcpy(cell, self.ring + self.head * CELL, CELL)
         self.head = (self.head + 1) % self.cap
         self.count -= 1
         if self.sink is not None:
             self.sink.rx_cell(cell)
-
-    def _arrive_obj(self, bytes data):
-        if self.sink is not None and len(data) == CELL:
-            self.sink.rx_cell(<const unsigned char*> <const char*> data)
+        return 0
 
     def transmit_cell(self, const unsigned char[::1] cell, double t):
         """Python-level send of one 53-byte cell (tests, tools); returns the end time."""

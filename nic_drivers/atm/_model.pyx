@@ -74,68 +74,17 @@ DEF CELL = 53
 DEF PAYLOAD = 48
 DEF TRAILER = 8
 DEF TSD_MAX = 2                  # transmit segments per TPD (fore200e: TSD_FIXED)
-DEF RSD_MAX = 18                 # receive segments per RPD: 1 small + 17 large hold 65535 bytes
 DEF MAX_PDU = 65535
 DEF SLOT_BYTES = 65535 + 47 + 8
 
-# -- register file (32-bit, PCI memory space) ------------------------------------------
-REG_HCR = 0x00          # host control: write RESET / CLR_INTR; read INTR
-REG_IMASK = 0x04        # 1: the cp may interrupt the host
-REG_ISTAT = 0x08        # 1: an interrupt is posted
-REG_BSTAT = 0x0C        # boot status of the i960 monitor / firmware
-REG_CMDQ = 0x10         # card-memory offsets of the cp-resident queues ("cp_queues")
-REG_TXQ = 0x14
-REG_RXQ = 0x18
-REG_BSQ_SMALL = 0x1C
-REG_BSQ_LARGE = 0x20
-REG_CMDQ_LEN = 0x24
-REG_TXQ_LEN = 0x28
-REG_RXQ_LEN = 0x2C
-REG_BSQ_LEN = 0x30
-REG_SMALL_BYTES = 0x34
-REG_LARGE_BYTES = 0x38
-REG_NUM_CONNECT = 0x3C
-REG_RSD_MAX = 0x40
-QUEUES_BASE = 0x100
-
-HCR_RESET = 1 << 0
-HCR_CLR_INTR = 1 << 1
-HCR_INTR = 1 << 2
-
+# The register offsets, bits, opcodes and host-memory layout are C constants in
+# `_model.pxd` (and module-level ints for Python). The boot status words do not fit a C
+# enum (they are above 2**31): Python names, and an unsigned C copy for the model.
 BSTAT_COLD_START = 0xC01DC01D
 BSTAT_SELFTEST_FAIL = 0xADBADBAD
 BSTAT_CP_RUNNING = 0xCE11FEED
-
-STATUS_PENDING = 1 << 0
-STATUS_COMPLETE = 1 << 1
-STATUS_FREE = 1 << 2
-STATUS_ERROR = 1 << 3
-
-OPCODE_ACTIVATE_VCIN = 2
-OPCODE_ACTIVATE_VCOUT = 3
-OPCODE_DEACTIVATE_VCIN = 4
-OPCODE_DEACTIVATE_VCOUT = 5
-OPCODE_REQUEST_INTR = 1 << 7
-
-AAL0 = 0
-AAL34 = 4
-AAL5 = 5
-
-# Host-memory structures (byte offsets, host byte order)
-TPD_BYTES = 32          # header, spec, rate, pad, 2 x {buffer, length}
-TPD_HEADER = 0
-TPD_SPEC = 4
-TPD_RATE = 8
-TPD_TSD = 16
-RPD_HEADER = 0
-RPD_NSEG = 4
-RPD_RSD = 8
-RPD_BYTES = 8 + 8 * RSD_MAX
-RBD_BYTES = 8
-RBD_BLOCK_MAX = 32
-CMDQ_ENTRY = 32         # command words 0-3, status address (word 4, the trigger), pad
-QENTRY = 8              # tx/rx/bs queue entry: trigger word, status address
-RSD_MAX_PER_RPD = RSD_MAX
+cdef unsigned int _BSTAT_SELFTEST_FAIL = BSTAT_SELFTEST_FAIL
+cdef unsigned int _BSTAT_CP_RUNNING = BSTAT_CP_RUNNING
 
 cdef unsigned int _crc32_tab[256]
 cdef unsigned char _crc8_tab[256]
@@ -238,70 +187,10 @@ def aal5_cell_count(Py_ssize_t payload_bytes):
 cdef class _CellInput
 
 
-cdef struct Vc:
-    unsigned char in_open
-    unsigned char out_open
-    unsigned char dropping
-    int in_mtu
-    int out_mtu
-    int max_cells
-    int ncells
-    unsigned char* buf
-
-
 cdef class Pca200e(NicModel):
-    """One PCA-200E-style adapter on one node's PCI bus."""
+    """One PCA-200E-style adapter on one node's PCI bus (its fields: `_model.pxd`)."""
     vendor_id = 0x1127           # FORE Systems
     device_id = 0x0300           # PCA-200E
-
-    cdef public bint fail_selftest      # a card whose self-test fails (driver probe tests)
-    cdef readonly CellSink cell_input   # where a modeled fiber delivers its cells
-    cdef object _port
-    cdef CellPort cport
-    cdef object _acc                    # real transports: the cells of the PDU being sent
-    cdef unsigned char* host
-    cdef Py_ssize_t host_size
-    cdef readonly tuple hwaddr
-    # geometry
-    cdef readonly int cmdq_len, txq_len, rxq_len, bsq_len, small_bytes, large_bytes, num_connect
-    cdef readonly int cmdq_off, txq_off, rxq_off, bsq_small_off, bsq_large_off, ram_bytes
-    cdef int bsq_off[2]
-    cdef unsigned int* ram
-    cdef unsigned char* txq_posted
-    cdef unsigned char* rxq_ready
-    cdef unsigned char* bsq_posted
-    cdef Vc* vcs
-    cdef int fl_cap
-    cdef unsigned int* fl_handle
-    cdef unsigned int* fl_addr
-    cdef int fl_head[2]
-    cdef int fl_count[2]
-    # registers and cp state
-    cdef unsigned int imask, istat, bstat
-    cdef int epoch
-    cdef object epoch_obj
-    cdef double cp_free, dma_free
-    cdef int tx_head, rx_head
-    cdef bint tx_poll_pending, tx_loading
-    cdef int load_slot, seg_slot, seg_cell
-    cdef unsigned char* slot_buf[2]
-    cdef int slot_full[2]
-    cdef int slot_cells[2]
-    cdef int slot_entry[2]
-    cdef int slot_intr[2]
-    cdef unsigned int slot_hdr[2]
-    # timing
-    cdef readonly double cell_s, sar_cell_s, sar_pdu_s, cmd_s, cp_poll_s
-    cdef int tx_fifo, rx_fifo
-    # cached callbacks
-    cdef object _tx_load_cb, _tx_loaded_cb, _tx_cell_cb, _tx_done_cb, _rx_done_cb, _bsq_done_cb
-    # statistics (the card's own counters: phy, atm, aal5, aux)
-    cdef readonly long long cells_in, hec_errors, idle_cells, oam_cells, runts
-    cdef readonly long long vpi_bad_range, vci_bad_range, vci_no_conn, rx_fifo_overflow
-    cdef readonly long long cells_tx, cells_rx, cells_dropped
-    cdef readonly long long pdus_tx, pdus_rx, crc_errors, protocol_errors, pdus_too_long
-    cdef readonly long long pdus_dropped, small_failed, large_failed, rpd_failed, dma_errors
-    cdef readonly long long tx_errors, cmds, cmd_errors, buffers_supplied, supply_overflow
 
     def __cinit__(self, Engine engine, PhysMem mem, tuple hwaddr, profile):
         cdef int i
@@ -360,12 +249,6 @@ cdef class Pca200e(NicModel):
         self.burst_bytes = profile["atm.dma_burst_bytes"]
         self.tx_fifo = max(1, profile["atm.tx_fifo_cells"])
         self.rx_fifo = max(1, profile["atm.rx_fifo_cells"])
-        self._tx_load_cb = self._tx_load
-        self._tx_loaded_cb = self._tx_loaded
-        self._tx_cell_cb = self._tx_cell
-        self._tx_done_cb = self._tx_done
-        self._rx_done_cb = self._rx_done
-        self._bsq_done_cb = self._bsq_done
         self.epoch = 0
         self._reset()
 
@@ -410,7 +293,7 @@ cdef class Pca200e(NicModel):
         self.fl_count[0] = self.fl_count[1] = 0
         self.imask = 0
         self.istat = 0
-        self.bstat = BSTAT_SELFTEST_FAIL if self.fail_selftest else BSTAT_CP_RUNNING
+        self.bstat = _BSTAT_SELFTEST_FAIL if self.fail_selftest else _BSTAT_CP_RUNNING
         self.cp_free = self.dma_free = self.engine.now
         self.tx_head = self.rx_head = 0
         self.tx_poll_pending = self.tx_loading = False
@@ -457,7 +340,7 @@ cdef class Pca200e(NicModel):
         if off == REG_NUM_CONNECT:
             return self.num_connect
         if off == REG_RSD_MAX:
-            return RSD_MAX
+            return RSD_MAX_PER_RPD
         if QUEUES_BASE <= off < self.ram_bytes and not off & 3:
             return self.ram[off >> 2]
         return 0xFFFFFFFF
@@ -478,7 +361,7 @@ cdef class Pca200e(NicModel):
             self.imask = value & 1
             self._update_irq()
             return
-        if off < QUEUES_BASE or off >= self.ram_bytes or off & 3 or self.bstat != BSTAT_CP_RUNNING:
+        if off < QUEUES_BASE or off >= self.ram_bytes or off & 3 or self.bstat != _BSTAT_CP_RUNNING:
             return                                  # read-only, unmapped, or a dead cp
         self.ram[off >> 2] = value
         if off < self.txq_off:
@@ -500,8 +383,8 @@ cdef class Pca200e(NicModel):
                 i = rel // QENTRY                   # 0..2*bsq_len-1: small entries, then large
                 self.bsq_posted[i] = 1
                 word = (<long long> self.epoch << 16) | i
-                self.engine.after(self.cp_poll_s + self.dma_time(RBD_BYTES * ((value & 31) + 1)),
-                                  self._bsq_done_cb, word)
+                self.engine.post(self.engine.now + (self.cp_poll_s + self.dma_time(RBD_BYTES * ((value & 31) + 1))),
+                                 self, EV_BSQ_DONE, word)
 
     # -- interrupt -------------------------------------------------------------------------
 
@@ -618,7 +501,23 @@ cdef class Pca200e(NicModel):
 
     # -- buffer supply -----------------------------------------------------------------------
 
-    def _bsq_done(self, long long word):
+    cdef int on_event(self, int what, object arg) except -1:
+        """The card's own engine events (bound once: no bound method per event)."""
+        if what == EV_TX_CELL:
+            self._tx_cell(arg)
+        elif what == EV_TX_LOAD:
+            self._tx_load(arg)
+        elif what == EV_TX_LOADED:
+            self._tx_loaded(arg)
+        elif what == EV_TX_DONE:
+            self._tx_done(arg)
+        elif what == EV_RX_DONE:
+            self._rx_done(arg)
+        else:
+            self._bsq_done(arg)
+        return 0
+
+    cdef _bsq_done(self, long long word):
         """The cp has fetched a block of receive buffer descriptors: add them to its pool."""
         cdef int i = word & 0xFFFF, magn, k, n, idx
         cdef unsigned int w0, block, handle, addr, size
@@ -667,9 +566,9 @@ cdef class Pca200e(NicModel):
     cdef _tx_kick(self):
         if not self.tx_poll_pending and not self.tx_loading:
             self.tx_poll_pending = True
-            self.engine.after(self.cp_poll_s, self._tx_load_cb, self.epoch_obj)
+            self.engine.post(self.engine.now + self.cp_poll_s, self, EV_TX_LOAD, self.epoch_obj)
 
-    def _tx_load(self, epoch):
+    cdef _tx_load(self, object epoch):
         if epoch != self.epoch:
             return
         self.tx_poll_pending = False
@@ -739,9 +638,9 @@ cdef class Pca200e(NicModel):
             self.slot_hdr[slot] = hdr & ~(<unsigned int> 0xE)       # user data cell; the SAR sets PTI bit 0
             t = self._cp(self.engine.now, self.sar_pdu_s)
             self.tx_loading = True
-            self.engine.at(self._dma(t, dur), self._tx_loaded_cb, self.epoch_obj)
+            self.engine.post(self._dma(t, dur), self, EV_TX_LOADED, self.epoch_obj)
 
-    def _tx_loaded(self, epoch):
+    cdef _tx_loaded(self, object epoch):
         cdef int slot = self.load_slot
         if epoch != self.epoch:
             return
@@ -754,7 +653,7 @@ cdef class Pca200e(NicModel):
             self._tx_cell(epoch)
         self._tx_try_load()                         # fetch the next PDU while this one goes out
 
-    def _tx_cell(self, epoch):
+    cdef _tx_cell(self, object epoch):
         """The i960 segments one cell and hands it to the framer's FIFO."""
         cdef int slot = self.seg_slot, k = self.seg_cell
         cdef bint last
@@ -784,20 +683,20 @@ cdef class Pca200e(NicModel):
             nxt = t
         if not last:
             self.seg_cell = k + 1
-            self.engine.at(nxt, self._tx_cell_cb, self.epoch_obj)
+            self.engine.post(nxt, self, EV_TX_CELL, self.epoch_obj)
             return
         self.pdus_tx += 1
-        self.engine.at(self._dma(t, self.dma_time(4)), self._tx_done_cb,
-                       (self.epoch << 24) | (self.slot_entry[slot] << 1) | self.slot_intr[slot])
+        self.engine.post(self._dma(t, self.dma_time(4)), self, EV_TX_DONE,
+                         (<long long> self.epoch << 24) | (self.slot_entry[slot] << 1) | self.slot_intr[slot])
         self.slot_full[slot] = 0
         self.seg_slot = -1
         if self.slot_full[slot ^ 1]:
             self.seg_slot = slot ^ 1
             self.seg_cell = 0
-            self.engine.at(nxt, self._tx_cell_cb, self.epoch_obj)
+            self.engine.post(nxt, self, EV_TX_CELL, self.epoch_obj)
         self._tx_try_load()
 
-    def _tx_done(self, long long word):
+    cdef _tx_done(self, long long word):
         cdef int e = (word >> 1) & 0x7FFFFF
         if (word >> 24) != self.epoch:
             return
@@ -900,7 +799,7 @@ cdef class Pca200e(NicModel):
         rpd = self.ram[(self.rxq_off >> 2) + 2 * e]
         if not self.rxq_ready[e]:
             self.rpd_failed += 1
-        elif nseg > RSD_MAX or not self._ok(rpd, RPD_RSD + 8 * nseg):
+        elif nseg > RSD_MAX_PER_RPD or not self._ok(rpd, RPD_RSD + 8 * nseg):
             self.dma_errors += 1
         elif self.fl_count[0] < 1:
             self.small_failed += 1
@@ -930,12 +829,12 @@ cdef class Pca200e(NicModel):
             dur += self.dma_time(RPD_RSD + 8 * nseg) + self.dma_time(4)
             self.pdus_rx += 1
             t = self._cp(t, self.sar_pdu_s)
-            self.engine.at(self._dma(t, dur), self._rx_done_cb, (self.epoch << 24) | e)
+            self.engine.post(self._dma(t, dur), self, EV_RX_DONE, (<long long> self.epoch << 24) | e)
             return
         self.pdus_dropped += 1
         self.cells_dropped += n
 
-    def _rx_done(self, long long word):
+    cdef _rx_done(self, long long word):
         cdef int e = word & 0xFFFFFF
         if (word >> 24) != self.epoch:
             return

@@ -162,6 +162,9 @@ cdef class TulipNetDevice(NicDriver):
 
     def interrupt_path(self, double pending=0.0):
         """The interrupt handler's path (`_TulipIrq`: the generator it is, for reading)."""
+        return self.irq_path(pending)
+
+    cdef object irq_path(self, double pending):
         cdef _TulipIrq path = _TulipIrq.__new__(_TulipIrq)
         path.nd = self
         path.dev = <Dec21140> self.dev
