@@ -91,7 +91,6 @@ cdef class AtmNetDevice(NicDriver):
     cdef public list tx_bufs, small, large, free_bufs, rbd_blocks, vcs_in, vcs_out
     cdef Py_ssize_t _bsq_off[2], _bsq_status[2], _bsq_head[2], _supply_min[2]
     cdef Pca200e card                               # self.dev, typed
-    cdef PhysMem mem                                # self.node.mem, typed
     cdef object _hdr_dst                            # the last destination's VPI/VCI ...
     cdef unsigned int _hdr_word                     # ... and its TPD cell header
 
@@ -101,7 +100,6 @@ cdef class AtmNetDevice(NicDriver):
     def __init__(self, node, dev, name, *, mtu, encap, small_buffers, large_buffers, supply_block, budget):
         super().__init__(node, dev, name, dev.hwaddr)
         self.card = <Pca200e?> dev
-        self.mem = <PhysMem?> node.mem
         self.mtu = mtu
         self.encap = encap
         self._llc = encap == "llc"
@@ -307,7 +305,7 @@ cdef class AtmNetDevice(NicDriver):
 
     cdef Py_ssize_t tx_header(self, Py_ssize_t addr, object dst_hw, int proto) except -1:
         # The VC goes into the TPD's cell header; the protocol id in front of the payload.
-        cdef PhysMem mem = self.mem
+        cdef PhysMem mem = self.host_mem
         cdef unsigned char* p
         if dst_hw is not self._hdr_dst:         # a ping-pong's only destination: unpacked once
             vpi, vci = dst_hw
@@ -334,7 +332,7 @@ cdef class AtmNetDevice(NicDriver):
 
     cdef int _post_tpd(self, Py_ssize_t payload_bytes) except -1:
         """Fill the next TPD and its status word, then ring the doorbell."""
-        cdef PhysMem mem = self.mem
+        cdef PhysMem mem = self.host_mem
         cdef Py_ssize_t e = self.cur_tx % self.ntx
         cdef Py_ssize_t tpd = self.tpds + TPD_BYTES * e
         cdef Py_ssize_t length = self._hdr_bytes + payload_bytes
@@ -361,7 +359,7 @@ cdef class AtmNetDevice(NicDriver):
         cdef _AtmIrq path = _AtmIrq.__new__(_AtmIrq)
         path.nd = self
         path.card = self.card
-        path.mem = self.mem
+        path.mem = self.host_mem
         path.pci_read = self.c.pci_read
         path.pci_write = self.c.pci_write
         path.mem_miss = self.c.mem_miss
@@ -373,7 +371,7 @@ cdef class AtmNetDevice(NicDriver):
                               Py_ssize_t* lens) except -2:
         """The segments of a received PDU (handle, address, length), their number, or -1
         if the RPD makes no sense."""
-        cdef PhysMem mem = self.mem
+        cdef PhysMem mem = self.host_mem
         cdef unsigned int nseg = mem.rd32(rpd + RPD_NSEG), handle, n, j
         cdef Py_ssize_t k
         if not 1 <= nseg <= RSD_MAX_PER_RPD:
@@ -397,7 +395,7 @@ cdef class AtmNetDevice(NicDriver):
     cdef double _contiguous(self, Py_ssize_t nseg, unsigned int* handles, Py_ssize_t* addrs, Py_ssize_t* lens,
                             Py_ssize_t* where, Py_ssize_t* length) except? -1.0:
         """The PDU as one piece of memory (`where`, `length`); returns the CPU time it took."""
-        cdef PhysMem mem = self.mem
+        cdef PhysMem mem = self.host_mem
         cdef Py_ssize_t total = 0, k, n, n0
         if nseg == 1:
             where[0] = addrs[0]
@@ -422,7 +420,7 @@ cdef class AtmNetDevice(NicDriver):
     cdef bint _post_supply(self, int magn, bint partial) except -1:
         """Give the card one block of free buffers if enough are free and a supply entry is."""
         cdef list free = self.free_bufs[magn]
-        cdef PhysMem mem = self.mem
+        cdef PhysMem mem = self.host_mem
         cdef Py_ssize_t i, st, n, k, block, handle
         cdef list bufs
         if not free or (len(free) < self._supply_min[magn] and not partial):
@@ -445,7 +443,7 @@ cdef class AtmNetDevice(NicDriver):
 
     cpdef double _tx_reclaim(self) except? -1.0:
         """Free the transmit entries the card is done with; return the time it took."""
-        cdef PhysMem mem = self.mem
+        cdef PhysMem mem = self.host_mem
         cdef Py_ssize_t freed = 0
         cdef unsigned int s
         while self.dirty_tx < self.cur_tx:

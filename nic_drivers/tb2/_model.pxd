@@ -1,9 +1,16 @@
 # The TB2 adapter model: declarations (the implementation is in _model.pyx). Declared here
 # so the per-packet code of its owners (nic_drivers.tb2.fifos, protocols.am) reads the
 # counters and stores the lengths by C calls.
-from kernelsim._engine cimport Engine
+from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._physmem cimport PhysMem
 from nic_drivers._nic cimport NicModel
+
+
+cdef class Tb2Port(EventTarget):
+    # What an adapter's MSMU drives, by C call: `send` is `transmit(packet, t, ready)`
+    # without the (start, end) tuple (the default calls the Python-level `transmit`, so
+    # any port works; the modeled switch's `SwitchPort` overrides it).
+    cdef int send(self, bytes packet, double t, double ready, double* start, double* end) except -1
 
 
 cdef class Tb2Adapter(NicModel):

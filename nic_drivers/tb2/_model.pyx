@@ -56,7 +56,8 @@ charged in the host-side paths (``fifos.pyx``), not here.
 """
 import errno
 
-from kernelsim._engine cimport Engine
+cimport cython
+from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.string cimport memcpy
@@ -136,6 +137,34 @@ cdef enum:
 
 cdef inline unsigned int _be16(const unsigned char[::1] b, Py_ssize_t i):
     return (b[i] << 8) | b[i + 1]
+
+
+cdef class Tb2Port(EventTarget):
+    """A port an adapter transmits on, reached by a C call (`_model.pxd`)."""
+
+    cdef int send(self, bytes packet, double t, double ready, double* start, double* end) except -1:
+        start[0], end[0] = self.transmit(packet, t, ready)
+        return 0
+
+
+@cython.freelist(16)
+cdef class _TxJob:
+    """One send entry on its way through the DMA engine and the MSMU FIFO (the argument
+    of its engine events: typed, not a tuple per event)."""
+    cdef unsigned int epoch
+    cdef int entry, slot
+    cdef Py_ssize_t nbytes          # 0 for a DMA-done event whose packet the link already took
+    cdef double end                 # when the DMA has brought the whole entry in
+
+
+cdef _TxJob _tx_job(unsigned int epoch, int entry, Py_ssize_t nbytes, int slot, double end):
+    cdef _TxJob job = _TxJob.__new__(_TxJob)
+    job.epoch = epoch
+    job.entry = entry
+    job.nbytes = nbytes
+    job.slot = slot
+    job.end = end
+    return job
 
 
 cdef class Tb2Adapter(NicModel):
@@ -333,7 +362,7 @@ cdef class Tb2Adapter(NicModel):
             return
         slot = self.fifo_i
         self.fifo_i = (slot + 1) % self.fifo_slots
-        self.engine.post(self.i860_free, self, EV_TX_DMA_START, (epoch, entry, nbytes, slot))
+        self.engine.post(self.i860_free, self, EV_TX_DMA_START, _tx_job(epoch, entry, nbytes, slot, 0.0))
         self.engine.post(self.i860_free, self, EV_TX_NEXT, epoch)
 
     cdef _tx_dma_start(self, arg):
@@ -342,11 +371,11 @@ cdef class Tb2Adapter(NicModel):
         the packet onto the link as soon as the first burst is in the FIFO (cut-through:
         the DMA keeps filling while the link drains), so a packet's DMA and its link
         transfer overlap; the link is never allowed to overtake the DMA."""
-        cdef unsigned int epoch
-        cdef int entry, slot
-        cdef Py_ssize_t nbytes
+        cdef _TxJob job = <_TxJob?> arg
+        cdef unsigned int epoch = job.epoch
+        cdef int entry = job.entry, slot = job.slot
+        cdef Py_ssize_t nbytes = job.nbytes
         cdef double start, first, end
-        epoch, entry, nbytes, slot = arg
         if epoch != self.epoch:
             return
         if self.engine.now < self.dma_tx_free:
@@ -361,10 +390,12 @@ cdef class Tb2Adapter(NicModel):
         first = start + self.dma_span(nbytes if nbytes < self.burst_bytes or self.burst_bytes <= 0
                                        else self.burst_bytes)
         if first < end:
-            self.engine.post(first, self, EV_TX_LINK, (epoch, entry, nbytes, slot, end))
-            self.engine.post(end, self, EV_TX_DMA_DONE, (epoch, entry, 0, slot, end))
+            job.end = end                     # (the start event's job goes on as the link's)
+            self.engine.post(first, self, EV_TX_LINK, job)
+            self.engine.post(end, self, EV_TX_DMA_DONE, _tx_job(epoch, entry, 0, slot, end))
         else:                                 # one burst: the whole packet is in before it starts
-            self.engine.post(end, self, EV_TX_DMA_DONE, (epoch, entry, nbytes, slot, end))
+            job.end = end
+            self.engine.post(end, self, EV_TX_DMA_DONE, job)
 
     cdef _tx_next(self, unsigned int epoch):
         """The i860 is done with one entry: on to the next if its length is there."""
@@ -385,20 +416,20 @@ cdef class Tb2Adapter(NicModel):
 
     cdef _tx_link(self, arg):
         """The packet's head is in the MSMU FIFO: onto the link (cut-through)."""
-        epoch, entry, nbytes, slot, ready = arg
-        if epoch == self.epoch:
-            self._send_entry(entry, nbytes, slot, ready, False)
+        cdef _TxJob job = <_TxJob?> arg
+        if job.epoch == self.epoch:
+            self._send_entry(job.entry, job.nbytes, job.slot, job.end, False)
 
     cdef _tx_dma_done(self, arg):
         """The DMA has read the whole entry: it is free for the host again (and a packet
         of one burst starts onto the link now)."""
-        epoch, entry, nbytes, slot, ready = arg
-        if epoch != self.epoch:
+        cdef _TxJob job = <_TxJob?> arg
+        if job.epoch != self.epoch:
             return
-        if nbytes:
-            self._send_entry(entry, nbytes, slot, ready, True)
+        if job.nbytes:
+            self._send_entry(job.entry, job.nbytes, job.slot, job.end, True)
         else:
-            self._tx_free_entry(entry)
+            self._tx_free_entry(job.entry)
 
     cdef _send_entry(self, int entry, Py_ssize_t nbytes, int slot, double ready, bint free):
         """Stamp the source and hand the packet to the switch (its last byte leaves no
@@ -407,6 +438,7 @@ cdef class Tb2Adapter(NicModel):
         cdef const unsigned char* src
         cdef unsigned char* p
         cdef bytes pkt = None
+        cdef double start, end
         addr = self.send_base + <Py_ssize_t> entry * C_ENTRY_BYTES
         if not span_ok(addr, nbytes, self.mem.size):
             span_check(addr, nbytes, self.mem.size, "TB2 send entry")
@@ -427,7 +459,10 @@ cdef class Tb2Adapter(NicModel):
         if self.port is None:
             self.tx_errors += 1
             return
-        start, end = self.port.transmit(pkt, self.engine.now, ready)
+        if isinstance(self.port, Tb2Port):
+            (<Tb2Port> self.port).send(pkt, self.engine.now, ready, &start, &end)
+        else:
+            start, end = self.port.transmit(pkt, self.engine.now, ready)
         self.fifo_out[slot] = end             # the slot is empty once the link has taken it all
         self.tx_packets += 1
         self.tx_bytes += dlen

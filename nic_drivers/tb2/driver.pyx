@@ -210,7 +210,7 @@ cdef class Tb2NetDevice(NicDriver):
 
     cdef Py_ssize_t tx_header(self, Py_ssize_t addr, object dst_hw, int proto) except -1:
         """The 32-byte TB2 header: destination node, route, link protocol; the rest zero."""
-        cdef PhysMem mem = <PhysMem> self.node.mem
+        cdef PhysMem mem = self.host_mem
         cdef const unsigned char* d
         cdef unsigned char* h
         cdef Py_ssize_t n

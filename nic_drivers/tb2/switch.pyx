@@ -24,7 +24,8 @@ import errno
 
 from kernelsim.media.faults import FaultInjector
 from kernelsim._engine cimport Engine, EventTarget
-from nic_drivers.tb2._model cimport Tb2Adapter
+from cpython.bytes cimport PyBytes_AS_STRING
+from nic_drivers.tb2._model cimport Tb2Adapter, Tb2Port
 
 __all__ = ["Tb2Switch", "SwitchPort"]
 
@@ -57,13 +58,14 @@ cdef class _Link:
         return {"packets": self.packets, "bytes": self.bytes, "busy_us": self.busy_s * 1e6, "waits": self.waits}
 
 
-cdef class SwitchPort(EventTarget):
+cdef class SwitchPort(Tb2Port):
     """A node's attachment to the board: what its adapter's MSMU drives."""
 
     cdef readonly Tb2Switch switch
     cdef readonly int nid
     cdef public object device
     cdef readonly _Link inject, eject
+    cdef list _up_links, _down_links        # by route: this node's chip up, down to it
 
     def __init__(self, Tb2Switch switch, int nid):
         self.switch = switch
@@ -71,6 +73,8 @@ cdef class SwitchPort(EventTarget):
         self.device = None
         self.inject = _Link(f"node{nid}->board")
         self.eject = _Link(f"board->node{nid}")
+        self._up_links = [None] * switch.routes
+        self._down_links = [None] * switch.routes
 
     def transmit(self, packet: bytes, t: float, ready: float = 0.0) -> tuple[float, float]:
         """Send `packet` no earlier than `t`, and so that its last byte leaves no earlier
@@ -78,8 +82,18 @@ cdef class SwitchPort(EventTarget):
         (start, end) on the node's own link."""
         return self.switch._send(self, packet, t, ready)
 
+    cdef int send(self, bytes packet, double t, double ready, double* start, double* end) except -1:
+        return self.switch._send_c(self, packet, t, ready, start, end)
+
     cdef int on_event(self, int what, object item) except -1:
-        """A packet's last byte reaches the adapter (one engine event, bound once)."""
+        """A packet's last byte reaches the adapter (one engine event, bound once).
+        `what` 1: `item` is the packet, its CRC good; 0: a (packet, crc_ok) pair."""
+        if what == 1:
+            if type(self.device) is Tb2Adapter:
+                (<Tb2Adapter> self.device)._rx_bytes(item, True)
+            elif self.device is not None:
+                self.device.rx_frame(item, True)
+            return 0
         if self.device is not None:
             if type(self.device) is Tb2Adapter:
                 if type(item[0]) is bytes:
@@ -148,26 +162,39 @@ cdef class Tb2Switch:
         return link
 
     cpdef tuple _send(self, SwitchPort src, bytes packet, double t, double ready=0.0):
+        cdef double start, end
+        self._send_c(src, packet, t, ready, &start, &end)
+        return start, end
+
+    cdef int _send_c(self, SwitchPort src, bytes packet, double t, double ready, double* start_out,
+                     double* end_out) except -1:
+        """`_send` by C call: (start, end) on the node's own link in `start_out`, `end_out`."""
         cdef Py_ssize_t n = len(packet)
+        cdef const unsigned char* p = <const unsigned char*> PyBytes_AS_STRING(packet)
         cdef double wire, start, end, head, arrive, delay
         cdef int dst, route, a, b
         cdef SwitchPort port
         cdef _Link up, down
-        n = len(packet)
         wire = n * self.byte_s
         if ready - wire > t:
             t = ready - wire                     # the link would run dry before the last byte is in
         start = src.inject.take(t, wire, n)
         end = start + wire
-        dst = (packet[0] << 8) | packet[1] if n >= 3 else -1
+        start_out[0] = start
+        end_out[0] = end
+        dst = (p[0] << 8) | p[1] if n >= 3 else -1
         port = self.ports.get(dst)
         if port is None:
             self.misrouted += 1
-            return start, end
-        route = packet[2] % self.routes
-        a, b = src.nid // self.per_chip, dst // self.per_chip
-        up = self._up(a, route)
-        down = self._down(route, b)
+            return 0
+        route = p[2] % self.routes
+        # The route's links, found once per (node, route) and kept on the ports.
+        up = src._up_links[route]
+        if up is None:
+            up = src._up_links[route] = self._up(src.nid // self.per_chip, route)
+        down = port._down_links[route]
+        if down is None:
+            down = port._down_links[route] = self._down(route, dst // self.per_chip)
         head = up.take(start + self.chip_s, wire, n)
         head = down.take(head + self.chip_s, wire, n)
         head = port.eject.take(head + self.chip_s, wire, n)
@@ -177,8 +204,8 @@ cdef class Tb2Switch:
             for data, delay, ok in self.faults.apply(packet):
                 self.engine.post(arrive + delay, port, 0, (data, ok))
         else:
-            self.engine.post(arrive, port, 0, (packet, True))
-        return start, end
+            self.engine.post(arrive, port, 1, packet)
+        return 0
 
     def stats(self) -> dict:
         links = {}
