@@ -29,12 +29,27 @@ Two things keep the per-event cost near a bare heap operation:
   segment); `open_window` grants the same to a caller that is about to run the engine
   itself from outside (a lone trio task, `_drive_inline`).
 """
+from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdlib cimport malloc, realloc, free
 from libc.math cimport INFINITY
 
 cdef class EventTarget:
     cdef int on_event(self, int what, object arg) except -1:
         raise NotImplementedError
+
+
+cdef inline void _put(list table, Py_ssize_t i, object value):
+    """``table[i] = value`` for a slot that exists: the slot tables are lists (so the
+    collector sees what they hold) written several times per event, without the checks."""
+    cdef PyObject* old = PyList_GET_ITEM(table, i)
+    Py_INCREF(value)
+    PyList_SET_ITEM(table, i, value)
+    Py_XDECREF(old)
+
+
+cdef inline bint _empty(list table, Py_ssize_t i) noexcept:
+    return PyList_GET_ITEM(table, i) == <PyObject*> None
 
 
 cdef inline bint _less(_Key* a, _Key* b):
@@ -127,8 +142,8 @@ cdef class Engine:
             self._grow_slots()
         self._nfree -= 1
         slot = self._free[self._nfree]
-        self._fns[slot] = fn
-        self._args[slot] = arg
+        _put(self._fns, slot, fn)
+        _put(self._args, slot, arg)
         self._whats[slot] = what
         if self._size == self._cap:
             grown = <_Key*> realloc(self._heap, self._cap * 2 * sizeof(_Key))
@@ -151,11 +166,11 @@ cdef class Engine:
             return False
         cdef long long slot = handle & 0xffffffffLL
         cdef long long gen = handle >> 32
-        if slot >= self._nslots or self._gen[slot] != gen or self._fns[slot] is None:
+        if slot >= self._nslots or self._gen[slot] != gen or _empty(self._fns, slot):
             return False
         # Lazy deletion: the heap key stays, the slot is marked dead.
-        self._fns[slot] = None
-        self._args[slot] = None
+        _put(self._fns, slot, None)
+        _put(self._args, slot, None)
         return True
 
     cpdef double peek(self):
@@ -163,7 +178,7 @@ cdef class Engine:
         cdef int slot
         while self._size:
             slot = self._heap[0].slot
-            if self._fns[slot] is not None:
+            if not _empty(self._fns, slot):
                 return self._heap[0].time
             self._pop_dead()
         return INFINITY
@@ -195,15 +210,15 @@ cdef class Engine:
         cdef object fn, arg
         while self._size:
             slot = self._heap[0].slot
-            fn = self._fns[slot]
-            if fn is None:
+            if _empty(self._fns, slot):
                 self._pop_dead()
                 continue
+            fn = <object> PyList_GET_ITEM(self._fns, slot)
             self.now = wall_now() if self.realtime else self._heap[0].time
-            arg = self._args[slot]
+            arg = <object> PyList_GET_ITEM(self._args, slot)
             what = self._whats[slot]
-            self._fns[slot] = None
-            self._args[slot] = None
+            _put(self._fns, slot, None)
+            _put(self._args, slot, None)
             self._pop_dead()
             self.events_run += 1
             self._look = not self.realtime and not self.stop_requested

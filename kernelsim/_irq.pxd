@@ -1,4 +1,5 @@
-from kernelsim._cpu cimport Cpu
+from kernelsim._cpu cimport Completion, Cpu
+from kernelsim._path cimport Path
 
 
 cdef class IrqHandler:
@@ -7,12 +8,23 @@ cdef class IrqHandler:
     cdef object irq_path(self, double pending)
 
 
-cdef class _Line:
+cdef class _IrqPath(Path):
+    cdef list handlers
+    cdef Py_ssize_t i
+    cdef object cur                     # the running handler's path
+    cdef double pending, exit_s
+    cdef bint exited
+
+
+cdef class _Line(Completion):
+    # A line is the completion of its interrupt path (a C call from the CPU), and owns the
+    # path object it runs: at most one runs at a time (in_service).
     cdef public list handlers
     cdef public bint level
     cdef public bint in_service
     cdef public long long count
     cdef IrqController ctl
+    cdef _IrqPath path
 
 
 cdef class IrqController:

@@ -7,16 +7,15 @@ entry cost, every handler on the line, exit cost. When the path returns and the 
 is still high -- the device found more work meanwhile -- it runs again.
 
 Every received frame passes through here, so it is Cython: each line is a small typed
-object that is also the completion of its own interrupt path, and the path itself is a
-C iterator (`_IrqPath`) that runs the handlers' generators in turn -- not a generator
+object that is also the completion of its own interrupt path (`Completion`: the CPU calls
+it by C), and the path itself is a C state machine (`_IrqPath`, one per line, reused: a
+line runs one path at a time) that runs the handlers' paths in turn -- not a generator
 wrapping them, which would add a Python frame to every resume of every handler.
 """
 import errno
 
 from cpython.ref cimport PyObject, Py_XDECREF
-from kernelsim._cpu cimport Cpu
-
-
+from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._path cimport Path, step_any
 
 __all__ = ["IrqController"]
@@ -24,18 +23,20 @@ __all__ = ["IrqController"]
 cdef int LEVEL_IRQ = 0
 
 
-cdef class _Line:
+cdef class _Line(Completion):
     def __cinit__(self, IrqController ctl):
         self.handlers = []
         self.ctl = ctl
+        self.path = _IrqPath.__new__(_IrqPath)
 
-    def __call__(self, value, exc):
+    cdef int complete(self, object value, object exc) except -1:
         """The line's interrupt path returned: run it again while the line stays high."""
         self.in_service = False
         if exc is not None:
             raise exc
         if self.level and self.handlers:
             self.ctl._start(self)
+        return 0
 
 
 cdef class IrqHandler:
@@ -59,12 +60,6 @@ cdef class _IrqPath(Path):
     An `IrqHandler` makes its path by a C call; a handler whose path is a `Path` (the
     drivers' interrupt paths) is stepped by a C call, anything else by a generator resume.
     """
-    cdef list handlers
-    cdef Py_ssize_t i
-    cdef object cur                     # the running handler's path
-    cdef double pending, exit_s
-    cdef bint exited
-
     cdef int step(self, double* cost) except -1:
         cdef PyObject* res = NULL
         cdef int r
@@ -135,8 +130,12 @@ cdef class IrqController:
     cdef _start(self, _Line ln):
         ln.in_service = True
         ln.count += 1
-        cdef _IrqPath path = _IrqPath.__new__(_IrqPath)
+        cdef _IrqPath path = ln.path       # free: its last run has returned (in_service)
         path.handlers = ln.handlers
+        path.i = 0
+        path.cur = None
+        path.value = None
+        path.exited = False
         path.pending = self.entry_s
         path.exit_s = self.exit_s
         self.cpu.submit(LEVEL_IRQ, path, ln)

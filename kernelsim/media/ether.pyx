@@ -7,10 +7,15 @@ next frame may start. The last bit reaches the far end one propagation delay aft
 left. Each direction is its own wire (full duplex), so no collisions.
 
 Every frame crosses a port, so ports are Cython: typed timing, the arrival a typed
-engine event on the far port.
+engine event on the far port (the frame its argument, whether its CRC checks its `what`:
+no tuple per frame), and the frame handed to the device model by a C call
+(`FrameSink.frame_in`, the receive entry a real transport's port uses too).
 """
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.string cimport memcpy
 from kernelsim._engine cimport Engine
 from kernelsim.media._port cimport FramePort
+from kernelsim.media.backend cimport FrameSink
 from kernelsim.media.faults import FaultInjector
 
 __all__ = ["EtherLink", "EtherPort"]
@@ -21,7 +26,10 @@ cdef class EtherPort(FramePort):
 
     cdef public EtherLink link
     cdef public EtherPort peer
-    cdef public object device            # the receiving device model at this end
+    cdef object _device                  # the receiving device model at this end
+    cdef FrameSink _sink                 # the same, when it takes frames by C call
+    cdef bytearray _buf                  # a frame handed to _sink is copied here: its bytes
+    cdef unsigned char[::1] _mv          # as a typed view cost no buffer request per frame
     cdef public double free_at
     cdef public long long frames, bytes
     cdef public double busy_s
@@ -34,6 +42,17 @@ cdef class EtherPort(FramePort):
         self.frames = 0
         self.bytes = 0
         self.busy_s = 0.0
+        self._buf = bytearray(2048)      # a descriptor's longest buffer (11 bits); grows if need be
+        self._mv = self._buf
+
+    @property
+    def device(self):
+        return self._device
+
+    @device.setter
+    def device(self, device):
+        self._device = device
+        self._sink = device if isinstance(device, FrameSink) else None
 
     cpdef tuple transmit(self, frame, double t):
         """Put `frame` (without FCS) on the wire no earlier than `t`; return (start, end)."""
@@ -56,16 +75,30 @@ cdef class EtherPort(FramePort):
         arrive = end + link.prop_s
         if link.faults.active:
             for data, delay, ok in link.faults.apply(frame):
-                link.engine.post(arrive + delay, self.peer, 0, (data, ok))
+                link.engine.post(arrive + delay, self.peer, 1 if ok else 0, data)
         else:
-            link.engine.post(arrive, self.peer, 0, (frame, True))
+            link.engine.post(arrive, self.peer, 1, frame)
         start_out[0] = start
         end_out[0] = end
         return 0
 
-    cdef int on_event(self, int what, object item) except -1:
-        if self.device is not None:
-            self.device.rx_frame(item[0], item[1])
+    cdef int on_event(self, int what, object frame) except -1:
+        """The frame's last bit is here; `what`: 1 if its CRC checks."""
+        cdef Py_ssize_t n
+        if self._sink is not None:
+            if type(frame) is bytes:
+                # The sink takes a typed view; one of the port's buffer, not a new one of
+                # the frame (it copies what it keeps, as from a real transport's port).
+                n = PyBytes_GET_SIZE(frame)
+                if n > self._mv.shape[0]:
+                    self._buf = bytearray(n)
+                    self._mv = self._buf
+                memcpy(&self._mv[0], PyBytes_AS_STRING(frame), n)
+                self._sink.frame_in(self._mv[:n], what != 0)
+            else:
+                self._sink.frame_in(frame, what != 0)
+        elif self._device is not None:
+            self._device.rx_frame(frame, what != 0)
         return 0
 
     def stats(self) -> dict:

@@ -68,6 +68,14 @@ cdef enum:
     W1C_MASK = 0x0001FFFF
 
 
+cdef struct RxDma:
+    # A received frame whose final DMA burst and status write are under way: the descriptor
+    # it went to and the status the card writes there when done.
+    Py_ssize_t desc
+    unsigned int status
+    int tag                             # the engine event's `what` that completes it
+
+
 cdef class Dec21140(NicModel):
     # One 21140 on one node's PCI bus (declared here; `_model.pyx` implements it).
     # The INTA# line and the DMA timing are NicModel's; the burst length is CSR0's PBL.
@@ -81,7 +89,12 @@ cdef class Dec21140(NicModel):
     cdef double rx_free_at
     cdef unsigned long long _perfect[16]  # perfect filter: MACs loaded by a setup frame (_mac48)
     cdef int _nperfect                    # entries loaded (0 or 16)
-    cdef set _rx_inflight                 # descriptors holding a frame not yet handed over
+    # Frames not yet handed over, in arrival order (they complete in that order: rx_free_at):
+    # a ring of `_rxq_cap` records from `_rxq_head`, `_rxq_len` long; the last `_rxq_live`
+    # hold descriptors the card still owns (a reset lets go of the earlier ones).
+    cdef RxDma* _rxq
+    cdef Py_ssize_t _rxq_cap, _rxq_head, _rxq_len, _rxq_live
+    cdef int _rxq_tag                     # the last record's tag
     cdef readonly bytes hwaddr
     # statistics
     cdef readonly long long tx_frames, rx_frames, rx_missed, rx_crc_errors, rx_too_long
@@ -106,4 +119,5 @@ cdef class Dec21140(NicModel):
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok)
     cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1
     cdef bint _accepts(self, const unsigned char[::1] frame) except -1
-    cdef _rx_done(self, arg)
+    cdef bint _rx_busy(self, Py_ssize_t d) noexcept
+    cdef int _rx_done(self, int tag) except -1

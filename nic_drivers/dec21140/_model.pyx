@@ -15,6 +15,7 @@ from kernelsim._engine cimport Engine
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim.media._port cimport FramePort
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memset
 from nic_drivers._nic cimport NicModel
 
@@ -22,7 +23,8 @@ from nic_drivers._nic cimport NicModel
 DEF TX_FETCHED = 0
 DEF TX_LOADED = 1
 DEF TX_WIRE_DONE = 2
-DEF RX_DONE = 3
+DEF RX_DONE = 16        # and above: a received frame's DMA done; the rest tells which (RxDma.tag)
+DEF RX_TAGS = 1 << 24   # tags in use at once: far more than frames in flight
 DEF TX_SETUP_DONE = 4
 
 DEF BROADCAST_MAC48 = 0xFFFFFFFFFFFF
@@ -46,7 +48,13 @@ cdef class Dec21140(NicModel):
         self.hwaddr = hwaddr
         self.port = None
         self.tx_poll_s = profile["nic.tx_poll_s"]
+        self._rxq = NULL
+        self._rxq_cap = self._rxq_head = self._rxq_len = 0
+        self._rxq_tag = 0
         self._reset()
+
+    def __dealloc__(self):
+        free(self._rxq)
 
     cdef _reset(self):
         cdef int i
@@ -62,7 +70,7 @@ cdef class Dec21140(NicModel):
         self.burst_bytes = 0
         self._line = False
         self._nperfect = 0
-        self._rx_inflight = set()
+        self._rxq_live = 0               # frames in flight finish, but hold no descriptor
 
     # -- register file ---------------------------------------------------------------
 
@@ -161,8 +169,8 @@ cdef class Dec21140(NicModel):
             self._tx_loaded(<Py_ssize_t> arg)
         elif what == TX_WIRE_DONE:
             self._tx_wire_done(<Py_ssize_t> arg)
-        elif what == RX_DONE:
-            self._rx_done(arg)
+        elif what >= RX_DONE:
+            self._rx_done(what)
         else:
             self._tx_setup_done(<Py_ssize_t> arg)
         return 0
@@ -263,7 +271,7 @@ cdef class Dec21140(NicModel):
         self.tx_state = TS_FETCHING
         self.engine.post(t + self.dma_time(16), self, TX_FETCHED, None)
 
-    # -- receive ring walker (the backend calls rx_frame at the frame's last bit) --------
+    # -- receive ring walker (the medium calls frame_in by C at the frame's last bit) ----
 
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok):
         self.frame_in(frame, crc_ok)
@@ -273,7 +281,9 @@ cdef class Dec21140(NicModel):
         cdef Py_ssize_t n = frame.shape[0]
         cdef unsigned int des0, des1, status
         cdef Py_ssize_t size1
-        cdef double tail
+        cdef double tail, t
+        cdef RxDma* q
+        cdef Py_ssize_t k, cap
         if self.rx_state == RS_STOPPED:
             self.rx_missed += 1
             return 0
@@ -281,7 +291,7 @@ cdef class Dec21140(NicModel):
             self.rx_filtered += 1
             return 0
         des0 = self.mem.rd32(d)
-        if not des0 & OWN or d in self._rx_inflight:
+        if not des0 & OWN or self._rx_busy(d):
             # Receive buffer unavailable: the frame is lost and counted (CSR8).
             self.rx_state = RS_SUSPENDED
             self.csr[8] = (self.csr[8] + 1) & 0xFFFF
@@ -313,9 +323,33 @@ cdef class Dec21140(NicModel):
         self.rx_cur = self._next_desc(d, des1, RDES1_RER, RDES1_RCH, self.csr[3])
         self.rx_frames += 1
         self.rx_bytes += n
-        self._rx_inflight.add(d)
-        self.engine.post(t, self, RX_DONE, (d, status))
+        if self._rxq_len == self._rxq_cap:
+            # Grow the ring (as many as the descriptors in flight at once), oldest first.
+            cap = self._rxq_cap * 2 if self._rxq_cap else 8
+            q = <RxDma*> realloc(self._rxq, cap * sizeof(RxDma))
+            if q == NULL:
+                raise MemoryError()
+            for k in range(self._rxq_head):     # the wrapped part goes after the rest
+                q[self._rxq_cap + k] = q[k]
+            self._rxq = q
+            self._rxq_cap = cap
+        k = (self._rxq_head + self._rxq_len) % self._rxq_cap
+        self._rxq_tag = (self._rxq_tag + 1) % RX_TAGS
+        self._rxq[k].desc = d
+        self._rxq[k].status = status
+        self._rxq[k].tag = RX_DONE + self._rxq_tag
+        self._rxq_len += 1
+        self._rxq_live += 1
+        self.engine.post(t, self, RX_DONE + self._rxq_tag, None)
         return 0
+
+    cdef bint _rx_busy(self, Py_ssize_t d) noexcept:
+        """Descriptor `d` holds a frame whose DMA is not done yet."""
+        cdef Py_ssize_t i
+        for i in range(self._rxq_len - self._rxq_live, self._rxq_len):
+            if self._rxq[(self._rxq_head + i) % self._rxq_cap].desc == d:
+                return True
+        return False
 
     cdef bint _accepts(self, const unsigned char[::1] frame) except -1:
         """Address filtering: promiscuous, multicast with PM, or a perfect-filter hit."""
@@ -330,11 +364,27 @@ cdef class Dec21140(NicModel):
                 return True
         return False
 
-    cdef _rx_done(self, arg):
-        d, status = arg
-        self._rx_inflight.discard(d)
-        self.mem.wr32(d, status)                      # OWN cleared: the host's now
+    cdef int _rx_done(self, int tag) except -1:
+        """The frame of the record tagged `tag` is in host memory: hand its descriptor back.
+
+        It is the oldest one (frames finish in arrival order) but after a reset, which
+        lets later frames start their DMA at once."""
+        cdef Py_ssize_t i = 0, j, cap = self._rxq_cap
+        cdef RxDma done
+        while self._rxq[(self._rxq_head + i) % cap].tag != tag:
+            i += 1
+        done = self._rxq[(self._rxq_head + i) % cap]
+        if i >= self._rxq_len - self._rxq_live:
+            self._rxq_live -= 1
+        if i == 0:
+            self._rxq_head = (self._rxq_head + 1) % cap
+        else:
+            for j in range(i, self._rxq_len - 1):
+                self._rxq[(self._rxq_head + j) % cap] = self._rxq[(self._rxq_head + j + 1) % cap]
+        self._rxq_len -= 1
+        self.mem.wr32(done.desc, done.status)         # OWN cleared: the host's now
         self._raise(RI)
+        return 0
 
     def stats(self):
         return {"tx_frames": self.tx_frames, "tx_bytes": self.tx_bytes, "rx_frames": self.rx_frames,
