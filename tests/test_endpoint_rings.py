@@ -159,3 +159,105 @@ def test_after_close_every_call_is_ebadf_and_the_mappings_can_close(node):
     node.pool.close()
     node.err = mmap.mmap(-1, node.err_at + 64)
     node.pool = mmap.mmap(-1, 64)
+
+
+# -- a blocking read that sleeps in C (read_sleeping / read_wait) -----------------------
+
+@pytest.fixture
+def waitset(node):
+    """The wait set a script's blocking read sleeps on: the endpoint's delivery eventfd and
+    one end of a socketpair standing in for the node's control socket."""
+    import select
+    import socket
+    ctl, node_end = socket.socketpair()
+    ep = select.epoll()
+    ep.register(node.user_deliveries.fileno(), select.EPOLLIN)
+    ep.register(ctl.fileno(), select.EPOLLIN)
+    yield ep, ctl, node_end
+    ep.close()
+    ctl.close()
+    node_end.close()
+
+
+def _later(seconds, fn, *args):
+    import threading
+    t = threading.Timer(seconds, fn, args)
+    t.start()
+    return t
+
+
+def test_read_sleeping_wakes_for_a_delivery_and_sends_the_batched_releases_first(node, waitset):
+    ep, ctl, _ = waitset
+    r = node.rings
+    for slot in (1, 2):
+        node.deliver(slot, b"old")
+    assert r.read(10) == b"old"                                 # another waits: its release is batched
+    assert r.read(10) == b"old" and r.releases_pending == 0     # nothing waits: both sent
+    node.entries()
+    r.release(7)                                                # a token given back, batch of one... sent
+    t = _later(0.05, node.deliver, 5, b"pong")
+    try:
+        assert r.read_sleeping(100, ep.fileno(), ctl.fileno()) == b"pong"
+    finally:
+        t.join()
+    assert _released(node.entries()) == [7, 5]
+
+
+def test_read_sleeping_returns_none_when_the_control_socket_is_readable(node, waitset):
+    ep, ctl, node_end = waitset
+    t = _later(0.05, node_end.send, b"!")                      # an answer, or the node gone (EOF)
+    try:
+        assert node.rings.read_sleeping(100, ep.fileno(), ctl.fileno()) is None
+    finally:
+        t.join()
+
+
+def test_read_sleeping_raises_the_error_the_node_left_when_woken(node, waitset):
+    ep, ctl, _ = waitset
+
+    def fail():
+        struct.pack_into("<I", node.err, node.err_at, errno.ENETDOWN)
+        os.eventfd_write(node.user_deliveries.fileno(), 1)     # a wake-up with no record
+    t = _later(0.05, fail)
+    try:
+        with pytest.raises(OSError) as e:
+            node.rings.read_sleeping(100, ep.fileno(), ctl.fileno())
+    finally:
+        t.join()
+    assert e.value.errno == errno.ENETDOWN
+
+
+def test_a_signal_handler_that_raises_ends_the_sleep(node, waitset):
+    import signal
+    ep, ctl, _ = waitset
+
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted()
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
+    try:
+        with pytest.raises(Interrupted):
+            node.rings.read_sleeping(100, ep.fileno(), ctl.fileno())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_read_wait_sleeps_only_once_armed_and_never_after_close(node, waitset):
+    ep, ctl, _ = waitset
+    r = node.rings
+    assert r.read_wait(100) is None                             # not armed: an empty ring is None at once
+    r.sleep_on(ep.fileno(), ctl.fileno())
+    t = _later(0.05, node.deliver, 4, b"armed")
+    try:
+        assert r.read_wait(100) == b"armed"
+    finally:
+        t.join()
+    r.sleep_on(-1, -1)                                          # set_blocking(False) disarms it
+    assert r.read_wait(100) is None
+    r.sleep_on(ep.fileno(), ctl.fileno())
+    r.close()                                                   # close disarms it too:
+    assert r.read_wait(100) is None                             # no sleep on a wait set that may be gone
