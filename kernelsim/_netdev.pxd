@@ -18,9 +18,9 @@ cdef class NetDevice(IrqHandler):
     cdef dict __dict__                  # a driver's own state
 
     cpdef set_irq(self, bint level)
-    # The transmit interface as C calls (a protocol's per-frame path calls these; the
-    # Python-level tx_reserve / write_link_header / tx_commit_path are what the defaults
-    # here call, so a driver written in Python needs nothing more).
+    # The transmit interface as C calls: a protocol's per-frame path calls these, every
+    # driver implements them, and the Python-level tx_reserve / write_link_header /
+    # tx_commit_path call them.
     cdef Py_ssize_t tx_buffer(self) except -1
     cdef Py_ssize_t tx_header(self, Py_ssize_t addr, object dst_hw, int proto) except -1
     cdef object tx_commit(self, Py_ssize_t payload_bytes, double pending)

@@ -108,41 +108,35 @@ cdef class NetDevice(IrqHandler):
     def remove_protocol(self, proto: int) -> None:
         self.protocols.pop(proto, None)
 
-    # -- driver operations (overridden) ------------------------------------------------
+    # -- transmit: DP's per-frame calls, and their Python-level names ---------------------
+    #
+    # A driver (a `cdef class`) implements the three C calls; the Python-level methods are
+    # the same operations for Python callers and tests, here once for every driver.
 
     def tx_reserve(self) -> int:
         """Physical address of the next free transmit buffer; WouldBlock when none."""
-        raise NotImplementedError
+        return self.tx_buffer()
 
-    def write_link_header(self, addr: int, dst_hw, proto: int) -> None:
-        raise NotImplementedError
+    def write_link_header(self, Py_ssize_t addr, dst_hw, int proto) -> None:
+        self.tx_header(addr, dst_hw, proto)
 
-    def tx_commit_path(self, payload_bytes: int, pending: float = 0.0):
-        """Hand the reserved buffer (link header + `payload_bytes`) to the device.
+    def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
+        """Hand the reserved buffer (link header + `payload_bytes`) to the device: its path.
 
         `pending` is the caller's CPU time not yet yielded (it built the frame)."""
-        raise NotImplementedError
-
-    # -- the same operations as C calls (what DP's transmit path calls per frame) ---------
-    #
-    # A driver that is a `cdef class` overrides these with its own C code and has its
-    # Python-level methods above call them; the defaults call the Python-level methods,
-    # so a driver written as a Python class (ATM, TB2) is reached unchanged. (A Python
-    # subclass of a Cython driver that overrides only the Python-level method would be
-    # bypassed: none exists.)
+        return self.tx_commit(payload_bytes, pending)
 
     cdef Py_ssize_t tx_buffer(self) except -1:
         """`tx_reserve`: the next free transmit buffer's physical address."""
-        return self.tx_reserve()
+        raise NotImplementedError(f"{type(self).__name__} does not transmit")
 
     cdef Py_ssize_t tx_header(self, Py_ssize_t addr, object dst_hw, int proto) except -1:
         """`write_link_header` at `addr`; returns where the protocol's payload starts."""
-        self.write_link_header(addr, dst_hw, proto)
-        return addr + <Py_ssize_t> self.link_header_bytes
+        raise NotImplementedError(f"{type(self).__name__} does not transmit")
 
     cdef object tx_commit(self, Py_ssize_t payload_bytes, double pending):
         """`tx_commit_path`: the path that hands the reserved buffer to the device."""
-        return self.tx_commit_path(payload_bytes, pending)
+        raise NotImplementedError(f"{type(self).__name__} does not transmit")
 
     # -- receive: drivers call this from their interrupt path ----------------------------
 

@@ -268,34 +268,8 @@ cdef class AtmNetDevice(NicDriver):
 
     # -- transmit ----------------------------------------------------------------------
 
-    def tx_reserve(self):
-        """The next free transmit buffer, or WouldBlock when the queue is full
-        (`NetDevice.ring_reserve`, on typed fields)."""
-        return self.tx_buffer()
-
-    def write_link_header(self, Py_ssize_t addr, dst_hw, int proto) -> None:
-        self.tx_header(addr, dst_hw, proto)
-
-    def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
-        """Hand the PDU to the card: `_AtmCommit` (a C state machine), for reading::
-
-            yield pending + self.c_desc + self.c.pci_write
-            e = self.cur_tx % self.ntx
-            tpd = self.tpds + TPD_BYTES * e
-            length = self.link_header_bytes + payload_bytes
-            queued = self.cur_tx - self.dirty_tx
-            intr = queued == self.ntx // 2 or queued >= self.ntx - 2
-            mem.wr32(tpd + TPD_SPEC, length | 1 << 16 | AAL5 << 24 | (1 << 28 if intr else 0))
-            mem.wr32(tpd + TPD_RATE, 0)
-            mem.wr32(tpd + TPD_TSD, self.tx_bufs[e])
-            mem.wr32(tpd + TPD_TSD + 4, length)
-            mem.wr32(self.tx_status + 4 * e, STATUS_PENDING)
-            self.cur_tx += 1; self.tx_frames += 1; self.tx_bytes += length
-            self.dev.reg_write(self.txq_off + QENTRY * e, tpd | 1)   # one 32-byte block: the doorbell
-        """
-        return self.tx_commit(payload_bytes, pending)
-
-    # The same three as C calls (`NetDevice`'s transmit interface: DP calls these).
+    # NetDevice's transmit interface (DP calls it by C; its Python-level tx_reserve,
+    # write_link_header and tx_commit_path call these).
 
     cdef Py_ssize_t tx_buffer(self) except -1:
         if self.cur_tx - self.dirty_tx >= self.ntx:
@@ -324,6 +298,22 @@ cdef class AtmNetDevice(NicDriver):
         return addr + self._hdr_bytes
 
     cdef object tx_commit(self, Py_ssize_t payload_bytes, double pending):
+        """Hand the PDU to the card: `_AtmCommit` (a C state machine), for reading::
+
+            yield pending + self.c_desc + self.c.pci_write
+            e = self.cur_tx % self.ntx
+            tpd = self.tpds + TPD_BYTES * e
+            length = self.link_header_bytes + payload_bytes
+            queued = self.cur_tx - self.dirty_tx
+            intr = queued == self.ntx // 2 or queued >= self.ntx - 2
+            mem.wr32(tpd + TPD_SPEC, length | 1 << 16 | AAL5 << 24 | (1 << 28 if intr else 0))
+            mem.wr32(tpd + TPD_RATE, 0)
+            mem.wr32(tpd + TPD_TSD, self.tx_bufs[e])
+            mem.wr32(tpd + TPD_TSD + 4, length)
+            mem.wr32(self.tx_status + 4 * e, STATUS_PENDING)
+            self.cur_tx += 1; self.tx_frames += 1; self.tx_bytes += length
+            self.dev.reg_write(self.txq_off + QENTRY * e, tpd | 1)   # one 32-byte block: the doorbell
+        """
         cdef _AtmCommit path = _AtmCommit.__new__(_AtmCommit)
         path.nd = self
         path.payload_bytes = payload_bytes

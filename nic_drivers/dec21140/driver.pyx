@@ -108,24 +108,8 @@ cdef class TulipNetDevice(NicDriver):
 
     # -- transmit ----------------------------------------------------------------------
 
-    def tx_reserve(self):
-        """The next free transmit buffer, or WouldBlock when the ring is full
-        (`NetDevice.ring_reserve`, on typed fields)."""
-        return self.tx_buffer()
-
-    def write_link_header(self, Py_ssize_t addr, dst_hw, int proto) -> None:
-        self.tx_header(addr, dst_hw, proto)
-
-    def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
-        """Hand the frame to the NIC: `_TulipCommit` (a C state machine), for reading::
-
-            yield pending + self.c_desc + pci_write
-            fill the next descriptor (length, FS|LS, IC at the half-ring point, near full
-            and at the ring's end), OWN last; cur_tx += 1; transmit poll demand
-        """
-        return self.tx_commit(payload_bytes, pending)
-
-    # The same three as C calls (`NetDevice`'s transmit interface: DP calls these).
+    # NetDevice's transmit interface (DP calls it by C; its Python-level tx_reserve,
+    # write_link_header and tx_commit_path call these).
 
     cdef Py_ssize_t tx_buffer(self) except -1:
         if self.cur_tx - self.dirty_tx >= self.ntx:
@@ -148,6 +132,12 @@ cdef class TulipNetDevice(NicDriver):
         return addr + ETH_HLEN
 
     cdef object tx_commit(self, Py_ssize_t payload_bytes, double pending):
+        """Hand the frame to the NIC: `_TulipCommit` (a C state machine), for reading::
+
+            yield pending + self.c_desc + pci_write
+            fill the next descriptor (length, FS|LS, IC at the half-ring point, near full
+            and at the ring's end), OWN last; cur_tx += 1; transmit poll demand
+        """
         cdef _TulipCommit path = _TulipCommit.__new__(_TulipCommit)
         path.nd = self
         path.payload_bytes = payload_bytes

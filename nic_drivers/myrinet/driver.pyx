@@ -208,9 +208,6 @@ cdef class MyrinetNetDevice(NicDriver):
                 raise WouldBlock(queue, f"{self.name}: send ring full")
         return self.cur_tx % self.ntx
 
-    def tx_reserve(self) -> int:
-        return self.tx_buffer()
-
     cdef Py_ssize_t tx_buffer(self) except -1:
         return self.tx_bufs[self._reserve_c(TX_WAIT_IRQ, self.tx_space)]
 
@@ -221,9 +218,6 @@ cdef class MyrinetNetDevice(NicDriver):
         if len(r) > ROUTE_MAX:
             raise OSError(errno.EHOSTUNREACH, f"{self.name}: route to node {nid} has {len(r)} hops (at most {ROUTE_MAX})")
         return r
-
-    def write_link_header(self, Py_ssize_t addr, dst_hw, int proto) -> None:
-        self.tx_header(addr, dst_hw, proto)
 
     cdef Py_ssize_t tx_header(self, Py_ssize_t addr, object dst_hw, int proto) except -1:
         """`write_link_header` (NetDevice's C transmit interface): the route, right-aligned
@@ -246,7 +240,7 @@ cdef class MyrinetNetDevice(NicDriver):
         self._rlen = len(r)
         return addr + (_ROUTE_MAX + 4)
 
-    def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
+    cdef object tx_commit(self, Py_ssize_t payload_bytes, double pending):
         """Hand the frame to the NI: `_MyriCommit` (a C state machine); for reading::
 
             entry = self.cur_tx % self.ntx
@@ -266,9 +260,6 @@ cdef class MyrinetNetDevice(NicDriver):
             self.tx_frames += 1
             self.tx_bytes += flen
         """
-        return self.tx_commit(payload_bytes, pending)
-
-    cdef object tx_commit(self, Py_ssize_t payload_bytes, double pending):
         cdef _MyriCommit path = _MyriCommit.__new__(_MyriCommit)
         path.nd = self
         path.payload_bytes = payload_bytes

@@ -166,35 +166,8 @@ cdef class Tb2NetDevice(NicDriver):
 
     # -- transmit --------------------------------------------------------------------------
 
-    def tx_reserve(self):
-        """The next send-FIFO entry to fill; WouldBlock when the FIFO is full."""
-        return self.tx_buffer()
-
-    def write_link_header(self, Py_ssize_t addr, dst_hw, int proto) -> None:
-        self.tx_header(addr, dst_hw, proto)
-
-    def tx_commit_path(self, Py_ssize_t payload_bytes, double pending=0.0):
-        """Hand the packet to the adapter: `_Tb2Commit` (a C state machine), for reading::
-
-            f = self.fifos
-            if f is None:
-                raise OSError(errno.ENETDOWN, ...)
-            if not 0 <= payload_bytes <= DATA_MAX:
-                raise OSError(errno.EMSGSIZE, ...)
-            idx = f.tx_next % f.send_count
-            addr = f.send_entry()
-            mem.write(addr + H_LEN, payload_bytes.to_bytes(2, "big"))
-            nbytes = HDR_BYTES + payload_bytes
-            owed, self._owed = self._owed, 0.0
-            yield pending + owed + self.c_entry + f.flush_cost(nbytes) + f.c_sync + self.c.pci_write
-            self.dev.reg_write(REG_LEN + idx, (nbytes + LEN_UNIT - 1) // LEN_UNIT, 1)
-            f.tx_next = (f.tx_next + 1) & 0xFFFFFFFF
-            self.tx_frames += 1
-            self.tx_bytes += nbytes
-        """
-        return self.tx_commit(payload_bytes, pending)
-
-    # The same three as C calls (`NetDevice`'s transmit interface: DP calls these).
+    # NetDevice's transmit interface (DP calls it by C; its Python-level tx_reserve,
+    # write_link_header and tx_commit_path call these).
 
     cdef Py_ssize_t tx_buffer(self) except -1:
         cdef HostFifos f = self.fifos
@@ -239,6 +212,24 @@ cdef class Tb2NetDevice(NicDriver):
         return addr + HDR_BYTES
 
     cdef object tx_commit(self, Py_ssize_t payload_bytes, double pending):
+        """Hand the packet to the adapter: `_Tb2Commit` (a C state machine), for reading::
+
+            f = self.fifos
+            if f is None:
+                raise OSError(errno.ENETDOWN, ...)
+            if not 0 <= payload_bytes <= DATA_MAX:
+                raise OSError(errno.EMSGSIZE, ...)
+            idx = f.tx_next % f.send_count
+            addr = f.send_entry()
+            mem.write(addr + H_LEN, payload_bytes.to_bytes(2, "big"))
+            nbytes = HDR_BYTES + payload_bytes
+            owed, self._owed = self._owed, 0.0
+            yield pending + owed + self.c_entry + f.flush_cost(nbytes) + f.c_sync + self.c.pci_write
+            self.dev.reg_write(REG_LEN + idx, (nbytes + LEN_UNIT - 1) // LEN_UNIT, 1)
+            f.tx_next = (f.tx_next + 1) & 0xFFFFFFFF
+            self.tx_frames += 1
+            self.tx_bytes += nbytes
+        """
         cdef _Tb2Commit path = _Tb2Commit.__new__(_Tb2Commit)
         path.nd = self
         path.payload_bytes = payload_bytes
