@@ -20,11 +20,16 @@ cdef class _Job:
     cdef int level
     cdef _Job next
 
+cdef class _JobQueue:
+    # One level's FIFO of jobs: a chain from head to tail.
+    cdef _Job head, tail
+    cdef void push(self, _Job job) noexcept
+    cdef void unlink(self, _Job job) noexcept
+
 cdef class Cpu(EventTarget):
     cdef Engine engine
     cdef readonly bint modeled
-    # FIFO of each level (interrupt paths, process paths): head and tail of a chain of jobs
-    cdef _Job _irq_head, _irq_tail, _proc_head, _proc_tail
+    cdef _JobQueue _irq, _proc     # the FIFO of each level (interrupt paths, process paths)
     cdef _Job _spare           # finished jobs, for reuse (a chain)
     cdef _Job _running
     cdef double _seg_end

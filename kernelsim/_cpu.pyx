@@ -55,10 +55,36 @@ cdef class _Job:
     pass
 
 
+cdef class _JobQueue:
+    cdef void push(self, _Job job) noexcept:
+        if self.tail is None:
+            self.head = job
+        else:
+            self.tail.next = job
+        self.tail = job
+
+    cdef void unlink(self, _Job job) noexcept:
+        """Take `job` out (the head, but after a misuse anywhere in the chain)."""
+        cdef _Job prev
+        if self.head is job:
+            self.head = job.next
+        else:
+            prev = self.head
+            while prev.next is not job:
+                prev = prev.next
+            prev.next = job.next
+            if self.tail is job:
+                self.tail = prev
+        if self.head is None:
+            self.tail = None
+
+
 cdef class Cpu(EventTarget):
     def __cinit__(self, Engine engine, bint modeled):
         self.engine = engine
         self.modeled = modeled
+        self._irq = _JobQueue.__new__(_JobQueue)
+        self._proc = _JobQueue.__new__(_JobQueue)
         self._running = None
         self._ev = -1
         self._in_real_run = False
@@ -85,18 +111,10 @@ cdef class Cpu(EventTarget):
         job.level = level
         job.next = None
         if level == IRQ_LEVEL:
-            if self._irq_tail is None:
-                self._irq_head = job
-            else:
-                self._irq_tail.next = job
-            self._irq_tail = job
+            self._irq.push(job)
             self.jobs_irq += 1
         else:
-            if self._proc_tail is None:
-                self._proc_head = job
-            else:
-                self._proc_tail.next = job
-            self._proc_tail = job
+            self._proc.push(job)
             self.jobs_proc += 1
         if not self.modeled:
             if not self._in_real_run:
@@ -122,7 +140,7 @@ cdef class Cpu(EventTarget):
 
     cdef inline _Job _head(self):
         """The path to run next: the first interrupt path, else the first process path."""
-        return self._irq_head if self._irq_head is not None else self._proc_head
+        return self._irq.head if self._irq.head is not None else self._proc.head
 
     cdef _run_real(self):
         cdef _Job job
@@ -185,7 +203,7 @@ cdef class Cpu(EventTarget):
                     continue
                 c = <double> out
             if c > 0.0:
-                if self._ahead and not (job.level == PROC_LEVEL and self._irq_head is not None) \
+                if self._ahead and not (job.level == PROC_LEVEL and self._irq.head is not None) \
                         and self.engine.advance(self.engine.now + c):
                     # Nothing can happen before this segment ends: it is over already.
                     if job.level == IRQ_LEVEL:
@@ -198,7 +216,7 @@ cdef class Cpu(EventTarget):
                 return
 
     cdef _start_segment(self, _Job job, double cost):
-        if job.level == PROC_LEVEL and self._irq_head is not None:
+        if job.level == PROC_LEVEL and self._irq.head is not None:
             # An interrupt arrived while this path ran its Python code: it goes first.
             job.remaining = cost
             self._running = None
@@ -226,33 +244,8 @@ cdef class Cpu(EventTarget):
         return 0
 
     cdef _finish(self, _Job job, object value, object exc):
-        cdef _Job prev
         cdef object on_done = job.on_done
-        # Unlink the job from its level's FIFO (it is the head but after a misuse).
-        if job.level == IRQ_LEVEL:
-            if self._irq_head is job:
-                self._irq_head = job.next
-            else:
-                prev = self._irq_head
-                while prev.next is not job:
-                    prev = prev.next
-                prev.next = job.next
-                if self._irq_tail is job:
-                    self._irq_tail = prev
-            if self._irq_head is None:
-                self._irq_tail = None
-        else:
-            if self._proc_head is job:
-                self._proc_head = job.next
-            else:
-                prev = self._proc_head
-                while prev.next is not job:
-                    prev = prev.next
-                prev.next = job.next
-                if self._proc_tail is job:
-                    self._proc_tail = prev
-            if self._proc_head is None:
-                self._proc_tail = None
+        (self._irq if job.level == IRQ_LEVEL else self._proc).unlink(job)
         if self._running is job:
             self._running = None
         # Nothing refers to the job now (its segment event has run or was cancelled): spare it.
