@@ -52,3 +52,10 @@ cdef class ShmRing:
     cdef void _release(self)
     cdef _map(self, object shm, bint init, uint32_t slots, uint32_t slot_bytes, object bell_path)
     cdef _open_bell(self)
+
+
+# One frame from an AF_PACKET socket into `buf` (at most `cap` bytes), without blocking and
+# without Python objects: its length (larger than `cap`: truncated, the rest lost), -1 if
+# none is queued, -2 if it was this host's own transmission (PACKET_OUTGOING), -3 on an
+# error (its errno in err[0]). `packet_recv_into` is the same for Python callers.
+cdef Py_ssize_t packet_recv_raw(int fd, void* buf, Py_ssize_t cap, int* err) noexcept nogil

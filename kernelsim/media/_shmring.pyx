@@ -814,34 +814,37 @@ def dgram_recv_into(int fd, buf):
     return r
 
 
+cdef Py_ssize_t packet_recv_raw(int fd, void* buf, Py_ssize_t cap, int* err) noexcept nogil:
+    cdef ssize_t r
+    cdef sockaddr_ll addr
+    cdef socklen_t alen = sizeof(addr)
+    while True:
+        r = recvfrom(fd, buf, <size_t>cap, MSG_DONTWAIT | MSG_TRUNC, <sockaddr*>&addr, &alen)
+        if r >= 0:
+            break
+        err[0] = errno
+        if err[0] != EINTR:
+            return -1 if err[0] == EAGAIN or err[0] == EWOULDBLOCK else -3
+    if addr.sll_pkttype == PACKET_OUTGOING:
+        return -2
+    return r
+
+
 def packet_recv_into(int fd, buf):
     """Receive one frame from AF_PACKET socket fd into buf without blocking, in one
     system call (no peek first): its length; -1 if none is queued; -2 if it was this
     host's own transmission seen by the tap (PACKET_OUTGOING: the caller skips it). A
     frame longer than buf is lost (datagram semantics) and ValueError is raised."""
     cdef Py_buffer view
-    cdef ssize_t r
+    cdef Py_ssize_t r, cap
     cdef int err = 0
-    cdef Py_ssize_t cap
-    cdef sockaddr_ll addr
-    cdef socklen_t alen = sizeof(addr)
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE | PyBUF_WRITABLE)
     cap = view.len
     with nogil:
-        while True:
-            r = recvfrom(fd, view.buf, <size_t>cap, MSG_DONTWAIT | MSG_TRUNC, <sockaddr*>&addr, &alen)
-            if r >= 0:
-                break
-            err = errno
-            if err != EINTR:
-                break
+        r = packet_recv_raw(fd, view.buf, cap, &err)
     PyBuffer_Release(&view)
-    if r < 0:
-        if err == EAGAIN or err == EWOULDBLOCK:
-            return -1
+    if r == -3:
         raise OSError(err, os.strerror(err))
-    if addr.sll_pkttype == PACKET_OUTGOING:
-        return -2
     if r > cap:
         raise ValueError(f"frame of {r} bytes truncated to a {cap}-byte buffer")
     return r

@@ -34,6 +34,8 @@ cdef class DevicePort(PortTx):
     cdef long long _held_seq
     cdef object _rx_of                  # the transport _rx_ring was looked up for (poll)
     cdef ShmRing _rx_ring               # its receive ring, when frames come from one; else None
+    cdef int _rx_packet_fd              # its AF_PACKET socket, when it is a PacketPort; else -1
 
     cpdef int poll(self) except -1
+    cdef int _poll_packet(self) except -1
     cdef int _frame_in(self, Py_ssize_t k) except -1

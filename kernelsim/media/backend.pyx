@@ -23,12 +23,14 @@ reached through its Python-level methods, with the same effect.
 from __future__ import annotations
 
 import heapq
+import os
 import time
 
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim.media._port cimport FramePort
-from kernelsim.media._shmring cimport RING_EMPTY, ShmRing
+from kernelsim.media._shmring cimport RING_EMPTY, ShmRing, packet_recv_raw
 from kernelsim.media.mesh cimport MeshSender
+from kernelsim.media.packet import PacketPort
 
 __all__ = ["DevicePort", "FrameSink"]
 
@@ -128,7 +130,10 @@ cdef class DevicePort(PortTx):
         if self.transport is not self._rx_of:   # looked up once per transport, not per pass
             owner = getattr(self.transport.recv_into, "__self__", None)
             self._rx_ring = owner if type(owner) is ShmRing else None
+            self._rx_packet_fd = self.transport.fileno() if isinstance(self.transport, PacketPort) else -1
             self._rx_of = self.transport
+        if self._rx_packet_fd >= 0:
+            return self._poll_packet()
         ring = self._rx_ring
         if ring is not None:                    # the ring itself: frames by C, straight into the buffer
             while True:
@@ -144,6 +149,29 @@ cdef class DevicePort(PortTx):
             k = recv(self._buf)
             if k < 0:
                 return n
+            self._frame_in(k)
+            n += 1
+
+    cdef int _poll_packet(self) except -1:
+        """`poll` from a `PacketPort` by C: one recvfrom(2) a frame (and one a pass that
+        finds none) straight into the buffer, counted on the port as its recv_into would."""
+        cdef Py_ssize_t k, n = 0, cap = self._mv.shape[0]
+        cdef int err = 0
+        port = self.transport
+        while True:
+            with nogil:
+                k = packet_recv_raw(self._rx_packet_fd, &self._mv[0], cap, &err)
+            if k == -1:
+                return n
+            if k == -2:                         # our own transmission, seen by a tap
+                port._outgoing += 1
+                continue
+            if k == -3:
+                raise OSError(err, os.strerror(err))
+            if k > cap:
+                port._truncated += 1
+                raise ValueError(f"a frame did not fit a {cap}-byte buffer")
+            port._received += 1
             self._frame_in(k)
             n += 1
 
