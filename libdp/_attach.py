@@ -852,9 +852,10 @@ class SyncAttachedDP:
         if not e.nonblocking and self._dp.spinner.cap <= 0.0:
             # A process that sleeps at once (on its node's CPU) sleeps in C: wake-up, pop,
             # copy and release in one call -- from now on inside read_wait's one call.
-            ws = e._waitset or e.waitset(self.link.sock)
-            rings.sleep_on(ws.fileno(), self.link.sock.fileno())
-            data = rings.read_sleeping(nbytes, ws.fileno(), self.link.sock.fileno())
+            ws_fd = (e._waitset or e.waitset(self.link.sock)).fileno()
+            sock_fd = self.link.sock.fileno()
+            rings.sleep_on(ws_fd, sock_fd)
+            data = rings.read_sleeping(nbytes, ws_fd, sock_fd)
             if data is not None:
                 return data
         got = self._wait(e, rings.take, e.deliveries)      # the control socket, polling, EAGAIN
