@@ -39,9 +39,12 @@ from trio._core import _traps as _trio_traps
 from kernelsim._clock import EngineClock
 from kernelsim._clock cimport RunnableCounter, live_counter
 from kernelsim._cpu cimport Completion, Cpu
-from kernelsim._engine cimport Engine
+from kernelsim._engine cimport Engine, wall_now
 from kernelsim._waits cimport Waiter, WaitQueue
-from kernelsim._node cimport FdTable, kernel_entry
+from kernelsim._node cimport FdTable, kernel_entry, poll_ports
+
+cdef extern from "sched.h":
+    int sched_yield() nogil
 from kernelsim._node import WouldBlock
 
 cdef int LEVEL_PROC = 1
@@ -384,23 +387,23 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
             woken.task = task
             _unwrap(await _park(woken.abort_wait))
         return
-    woken_list = []
-    waiter = lambda: woken_list.append(True)  # noqa: E731
-    queue.add(waiter)
+    cdef _Flag woken_flag = _Flag.__new__(_Flag)
+    cdef list ports = node.real_ports
+    queue.add(woken_flag)
     try:
-        while not woken_list:
-            _spin(node, woken_list, spin_s)
-            if woken_list:
+        while not woken_flag.set:
+            _spin(node.engine, ports, woken_flag, spin_s)
+            if woken_flag.set:
                 break
-            ports = node.real_ports
-            if _may_sleep(node, ports) and not woken_list:
+            if _may_sleep(node, ports) and not woken_flag.set:
                 await _wait_any_readable([p.fileno() for p in ports])
                 for p in ports:
                     p.drain()
             else:
                 await trio.lowlevel.checkpoint()
     finally:
-        queue.discard(waiter)
+        if not woken_flag.set:
+            queue.discard(woken_flag)
     await trio.lowlevel.checkpoint()
 
 
@@ -524,13 +527,17 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
     if before:
         path = _lead(before, path)
     if not modeled:
+        polled = False
         while True:
             try:
                 return await run_path(node, path)
             except WouldBlock as wb:
                 if _is_nonblocking(nonblocking, proc, fd):
-                    raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
-                await wait_on(node, wb.queue, spin_s)
+                    if polled or not node.poll_devices():
+                        raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
+                    polled = True           # see run_blocking_sync
+                else:
+                    await wait_on(node, wb.queue, spin_s)
                 path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
     engine = <Engine> node.engine
     on = <Cpu> node.cpu
@@ -572,35 +579,118 @@ def run_path_sync(node, path):
 
 
 def wait_on_sync(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
-    woken = []
-    queue.add(lambda: woken.append(True))
     if node.modeled:
+        woken = []
+        queue.add(lambda: woken.append(True))
         while not woken:
             if not node.engine.step():
                 raise OSError(errno.EDEADLK, "modeled deadlock: nothing can ever wake this call")
         return
-    while not woken:
-        _spin(node, woken, spin_s)
-        if woken:
-            break
-        ports = node.real_ports
-        if _may_sleep(node, ports) and not woken:
-            select.select([p.fileno() for p in ports], [], [])
-            for p in ports:
-                p.drain()
+    _wait_real_sync(node, queue, spin_s)
 
 
-def run_blocking_sync(node, make_path, *, nonblocking=lambda: False, wake_cost: float = 0.0,
-                      spin_s: float = DEFAULT_SPIN_S):
-    path = make_path(True)
+cdef int _wait_real_sync(node, WaitQueue queue, double spin_s) except -1:
+    """Real time: poll the node's devices up to `spin_s`, then sleep on their fds; again
+    until `queue` is woken (the polling watchdog, LCI-C09)."""
+    cdef _Flag woken = _Flag.__new__(_Flag)
+    cdef list ports = node.real_ports
+    cdef Engine engine = node.engine
+    queue.add(woken)
+    try:
+        while not woken.set:
+            _spin(engine, ports, woken, spin_s)
+            if woken.set:
+                break
+            if _may_sleep(node, ports) and not woken.set:
+                select.select([p.fileno() for p in ports], [], [])
+                for p in ports:
+                    p.drain()
+    finally:
+        if not woken.set:               # a woken waiter is off the queue already
+            queue.discard(woken)
+    return 0
+
+
+def run_blocking_sync(node, make_path, *, nonblocking=lambda: False, double wake_cost=0.0,
+                      double spin_s=DEFAULT_SPIN_S):
+    """`run_blocking` for a caller without trio: returns the call's value."""
+    cdef _CallableMaker maker = _CallableMaker.__new__(_CallableMaker)
+    maker.fn = make_path
+    return _blocking_sync(node, maker, nonblocking, None, None, wake_cost, spin_s, None, None)
+
+
+def run_entry_sync(node, proc, bint gate, name, args, fd, double wake_cost=0.0, double spin_s=DEFAULT_SPIN_S):
+    """`run_entry` for a caller without trio: returns the call's value."""
+    cdef _EntryMaker maker = _EntryMaker.__new__(_EntryMaker)
+    maker.node = node
+    maker.gate = gate
+    maker.proc = proc
+    maker.name = name
+    maker.args = args
+    return _blocking_sync(node, maker, None, proc, fd, wake_cost, spin_s, None, None)
+
+
+def run_user_sync(node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
+                  double spin_s=DEFAULT_SPIN_S):
+    """`run_user` for a caller without trio: returns the call's value."""
+    cdef _UserMaker maker = _UserMaker.__new__(_UserMaker)
+    maker.fn = fn
+    maker.args = args
+    return _blocking_sync(node, maker, None, proc, fd, cost, spin_s, pool, readers)
+
+
+cdef object _blocking_sync(node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, double spin_s,
+                           object pool, WaitQueue first_wait):
+    """`_blocking` without trio. Modeled time: the call drives the engine until the path
+    returns (`Node.run_now`), so a modeled result is the async call's. Real time: `_run_real_sync`."""
+    if not node.modeled:
+        return _run_real_sync(node, maker, nonblocking, proc, fd, spin_s, pool, first_wait)
+    path = maker.make(True)
     while True:
         try:
             return node.run_now(path)
         except WouldBlock as wb:
-            if nonblocking():
+            if _is_nonblocking(nonblocking, proc, fd):
                 raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
             wait_on_sync(node, wb.queue, spin_s)
-            path = _lead(wake_cost, make_path(False)) if wake_cost else make_path(False)
+        path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
+
+
+cdef object _run_real_sync(node, _PathMaker maker, nonblocking, proc, fd, double spin_s,
+                           object pool, WaitQueue first_wait):
+    """Real time, no trio: each try runs straight through on the CPU (no closure, no
+    engine step loop); the wall clock is the only cost, so no modeled lead is added.
+
+    A pool the process can see empty is waited on before the first try (as `_blocking`
+    does): a read that would find nothing does not run and fail first. A non-blocking
+    call polls the devices once before it says EAGAIN: a real node in this process hears
+    its wire only when someone polls it (no interrupt comes between calls), and what has
+    arrived by now is what a kernel would have taken.
+    """
+    cdef Cpu on = <Cpu> node.cpu
+    cdef Engine engine = node.engine
+    cdef _Completion done
+    cdef bint polled = False
+    if first_wait is not None and pool.count == 0 and not _is_nonblocking(nonblocking, proc, fd):
+        _wait_real_sync(node, first_wait, spin_s)
+    path = maker.make(True)
+    while True:
+        done = _completion(None)
+        on.submit(LEVEL_PROC, path, done)
+        if not isinstance(done.exc, WouldBlock):
+            # A path that must wait leaves its device work to the wait (which runs it
+            # once the waiter is on the queue): a wake-up that work causes is never lost.
+            engine.run()
+            if done.exc is not None:
+                raise done.exc
+            return done.value
+        if not _is_nonblocking(nonblocking, proc, fd):
+            _wait_real_sync(node, done.exc.queue, spin_s)
+        elif polled or not poll_ports(node.real_ports, engine):
+            raise BlockingIOError(errno.EAGAIN, str(done.exc.strerror)) from None
+        else:
+            polled = True
+        path = maker.make(False)
 
 
 cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
@@ -633,26 +723,36 @@ cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
     return done.done and engine.stops == stops + 1 and counter.live and counter.runnable == 0
 
 
-def _spin(node, woken: list, spin_s: float) -> None:
+@cython.final
+cdef class _Flag(Waiter):
+    """A real-time wait's waiter: the queue's wake sets it, the polling loop reads it."""
+    cdef bint set
+
+    cdef int wake_up(self) except -1:
+        self.set = True
+        return 0
+
+
+cdef int _spin(Engine engine, list ports, _Flag woken, double spin_s) except -1:
     """Poll the node's devices until `woken` or `spin_s` has passed.
 
     Between empty polls the CPU is offered to other processes (sched_yield): when the
     peer shares this core -- more nodes than cores -- it runs at once instead of after
     the whole spin; on a core of its own the yield returns immediately.
     """
-    deadline = time.perf_counter() + spin_s
-    engine = node.engine
-    while not woken:                        # at least one pass, also with spin_s == 0
-        engine.now = time.perf_counter()    # real time: what a path reads as "now" is the wall clock
-        if not node.poll_devices():
+    cdef double deadline = wall_now() + spin_s
+    while not woken.set:                    # at least one pass, also with spin_s == 0
+        engine.now = wall_now()             # real time: what a path reads as "now" is the wall clock
+        if not poll_ports(ports, engine):
             if engine.peek() != INFINITY:
                 # A timer a path armed (a keep-alive, a retransmission): in real time every
                 # event is due at once, and the waiter it wakes polls again -- the spin of a
                 # protocol that polls, its timeout counted in polls as on the machine.
                 engine.run()
-            os.sched_yield()
-        if time.perf_counter() >= deadline:
+            sched_yield()
+        if wall_now() >= deadline:
             break
+    return 0
 
 
 def _may_sleep(node, ports) -> bool:

@@ -18,8 +18,8 @@ import errno
 import time
 from collections.abc import Awaitable
 
-from kernelsim import (DEFAULT_SPIN_S, after, run_blocking, run_blocking_sync, run_entry, run_path, run_user,
-                       wait_on)
+from kernelsim import (DEFAULT_SPIN_S, after, run_blocking, run_blocking_sync, run_entry, run_entry_sync, run_path,
+                       run_user, run_user_sync, wait_on)
 
 __all__ = ["DP", "SyncDP", "Endpoint", "NodeView"]
 
@@ -220,9 +220,10 @@ class SyncDP:
 
     def dp_write(self, fd, data):
         """Blocking `DP.dp_write`."""
-        data = _bytes(data)
-        return self._call(lambda e: self._node.callgate_path(self._proc, "dp_write", (fd, data), e),
-                          fd, self._dp._wake_cost)
+        if type(data) is not bytes:
+            data = _bytes(data)
+        return run_entry_sync(self._node, self._proc, True, "dp_write", (fd, data), fd, self._dp._wake_cost,
+                              self._dp.spin_s)
 
     def write(self, fd, data):
         """Blocking `DP.write`."""
@@ -238,14 +239,17 @@ class SyncDP:
 
     def dp_read(self, fd, nbytes=65536):
         """Blocking `DP.dp_read`."""
-        _check_count(nbytes)
+        if type(nbytes) is not int or nbytes < 0:
+            _check_count(nbytes)
         ep = self._dp._endpoint(fd)
-        return self._call(lambda e: ep.dp.read_path(ep, nbytes), fd, self._dp._poll_cost)
+        return run_user_sync(self._node, self._proc, ep.dp.read_path, (ep, nbytes), fd, self._dp._poll_cost,
+                             ep.tbp, ep.readers, self._dp.spin_s)
 
     def dp_read_token(self, fd):
         """Blocking `DP.dp_read_token`."""
         ep = self._dp._endpoint(fd)
-        return self._call(lambda e: ep.dp.take_path(ep), fd, self._dp._poll_cost)
+        return run_user_sync(self._node, self._proc, ep.dp.take_path, (ep,), fd, self._dp._poll_cost,
+                             ep.tbp, ep.readers, self._dp.spin_s)
 
     def close(self, fd):
         """Blocking `DP.close`."""

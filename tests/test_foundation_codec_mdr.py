@@ -372,6 +372,51 @@ def test_real_mode_poll_of_a_full_transport_keeps_order():
     assert _accounting(node, 7) == 200
 
 
+def _real_receiver(tbp_slots=64):
+    from kernelsim.media.backend import DevicePort
+    from libdp import DP
+
+    transport = _FakeTransport()
+    hosts = {r: {"ether": hwaddr_for(r)} for r in range(2)}
+    node = Cluster.real_node(1, hosts, DevicePort(transport), params=[("dp.tbp_slots", tbp_slots)])
+    node.engine.run()
+    return transport, node, DP(node.spawn("rx"))
+
+
+def test_real_mode_nonblocking_read_takes_what_the_wire_holds():
+    """A real node in the caller's process hears its wire only when polled: a
+    non-blocking dp_read takes what has arrived (as a kernel's interrupt would have)
+    before it says EAGAIN -- and says EAGAIN, once, when nothing has."""
+    transport, node, dp = _real_receiver()
+    fd = dp.sync.dp_open(7)
+    dp.sync.set_blocking(fd, False)
+    with pytest.raises(BlockingIOError):
+        dp.sync.dp_read(fd)
+    transport.pending = [_dp_frame(7, b"first"), _dp_frame(7, b"second"), _dp_frame(9, b"closed ep")]
+    assert dp.sync.dp_read(fd) == b"first"
+    assert transport.pending == []              # one pass took the whole wire
+    assert dp.sync.dp_read(fd) == b"second"
+    with pytest.raises(BlockingIOError):
+        dp.sync.dp_read(fd)
+    transport.pending = [_dp_frame(9, b"for a closed endpoint")]
+    with pytest.raises(BlockingIOError):        # taken and dropped, not delivered
+        dp.sync.dp_read(fd)
+    assert transport.pending == []
+
+
+@pytest.mark.trio
+async def test_real_mode_nonblocking_async_read_takes_what_the_wire_holds():
+    transport, node, dp = _real_receiver()
+    fd = await dp.dp_open(7)
+    dp.set_blocking(fd, False)
+    with pytest.raises(BlockingIOError):
+        await dp.dp_read(fd)
+    transport.pending = [_dp_frame(7, b"late")]
+    assert await dp.dp_read(fd) == b"late"
+    with pytest.raises(BlockingIOError):
+        await dp.dp_read(fd)
+
+
 def test_frame_for_another_stations_mac_is_not_delivered():
     """Node 1's NIC must not hand DP a frame addressed to a different station."""
     rx = Rx()
