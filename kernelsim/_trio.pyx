@@ -346,12 +346,7 @@ async def run_path(node, path, cpu=None):
     cdef Cpu on = <Cpu> (node.cpu if cpu is None else cpu)
     cdef int how
     if not node.modeled:
-        done = _completion(None)
-        on.submit(LEVEL_PROC, path, done)
-        if not isinstance(done.exc, WouldBlock):
-            # A path that must wait leaves its device work to the wait (`wait_on` runs it once
-            # the waiter is on the queue): a wake-up that work causes is then never lost.
-            engine.run()
+        done = _try_real(on, engine, path)
         await _checkpoint()
     else:
         task = _task()
@@ -504,41 +499,26 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
     cdef Cpu on
     cdef _Completion done
     cdef int how
-    cdef bint modeled = node.modeled
-    task = _task() if modeled else None
+    if not node.modeled:
+        return await _blocking_real(node, maker, nonblocking, proc, fd, spin_s, pool, first_wait)
+    task = _task()
     if first_wait is not None and pool.count == 0:
         if not _is_nonblocking(nonblocking, proc, fd):
-            if modeled:
-                # `wait_on` inlined (a coroutine less on the resume that ends the wait).
-                done = _completion(None)
-                how = _start_wait(node.engine, first_wait, done, task)
-                if how == _INLINE:
-                    if _cancel_pending(task):
-                        await _checkpoint_if_cancelled()
-                elif how == _DONE:
-                    await _checkpoint()
-                else:
-                    done.task = task
-                    _unwrap(await _park(done.abort_wait))
+            # `wait_on` inlined (a coroutine less on the resume that ends the wait).
+            done = _completion(None)
+            how = _start_wait(node.engine, first_wait, done, task)
+            if how == _INLINE:
+                if _cancel_pending(task):
+                    await _checkpoint_if_cancelled()
+            elif how == _DONE:
+                await _checkpoint()
             else:
-                await wait_on(node, first_wait, spin_s)
+                done.task = task
+                _unwrap(await _park(done.abort_wait))
             before = wake_cost
     path = maker.make(True)
     if before:
         path = _lead(before, path)
-    if not modeled:
-        polled = False
-        while True:
-            try:
-                return await run_path(node, path)
-            except WouldBlock as wb:
-                if _is_nonblocking(nonblocking, proc, fd):
-                    if polled or not node.poll_devices():
-                        raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
-                    polled = True           # see run_blocking_sync
-                else:
-                    await wait_on(node, wb.queue, spin_s)
-                path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
     engine = <Engine> node.engine
     on = <Cpu> node.cpu
     while True:
@@ -658,8 +638,8 @@ cdef object _blocking_sync(node, _PathMaker maker, nonblocking, proc, fd, double
 
 cdef object _run_real_sync(node, _PathMaker maker, nonblocking, proc, fd, double spin_s,
                            object pool, WaitQueue first_wait):
-    """Real time, no trio: each try runs straight through on the CPU (no closure, no
-    engine step loop); the wall clock is the only cost, so no modeled lead is added.
+    """Real time, no trio: each try runs straight through on the CPU (`_try_real`); the
+    wall clock is the only cost, so no modeled lead is added.
 
     A pool the process can see empty is waited on before the first try (as `_blocking`
     does): a read that would find nothing does not run and fail first. A non-blocking
@@ -675,12 +655,8 @@ cdef object _run_real_sync(node, _PathMaker maker, nonblocking, proc, fd, double
         _wait_real_sync(node, first_wait, spin_s)
     path = maker.make(True)
     while True:
-        done = _completion(None)
-        on.submit(LEVEL_PROC, path, done)
+        done = _try_real(on, engine, path)
         if not isinstance(done.exc, WouldBlock):
-            # A path that must wait leaves its device work to the wait (which runs it
-            # once the waiter is on the queue): a wake-up that work causes is never lost.
-            engine.run()
             if done.exc is not None:
                 raise done.exc
             return done.value
@@ -691,6 +667,51 @@ cdef object _run_real_sync(node, _PathMaker maker, nonblocking, proc, fd, double
         else:
             polled = True
         path = maker.make(False)
+
+
+async def _blocking_real(node, _PathMaker maker, nonblocking, proc, fd, spin_s, object pool,
+                         WaitQueue first_wait):
+    """`_run_real_sync` for a trio task. The call is one checkpoint: its wait's, or one
+    after its only try (a checkpoint is a pass of trio's run loop, a system call and a
+    task switch: a read that waited does not take a second)."""
+    cdef Cpu on = <Cpu> node.cpu
+    cdef Engine engine = node.engine
+    cdef _Completion done
+    cdef bint polled = False
+    cdef bint checked = False
+    if first_wait is not None and pool.count == 0 and not _is_nonblocking(nonblocking, proc, fd):
+        await wait_on(node, first_wait, spin_s)
+        checked = True
+    path = maker.make(True)
+    while True:
+        done = _try_real(on, engine, path)
+        if not isinstance(done.exc, WouldBlock):
+            if not checked:
+                await _checkpoint()
+            if done.exc is not None:
+                raise done.exc
+            return done.value
+        if not _is_nonblocking(nonblocking, proc, fd):
+            await wait_on(node, done.exc.queue, spin_s)
+            checked = True
+        elif polled or not poll_ports(node.real_ports, engine):
+            if not checked:
+                await _checkpoint()
+            raise BlockingIOError(errno.EAGAIN, str(done.exc.strerror)) from None
+        else:
+            polled = True
+        path = maker.make(False)
+
+
+cdef _Completion _try_real(Cpu on, Engine engine, path):
+    """One try of a path in real time: straight through on the CPU, then the device work
+    it left -- unless it must wait: the wait runs that work once its waiter is on the
+    queue, so a wake-up the work causes is never lost."""
+    cdef _Completion done = _completion(None)
+    on.submit(LEVEL_PROC, path, done)
+    if not isinstance(done.exc, WouldBlock):
+        engine.run()
+    return done
 
 
 cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:

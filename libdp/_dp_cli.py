@@ -2,7 +2,7 @@
 
     dp pingpong  [--sizes 1:1500] [--iters N] [--warmup N] [--full] [--nic NAME] [--platform NAME]
                  [--param KEY=VALUE ...] [--load NAME[:k=v,...] ...] [--seed N] [--stats] [--json]
-                 [--plot FILE] [--real [--transport shm|udp|packet]]
+                 [--plot FILE] [--real [--transport shm|udp|packet] [--kernel node|rank]]
     dp bandwidth [--window W] [--mode window|pingpong] (same options; --pipeline adaptive|fixed:N on Myrinet)
     dp bibw      [--window W] (same options)
 
@@ -53,6 +53,11 @@ def _bench_parser(sub, common, name, help_text, iters_help):
     p.add_argument("--cluster", default=None, metavar="FILE",
                    help="with --real: run on this running cluster's nodes (dp cluster up) instead of bringing "
                         "one up for the run")
+    p.add_argument("--kernel", choices=("node", "rank"), default=None,
+                   help="with --real: where each node's kernel runs -- in a node process the benchmark's "
+                        "ranks attach to (node, the default), or in the rank's own process (rank: one "
+                        "process per node, no hand-off between program and kernel; no other process can "
+                        "attach)")
     p.set_defaults(func=lambda args: _run_bench(args, name))
     return p
 
@@ -100,6 +105,10 @@ def _check_options(args, kind):
     _refuse(args.transport is not None and not args.real,
             "--transport chooses the real transport: use it with --real")
     _refuse(args.cluster is not None and not args.real, "--cluster names a cluster of real nodes: use it with --real")
+    _refuse(args.kernel is not None and not args.real, "--kernel chooses where a real node's kernel runs: use it "
+                                                       "with --real")
+    _refuse(args.kernel == "rank" and args.cluster is not None,
+            "--kernel rank runs each node's kernel in its rank: it brings its own cluster up, not --cluster's")
     _refuse(args.cluster is not None and args.transport is not None,
             "--transport and --cluster: a running cluster's transport is its own")
     raw, pipeline = getattr(args, "raw", False), getattr(args, "pipeline", None)
@@ -177,7 +186,7 @@ def _run_bench(args, kind):
             results, stats = run_real_spmd(functools.partial(run.program, **run.kwargs), platform=args.platform,
                                            nic=args.nic, params=params, load=args.load,
                                            transport=args.transport or "shm", seed=args.seed,
-                                           cluster=args.cluster,
+                                           cluster=args.cluster, kernel=args.kernel or "node",
                                            # A stream is a pipeline of four processes: on a small host
                                            # it runs faster where the OS spreads them than paired with
                                            # their nodes (docs/real-nodes.md, "Placement").

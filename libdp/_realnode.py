@@ -6,6 +6,9 @@ stopping node processes, bringing a cluster in a box up and down.
   namespace for a cluster in a box), its kernel booted with the NIC driver, DP and the
   cluster's modules, Token Buffer Pools in memory files (`MemfdRegion`), served by a
   `kernelsim.daemon.NodeServer` on ``<run_dir>/node<NID>.sock`` until SIGTERM/SIGINT.
+* `run_as_node` -- this process becomes node NID and runs one program on it itself,
+  without a node server (`run_real_spmd(kernel="rank")`): no other process can attach,
+  and no hand-off to a node process lies between the program and its kernel.
 * `start_node` -- the same in a new process (``dp node start --detach``): a fresh
   interpreter in a session of its own, its output in ``node<NID>.log``; returns once the
   node answers on its socket, or raises its error.
@@ -29,6 +32,7 @@ import subprocess
 import sys
 import time
 
+from kernelsim import DEFAULT_SPIN_S
 from kernelsim.daemon import MemfdRegion, NodeServer
 from kernelsim.media.backend import DevicePort
 from kernelsim.media.faults import FaultInjector
@@ -37,7 +41,7 @@ from libdp._clusterfile import ClusterFile, NodeSpec, make_run_dir
 from libdp._cluster import Cluster, build_profile, resolve_platform
 from nic_drivers import nic as nic_package
 
-__all__ = ["serve_node", "start_node", "stop_node", "node_status", "cluster_up", "cluster_down", "cluster_status",
+__all__ = ["serve_node", "run_as_node", "start_node", "stop_node", "node_status", "cluster_up", "cluster_down", "cluster_status",
            "frame_router", "plan_placement", "PLACEMENTS", "READY_TIMEOUT_S"]
 
 READY_TIMEOUT_S = 30.0
@@ -183,6 +187,35 @@ def serve_node(cluster: ClusterFile, nid: int, *, ready=None, spin_s: float | No
         transport.close()
         _remove(pid_path)
         _log(f"node {nid} stopped")
+
+
+def run_as_node(cluster: ClusterFile, nid: int, size: int, program, args=(), *, name: str = "rank"):
+    """Become node `nid` of `cluster` and run ``program(dp, nid, size, *args)`` under trio on
+    it, in this process: (its result, the node's statistics).
+
+    The kernel is the one a node process runs (`build_node`: the transport, the NIC model,
+    its driver, DP, the cluster's modules); the program is its only process, and the node
+    is polled by the program's own waits (the polling watchdog). Pinned as `serve_node`
+    pins (the cluster file's ``cpu``). EBUSY while a node process serves `nid`: the
+    transport is that node's.
+    """
+    import trio
+    from libdp._api import DP
+    if _read_pid(cluster.pid_path(nid)) is not None:
+        raise OSError(errno.EBUSY, f"node {nid} of cluster {cluster.name!r} is running: a program that runs its "
+                                   "node's kernel itself needs the node's transport to itself")
+    cpu = cluster.node(nid).cpu
+    if cpu is not None:
+        _pin(cpu, f"node {nid}")
+    node, transport = build_node(cluster, nid, seed=int(cluster.extra.get("seed", 0)))
+    try:
+        gc.freeze()                     # as serve_node: what the node built lives as long as it runs
+        spin_s = float(cluster.extra.get("spin_s", DEFAULT_SPIN_S))
+        dp = DP(node.spawn(f"{name}[{nid}]"), spin_s=spin_s)
+        result = trio.run(program, dp, nid, size, *args)
+        return result, node.stats()
+    finally:
+        transport.close()
 
 
 def _nic(cluster: ClusterFile) -> str:
@@ -353,13 +386,15 @@ def node_status(cluster: ClusterFile, nid: int) -> dict:
 def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic: str | None = None,
                platform: str | None = None, params=(), load=(), run_dir: str | None = None, seed: int = 0,
                base_port: int | None = None, tied: bool = False, spin_s: float | None = None,
-               placement: str = "auto") -> ClusterFile:
+               placement: str = "auto", start: bool = True) -> ClusterFile:
     """N nodes on this host, each a process; the cluster file is ``<run_dir>/cluster.toml``.
 
     Everything made is removed again if a step fails. EEXIST if the cluster is up already.
     `tied`: the nodes stop when this process exits (``cluster_down`` still removes the rest).
     `spin_s`: how long an idle node polls before it sleeps (default: the node server's; with
     ``pair`` placement and a CPU per node, `PAIR_NODE_SPIN_S`). `placement`: `plan_placement`.
+    `start`: False makes the cluster's file, wires and rings but starts no node process
+    (each node is then a program's own: `run_as_node`).
     """
     from libdp._clusterfile import TRANSPORTS, default_run_dir
     from libdp._realrun import link_shape
@@ -424,7 +459,8 @@ def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic
         cluster = ClusterFile(name, nic, transport, specs, platform=platform, params=params, load=load,
                               run_dir=run_dir, extra=extra)
         cluster.save(os.path.join(run_dir, "cluster.toml"))
-        _start_all(cluster, tied)
+        if start:
+            _start_all(cluster, tied)
     except BaseException:
         if cluster is not None and cluster.path is not None:
             cluster_down(cluster)

@@ -35,7 +35,7 @@ import trio
 
 from kernelsim.media.netns import LinkShape
 
-__all__ = ["run_real_spmd", "link_shape", "die_with_parent", "TRANSPORTS"]
+__all__ = ["run_real_spmd", "link_shape", "die_with_parent", "TRANSPORTS", "KERNELS"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -56,6 +56,20 @@ def _child(rank, size, run_dir, program, args, conn):
         result = trio.run(program, dp, rank, size, *args)
         stats = dp.node.stats()
         dp.detach()
+        conn.send(("ok", result, stats))
+    except BaseException as exc:   # report everything, the parent decides
+        conn.send(("error", _describe(exc), None))
+    finally:
+        conn.close()
+
+
+def _kernel_child(rank, size, cluster, program, args, conn):
+    """A rank that is its node: `run_as_node` (kernel="rank")."""
+    try:
+        die_with_parent()
+        from libdp._realnode import run_as_node
+        result, stats = run_as_node(cluster, rank, size, program, args,
+                                    name=getattr(program, "__name__", "spmd"))
         conn.send(("ok", result, stats))
     except BaseException as exc:   # report everything, the parent decides
         conn.send(("error", _describe(exc), None))
@@ -128,6 +142,7 @@ def _collect(procs, pipes, timeout: float):
 
 
 TRANSPORTS = ("shm", "udp", "packet")
+KERNELS = ("node", "rank")
 
 
 def link_shape(profile) -> LinkShape | None:
@@ -142,18 +157,26 @@ def link_shape(profile) -> LinkShape | None:
 
 def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, nic: str | None = None,
                   params=(), load=(), timeout: float = 300.0, transport: str = "shm", seed: int = 0,
-                  cluster: str | None = None, placement: str = "auto"):
+                  cluster: str | None = None, placement: str = "auto", kernel: str = "node"):
     """Run ``program(dp, rank, size, *args)`` on `nodes` real nodes; return (results, stats).
 
     `cluster`: a running cluster's file (its first `nodes` nodes); else a cluster of
     `nodes` nodes is brought up on this host for the run and down after it, its processes
     placed by `placement` (`libdp._realnode.plan_placement`).
+
+    `kernel`: ``node`` -- each rank attaches to its node's process (`libdp.attach`), as any
+    script does; ``rank`` -- each rank runs its node's kernel itself (`run_as_node`): one
+    process per node and no hand-off between program and kernel, as DP's own user
+    processes trap into their kernel. A `cluster` given with ``rank`` must have no node
+    running (EBUSY).
     """
     from libdp._realnode import cluster_down, cluster_up, find_cluster
     if transport not in TRANSPORTS:
         raise OSError(errno.EINVAL, f"real transport is one of {', '.join(TRANSPORTS)}, not {transport!r}")
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise OSError(errno.EINVAL, f"a run needs at least one node, not {nodes!r}")
+    if kernel not in KERNELS:
+        raise OSError(errno.EINVAL, f"kernel is one of {', '.join(KERNELS)}, not {kernel!r}")
     made = None
     if cluster is not None:
         c = find_cluster(cluster)
@@ -162,14 +185,17 @@ def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, n
     else:
         c = made = cluster_up(nodes, name=f"run-{os.getpid()}-{secrets.token_hex(3)}", transport=transport,
                               nic=nic, platform=platform, params=params, load=load, seed=seed, tied=True,
-                              placement=placement)
+                              placement=placement, start=kernel == "node")
     ctx = multiprocessing.get_context("fork")
     procs, pipes = [], []
     finished = False
     try:
         for rank in range(nodes):
             parent_end, child_end = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_child, args=(rank, nodes, c.run_dir, program, args, child_end), daemon=True)
+            if kernel == "rank":
+                p = ctx.Process(target=_kernel_child, args=(rank, nodes, c, program, args, child_end), daemon=True)
+            else:
+                p = ctx.Process(target=_child, args=(rank, nodes, c.run_dir, program, args, child_end), daemon=True)
             p.start()
             child_end.close()
             procs.append(p)
