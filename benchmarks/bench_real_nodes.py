@@ -40,6 +40,11 @@ Pool and delivery ring -> attached script):
   packet   the rtt rows over AF_PACKET (one network namespace per node, veth pair), against
            a bare Python AF_PACKET ping-pong over the very same veth pair (another
            EtherType, so the nodes never see it; measured while the nodes are idle).
+           Then the same with each rank its node's kernel (`run_real_spmd(kernel="rank")`,
+           ``dp pingpong --real --kernel rank``): two processes, as the bare ping-pong has --
+           the same kernel, driver, 21140 model and DP, without the script-node hand-offs --
+           beside a bare ping-pong over that cluster's veth pair, alternating.
+           (The rtt row adds this arrangement over shm too.)
   alltoall an N-node packet cluster (`dp cluster up --nodes N --transport packet`): every
            node sends 20 numbered messages to every other; every one must arrive, in
            order; after ``dp cluster down`` no namespace, process, run directory or
@@ -385,8 +390,15 @@ def bench_rtt(args, cluster):
     _row("trio socketpair ping-pong, 2 processes", s, "us", f"runs {_runs(base)}")
     print(f"# rtt: DP {s / m['dp']:.2f}x faster than trio socketpair (target >= 2x, <= 20 us); placement none: "
           f"{s / m['none']:.2f}x, with polling scripts {s / m['poll']:.2f}x", flush=True)
+    r = cluster_up(2, name=f"bsr{os.getpid()}", transport="shm", tied=True, start=False)
+    try:
+        rank, _ = _rank_rows("over shm", r, args, lambda: None)
+    finally:
+        cluster_down(r)
+    print(f"# rtt, two processes: DP with each rank its node's kernel {s / rank:.2f}x faster than trio socketpair "
+          f"(moonshot of the node-process row: <= 5 us)", flush=True)
     return {"dp_rtt_us": m["dp"], "dp_rtt_none_us": m["none"], "dp_rtt_none_polling_us": m["poll"],
-            "trio_socketpair_rtt_us": s}
+            "trio_socketpair_rtt_us": s, "dp_rtt_kernel_rank_us": rank}
 
 
 def bench_gate(args, cluster):
@@ -454,8 +466,32 @@ def bench_packet(args):
     _row("bare AF_PACKET ping-pong, same veth pair", b, "us", f"runs {_runs(bare)}")
     print(f"# packet: DP = {m['dp'] / b:.2f}x the bare ping-pong (target <= 2x); placement none {m['none'] / b:.2f}x, "
           f"with polling scripts {m['poll'] / b:.2f}x", flush=True)
+    r = cluster_up(2, name=f"bpr{os.getpid()}", transport="packet", tied=True, start=False)
+    try:
+        rank, bare2 = _rank_rows("over AF_PACKET/veth, netns", r, args, lambda: _bare_packet_rtt(r, args.iters))
+    finally:
+        cluster_down(r)
+    b2 = statistics.median(bare2)
+    _row("bare AF_PACKET ping-pong, same veth pair", b2, "us", f"runs {_runs(bare2)}")
+    print(f"# packet, two processes each way: DP with each rank its node's kernel = {rank / b2:.2f}x the bare "
+          f"ping-pong (target <= 2x)", flush=True)
     return {"dp_packet_rtt_us": m["dp"], "dp_packet_rtt_none_us": m["none"],
-            "dp_packet_rtt_none_polling_us": m["poll"], "bare_packet_rtt_us": b}
+            "dp_packet_rtt_none_polling_us": m["poll"], "bare_packet_rtt_us": b,
+            "dp_packet_rtt_kernel_rank_us": rank, "bare_packet_rtt_beside_rank_us": b2}
+
+
+def _rank_rows(label, cluster, args, baseline):
+    """DP's round trip with each rank its node's kernel (``kernel="rank"``: two processes,
+    as many as the bare ping-pong has) beside `baseline()`, alternating, --runs times."""
+    got, base = [], []
+    for _ in range(args.runs):
+        results, _ = run_real_spmd(round_trips, args.iters, cluster=cluster.path, kernel="rank", timeout=120.0)
+        got.append(_median_us(results[0]))
+        base.append(baseline())
+    dp = statistics.median(got)
+    _row(f"DP 1-byte RTT, {label}, each rank its node's kernel", dp, "us",
+         f"placement {cluster.extra.get('placement', 'none')}; runs {_runs(got)}")
+    return dp, base
 
 
 def bench_alltoall(args):

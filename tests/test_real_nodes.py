@@ -596,6 +596,69 @@ def test_all_to_all_among_four_nodes_over_packet(run_base):
     assert not os.path.exists(c.run_dir) and _shm_entries(c.name) == []
 
 
+# --------------------------------------------------------------------------- a rank that is its node
+
+
+@pytest.mark.parametrize("transport", ["shm", "udp"])
+def test_ranks_that_run_their_nodes_kernels_exchange_every_message(run_base, transport):
+    """kernel="rank": each rank is its node (no node process); every message of an
+    all-to-all arrives in order, each rank reports its own node's statistics, and nothing
+    of the cluster it brought up is left."""
+    before = set(os.listdir("/dev/shm"))
+    results, stats = run_real_spmd(all_to_all, nodes=3, transport=transport, kernel="rank", timeout=TIMEOUT)
+    for rank, got in enumerate(results):
+        assert set(got) == set(range(3)) - {rank}
+        for peer, msgs in got.items():
+            assert msgs == [f"{peer}->{rank}#{k}" for k in range(20)]
+    for rank in range(3):
+        dev = next(v for k, v in stats[f"node{rank}"].items() if isinstance(v, dict) and "rx_frames" in v)
+        assert dev["rx_frames"] >= 2 * 20                       # its own NIC took its peers' messages
+    assert set(os.listdir("/dev/shm")) <= before
+
+
+def test_a_rank_kernel_over_packet_between_namespaces(run_base):
+    from kernelsim.media.netns import NetnsCluster
+    from pyroute2 import netns
+    from libdp._realprograms import round_trips
+    ok, why = NetnsCluster.available()
+    if not ok:
+        pytest.skip(why)
+    c = cluster_up(2, name=f"rk{os.getpid()}", transport="packet", tied=True, start=False)
+    made = list(c.extra["namespaces"])
+    try:
+        assert [node_status(c, n)["state"] for n in c.nids()] == ["down", "down"]
+        results, stats = run_real_spmd(round_trips, 200, nodes=2, cluster=c.path, kernel="rank", timeout=TIMEOUT)
+    finally:
+        cluster_down(c)
+    assert len(results[0]) == 200 and all(ns > 0 for ns in results[0]) and results[1] is None
+    assert stats["node1"]["real_port0"]["transport"]["received"] >= 200      # off the AF_PACKET socket
+    assert made and not set(made) & set(netns.listnetns())
+    assert not os.path.exists(c.run_dir) and _shm_entries(c.name) == []
+
+
+def test_a_rank_cannot_be_a_node_a_node_process_serves(two):
+    """The transport is the running node's: EBUSY, and the cluster is as it was."""
+    from libdp._realprograms import round_trips
+    with pytest.raises(OSError) as e:
+        run_real_spmd(round_trips, 10, nodes=2, cluster=two.path, kernel="rank", timeout=TIMEOUT)
+    assert e.value.errno == errno.EBUSY and "is running" in str(e.value)
+    assert [node_status(two, n)["state"] for n in two.nids()] == ["up", "up"]
+    with pytest.raises(OSError) as e:
+        run_real_spmd(round_trips, 10, kernel="kernel")
+    assert e.value.errno == errno.EINVAL and "node, rank" in str(e.value)
+
+
+def test_dp_pingpong_with_kernel_rank_and_its_refusals(run_base, capsys):
+    assert main(["pingpong", "--real", "--kernel", "rank", "--sizes", "1,64", "--iters", "30", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["time"] == "real" and [r["size"] for r in doc["results"]] == [1, 64]
+    assert all(r["rtt_us"] > 0 for r in doc["results"])
+    assert main(["pingpong", "--kernel", "rank"]) == 1
+    assert "--kernel chooses where a real node's kernel runs: use it with --real" in capsys.readouterr().err
+    assert main(["pingpong", "--real", "--kernel", "rank", "--cluster", "x.toml"]) == 1
+    assert "--kernel rank" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- protocol modules on real nodes
 
 
