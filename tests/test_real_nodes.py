@@ -631,7 +631,10 @@ def test_a_rank_kernel_over_packet_between_namespaces(run_base):
     finally:
         cluster_down(c)
     assert len(results[0]) == 200 and all(ns > 0 for ns in results[0]) and results[1] is None
-    assert stats["node1"]["real_port0"]["transport"]["received"] >= 200      # off the AF_PACKET socket
+    for n in ("node0", "node1"):
+        port = stats[n]["real_port0"]
+        assert port["transport"]["received"] >= 200                         # off the AF_PACKET socket
+        assert port["transport"]["sent"] == port["tx_frames"] >= 200         # by C, counted on the socket's port
     assert made and not set(made) & set(netns.listnetns())
     assert not os.path.exists(c.run_dir) and _shm_entries(c.name) == []
 

@@ -59,3 +59,6 @@ cdef class ShmRing:
 # none is queued, -2 if it was this host's own transmission (PACKET_OUTGOING), -3 on an
 # error (its errno in err[0]). `packet_recv_into` is the same for Python callers.
 cdef Py_ssize_t packet_recv_raw(int fd, void* buf, Py_ssize_t cap, int* err) noexcept nogil
+# One whole frame out of an AF_PACKET socket, without blocking: its length, or -1 with the
+# errno in err[0] (EAGAIN/ENOBUFS: the queue is full and the frame lost).
+cdef Py_ssize_t packet_send_raw(int fd, const void* buf, Py_ssize_t n, int* err) noexcept nogil

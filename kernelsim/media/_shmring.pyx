@@ -160,6 +160,7 @@ cdef extern from "<sys/socket.h>" nogil:
     struct sockaddr:
         pass
     ssize_t recv(int fd, void *buf, size_t n, int flags)
+    ssize_t send(int fd, const void *buf, size_t n, int flags)
     ssize_t recvfrom(int fd, void *buf, size_t n, int flags, sockaddr *addr, socklen_t *addrlen)
     int MSG_PEEK
     int MSG_DONTWAIT
@@ -828,6 +829,17 @@ cdef Py_ssize_t packet_recv_raw(int fd, void* buf, Py_ssize_t cap, int* err) noe
     if addr.sll_pkttype == PACKET_OUTGOING:
         return -2
     return r
+
+
+cdef Py_ssize_t packet_send_raw(int fd, const void* buf, Py_ssize_t n, int* err) noexcept nogil:
+    cdef ssize_t r
+    while True:
+        r = send(fd, buf, <size_t>n, MSG_DONTWAIT)
+        if r >= 0:
+            return r
+        err[0] = errno
+        if err[0] != EINTR:
+            return -1
 
 
 def packet_recv_into(int fd, buf):

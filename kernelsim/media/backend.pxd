@@ -14,9 +14,12 @@ cdef class FrameSink(EventTarget):
 
 
 cdef class PortTx(FramePort):
-    # The transmit side (backend.pyx): send_frame to the transport by C where it is a mesh.
+    # The transmit side (backend.pyx): send_frame to the transport by C where it is a mesh
+    # or an AF_PACKET socket.
     cdef public object transport
     cdef public long long tx_frames, tx_dropped
+    cdef object _tx_of                  # the transport _tx_packet_fd was looked up for
+    cdef int _tx_packet_fd              # its AF_PACKET socket, when it is a PacketPort; else -1
 
 
 cdef class DevicePort(PortTx):

@@ -28,7 +28,8 @@ import time
 
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim.media._port cimport FramePort
-from kernelsim.media._shmring cimport RING_EMPTY, ShmRing, packet_recv_raw
+from kernelsim.media._shmring cimport RING_EMPTY, ShmRing, packet_recv_raw, packet_send_raw
+from libc.errno cimport EAGAIN, ENOBUFS
 from kernelsim.media.mesh cimport MeshSender
 from kernelsim.media.packet import PacketPort
 
@@ -47,14 +48,34 @@ cdef class FrameSink(EventTarget):
 
 cdef class PortTx(FramePort):
     """`DevicePort`'s transmit side as a C call (`FramePort.send_frame`): a frame from the
-    device model to a shared-memory mesh by C calls (`MeshSender.send_c`), to any other
-    transport by its ``send``."""
+    device model to a shared-memory mesh by C calls (`MeshSender.send_c`), to an AF_PACKET
+    socket by one send(2) (`packet_send_raw`, counted on the `PacketPort` as its ``send``
+    counts), to any other transport by its ``send``."""
+
+    def __cinit__(self):
+        self._tx_packet_fd = -1
 
     cdef int send_frame(self, object frame, double t, double* start, double* end) except -1:
         cdef bint sent
+        cdef int err = 0
+        cdef const unsigned char* data
+        cdef Py_ssize_t n
         transport = self.transport
+        if transport is not self._tx_of:        # looked up once per transport, not per frame
+            self._tx_packet_fd = transport.fileno() if isinstance(transport, PacketPort) else -1
+            self._tx_of = transport
         if isinstance(transport, MeshSender) and isinstance(frame, bytes):
             sent = (<MeshSender> transport).send_c(frame, <const unsigned char*> (<bytes> frame), len(<bytes> frame))
+        elif self._tx_packet_fd >= 0 and isinstance(frame, bytes):
+            data = <const unsigned char*> (<bytes> frame)
+            n = len(<bytes> frame)
+            sent = packet_send_raw(self._tx_packet_fd, data, n, &err) >= 0     # never blocks: keeps the GIL
+            if sent:
+                transport._sent += 1
+            elif err == EAGAIN or err == ENOBUFS:
+                transport._dropped += 1         # the queue is full: lost, as PacketPort.send counts it
+            else:
+                sent = transport.send(frame)    # raises what the port raises for it (EMSGSIZE: ValueError)
         else:
             sent = transport.send(frame)
         if sent:
@@ -159,8 +180,7 @@ cdef class DevicePort(PortTx):
         cdef int err = 0
         port = self.transport
         while True:
-            with nogil:
-                k = packet_recv_raw(self._rx_packet_fd, &self._mv[0], cap, &err)
+            k = packet_recv_raw(self._rx_packet_fd, &self._mv[0], cap, &err)     # never blocks: keeps the GIL
             if k == -1:
                 return n
             if k == -2:                         # our own transmission, seen by a tap
