@@ -1,7 +1,7 @@
 # What the four NIC models share (declared here; `_nic.pyx` implements it): the
 # interrupt line, the bus-master DMA timing and the counters of both.
 from kernelsim._engine cimport Engine, EventTarget
-from kernelsim.media.backend cimport FrameSink
+from kernelsim.media._port cimport FrameSink
 from kernelsim._netdev cimport NetDevice
 from kernelsim._node cimport Costs
 from kernelsim._physmem cimport PhysMem

@@ -20,7 +20,7 @@ import errno
 
 
 from kernelsim._engine cimport Engine, EventTarget
-from kernelsim.media.backend cimport FrameSink
+from kernelsim.media._port cimport FrameSink
 from kernelsim._physmem cimport PhysMem
 
 __all__ = ["NicModel", "NicDriver"]

@@ -1,9 +1,18 @@
 from kernelsim._engine cimport EventTarget
 
 
+cdef class FrameSink(EventTarget):
+    # A device model a port feeds: frame_in(frame, crc_ok) is its receive entry by C call
+    # (the default calls the model's Python-level rx_frame, so any model works behind a port).
+    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1
+
+
 cdef class FramePort(EventTarget):
     # What a device model's transmitter drives -- a modeled medium's end (`EtherPort`) or
     # the adapter to a real transport (`DevicePort`) -- as a C call: put `frame` (bytes,
     # padded as the device sends it) on the medium no earlier than `t`; the medium's
     # (start, end) in `start[0]`, `end[0]`.
     cdef int send_frame(self, object frame, double t, double* start, double* end) except -1
+    # The device model this port delivers to (the `device` property sets both).
+    cdef object _device
+    cdef FrameSink _sink                # the same, when it takes frames by C call; else None

@@ -1,16 +1,11 @@
 # The backend adapter between a device model and a real transport (backend.pyx): the
 # receive side is a C call chain -- the port takes a frame out of a shared-memory ring
-# into its buffer and hands it to the device model by C (`FrameSink.frame_in`), then runs
-# the node's engine by C, once per frame.
-from kernelsim._engine cimport Engine, EventTarget
-from kernelsim.media._port cimport FramePort
+# into its buffer and hands it to the device model by C (`FrameSink.frame_in`, declared with
+# the port in _port.pxd and cimported from here too), then runs the node's engine by C, once
+# per frame.
+from kernelsim._engine cimport Engine
+from kernelsim.media._port cimport FramePort, FrameSink
 from kernelsim.media._shmring cimport ShmRing
-
-
-cdef class FrameSink(EventTarget):
-    # A device model a port feeds: frame_in(frame, crc_ok) is its receive entry by C call
-    # (the default calls the model's Python-level rx_frame, so any model works behind a port).
-    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1
 
 
 cdef class PortTx(FramePort):
@@ -23,8 +18,6 @@ cdef class PortTx(FramePort):
 
 
 cdef class DevicePort(PortTx):
-    cdef object _device
-    cdef FrameSink _sink                # the device, when it takes frames by C call
     cdef public Engine settle           # the node's engine: run after each frame, or None
     cdef public object divert           # frames go to this callable instead (a process drives the card)
     cdef public object faults

@@ -26,24 +26,14 @@ import heapq
 import os
 import time
 
-from kernelsim._engine cimport Engine, EventTarget
+from kernelsim._engine cimport Engine
 from kernelsim.media._port cimport FramePort
 from kernelsim.media._shmring cimport RING_EMPTY, ShmRing, packet_recv_raw, packet_send_raw
 from libc.errno cimport EAGAIN, ENOBUFS
 from kernelsim.media.mesh cimport MeshSender
 from kernelsim.media.packet import PacketPort
 
-__all__ = ["DevicePort", "FrameSink"]
-
-
-cdef class FrameSink(EventTarget):
-    """A device model behind a `DevicePort`: ``frame_in`` is its receive entry by C call.
-    A model overrides it to take the frame without a Python-level call; by default it
-    calls the model's ``rx_frame(frame, crc_ok)``."""
-
-    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1:
-        self.rx_frame(frame, crc_ok)
-        return 0
+__all__ = ["DevicePort"]              # FrameSink: kernelsim.media._port
 
 
 cdef class PortTx(FramePort):
@@ -111,15 +101,6 @@ cdef class DevicePort(PortTx):
         self._held_seq = 0
         if faults is not None:
             self.inject_faults(faults)
-
-    @property
-    def device(self):
-        return self._device
-
-    @device.setter
-    def device(self, device):
-        self._device = device
-        self._sink = device if isinstance(device, FrameSink) else None
 
     def inject_faults(self, faults) -> None:
         """Pass every received frame through `faults` (a FaultInjector) from now on. (Not

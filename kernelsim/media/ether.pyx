@@ -14,8 +14,7 @@ no tuple per frame), and the frame handed to the device model by a C call
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.string cimport memcpy
 from kernelsim._engine cimport Engine
-from kernelsim.media._port cimport FramePort
-from kernelsim.media.backend cimport FrameSink
+from kernelsim.media._port cimport FramePort, FrameSink
 from kernelsim.media.faults import FaultInjector
 
 __all__ = ["EtherLink", "EtherPort"]
@@ -26,8 +25,6 @@ cdef class EtherPort(FramePort):
 
     cdef public EtherLink link
     cdef public EtherPort peer
-    cdef object _device                  # the receiving device model at this end
-    cdef FrameSink _sink                 # the same, when it takes frames by C call
     cdef bytearray _buf                  # a frame handed to _sink is copied here: its bytes
     cdef unsigned char[::1] _mv          # as a typed view cost no buffer request per frame
     cdef public double free_at
@@ -44,15 +41,6 @@ cdef class EtherPort(FramePort):
         self.busy_s = 0.0
         self._buf = bytearray(2048)      # a descriptor's longest buffer (11 bits); grows if need be
         self._mv = self._buf
-
-    @property
-    def device(self):
-        return self._device
-
-    @device.setter
-    def device(self, device):
-        self._device = device
-        self._sink = device if isinstance(device, FrameSink) else None
 
     cpdef tuple transmit(self, frame, double t):
         """Put `frame` (without FCS) on the wire no earlier than `t`; return (start, end)."""
