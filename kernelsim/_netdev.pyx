@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 
-from kernelsim._node import WouldBlock
 from kernelsim._irq cimport IrqController
 from kernelsim._waits cimport WaitQueue
 from kernelsim._path cimport RxHandler, step_any
@@ -89,14 +88,6 @@ cdef class NetDevice(IrqHandler):
             self.irq_line = -1
         while self._allocs:
             self.node.mem.release(self._allocs.pop())
-
-    def ring_reserve(self) -> int:
-        """For drivers that send from a ring of `ntx` host buffers (`tx_bufs`, counted by
-        `cur_tx` and `dirty_tx`): the next free buffer, or WouldBlock when the ring is full."""
-        if self.cur_tx - self.dirty_tx >= self.ntx:
-            self.tx_busy += 1
-            raise WouldBlock(self.tx_space, f"{self.name}: transmit ring full")
-        return self.tx_bufs[self.cur_tx % self.ntx]
 
     # -- protocol registration -------------------------------------------------------
 

@@ -33,3 +33,9 @@ cdef class NicDriver(NetDevice):
     cdef readonly PhysMem host_mem      # the node's physical memory (rings, buffers)
     cdef public double c_desc, c_isr    # CPU time per descriptor / per interrupt
     cdef public Py_ssize_t cur_tx, dirty_tx, cur_rx   # ring producer / consumer counts
+    # The transmit ring of a driver that sends from host buffers: `ntx` of them, `tx_bufs`
+    # their physical addresses, used in turn as `cur_tx` counts frames handed to the card.
+    cdef public Py_ssize_t ntx
+    cdef public list tx_bufs
+
+    cdef Py_ssize_t ring_reserve(self) except -1

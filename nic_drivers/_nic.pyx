@@ -14,10 +14,12 @@ model's own.
 
 A driver (`NicDriver`) binds one such card: it keeps the node's costs, the per-
 descriptor and per-interrupt CPU costs from the profile, the transmit/receive ring
-counters `NetDevice.ring_reserve` reads, and wires the card's line to its IRQ.
+counters, the transmit ring's buffers (`ring_reserve`, the next free one by C call), and
+wires the card's line to its IRQ.
 """
 import errno
 
+from kernelsim._node import WouldBlock
 
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim.media._port cimport FrameSink
@@ -96,6 +98,15 @@ cdef class NicDriver(NetDevice):
         self.c_isr = self.cycles(isr_cycles) if isr_cycles else 0.0
         self.cur_tx = self.dirty_tx = 0         # ring producer / consumer counts (ring_reserve)
         self.cur_rx = 0
+
+    cdef Py_ssize_t ring_reserve(self) except -1:
+        """The next free buffer of the transmit ring (`ntx` buffers at `tx_bufs`), or
+        WouldBlock on `tx_space` when every one is still the card's. A ring driver's
+        `tx_buffer`."""
+        if self.cur_tx - self.dirty_tx >= self.ntx:
+            self.tx_busy += 1
+            raise WouldBlock(self.tx_space, f"{self.name}: transmit ring full")
+        return self.tx_bufs[self.cur_tx % self.ntx]
 
     def cycles(self, key: str) -> float:
         """CPU seconds of the profile's cycle count `key` on this node."""

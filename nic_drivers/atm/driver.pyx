@@ -56,7 +56,6 @@ from kernelsim._waits cimport WaitQueue
 from kernelsim._netdev cimport RxWalk
 from kernelsim._path cimport Path
 from nic_drivers._nic cimport NicDriver
-from kernelsim import WouldBlock
 
 from nic_drivers.atm import _model as hw
 from nic_drivers.atm._model cimport (
@@ -85,10 +84,10 @@ cdef class AtmNetDevice(NicDriver):
     cdef public str encap
     cdef bint _llc                                  # encap == "llc"
     cdef Py_ssize_t _hdr_bytes                      # link_header_bytes
-    cdef public Py_ssize_t ntx, nrx, ncmd, nbsq, small_bytes, large_bytes, num_connect
+    cdef public Py_ssize_t nrx, ncmd, nbsq, small_bytes, large_bytes, num_connect
     cdef public Py_ssize_t cmdq_off, txq_off, rxq_off
     cdef public Py_ssize_t tpds, tx_status, rpds, rx_status, cmd_status, bounce
-    cdef public list tx_bufs, small, large, free_bufs, rbd_blocks, vcs_in, vcs_out
+    cdef public list small, large, free_bufs, rbd_blocks, vcs_in, vcs_out
     cdef Py_ssize_t _bsq_off[2], _bsq_status[2], _bsq_head[2], _supply_min[2]
     cdef Pca200e card                               # self.dev, typed
     cdef object _hdr_dst                            # the last destination's VPI/VCI ...
@@ -272,10 +271,7 @@ cdef class AtmNetDevice(NicDriver):
     # write_link_header and tx_commit_path call these).
 
     cdef Py_ssize_t tx_buffer(self) except -1:
-        if self.cur_tx - self.dirty_tx >= self.ntx:
-            self.tx_busy += 1
-            raise WouldBlock(self.tx_space, f"{self.name}: transmit ring full")
-        return self.tx_bufs[self.cur_tx % self.ntx]
+        return self.ring_reserve()
 
     cdef Py_ssize_t tx_header(self, Py_ssize_t addr, object dst_hw, int proto) except -1:
         # The VC goes into the TPD's cell header; the protocol id in front of the payload.

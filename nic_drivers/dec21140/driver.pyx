@@ -21,7 +21,6 @@ from kernelsim._waits cimport WaitQueue
 from kernelsim._path cimport Path
 from kernelsim._netdev cimport RxWalk
 from nic_drivers._nic cimport NicDriver
-from kernelsim import WouldBlock
 
 from nic_drivers.dec21140._model cimport (
     Dec21140, OWN, NIS, AIS, TI, TPS, UNF, FBE, RI, RU, SR, ST, SF, RDES0_FS, RDES0_LS, RDES0_ES, RDES1_RER,
@@ -35,9 +34,9 @@ cdef enum:
 
 cdef class TulipNetDevice(NicDriver):
     # The rings and the knobs every frame reads: typed fields, not the instance dict.
-    cdef public Py_ssize_t ntx, nrx, budget, pbl, tx_ring, rx_ring
+    cdef public Py_ssize_t nrx, budget, pbl, tx_ring, rx_ring
     cdef public bint store_forward
-    cdef public list tx_bufs, rx_bufs
+    cdef public list rx_bufs
     cdef bytes _hdr_dst, _hdr               # the last link header built (a ping-pong's only one)
     cdef int _hdr_proto
 
@@ -112,10 +111,7 @@ cdef class TulipNetDevice(NicDriver):
     # write_link_header and tx_commit_path call these).
 
     cdef Py_ssize_t tx_buffer(self) except -1:
-        if self.cur_tx - self.dirty_tx >= self.ntx:
-            self.tx_busy += 1
-            raise WouldBlock(self.tx_space, f"{self.name}: transmit ring full")
-        return self.tx_bufs[self.cur_tx % self.ntx]
+        return self.ring_reserve()
 
     cdef Py_ssize_t tx_header(self, Py_ssize_t addr, object dst_hw, int proto) except -1:
         # Destination, our address, EtherType: built once per destination and reused.

@@ -62,13 +62,12 @@ TX_WAIT_IRQ = 2
 
 cdef class MyrinetNetDevice(NicDriver):
     # What every frame reads, typed (public: the EPOS pipeline, pipeline.py, reads them too).
-    cdef public Py_ssize_t ntx, nrx, nbulk, budget, pio_max, slot_bytes
+    cdef public Py_ssize_t nrx, nbulk, budget, pio_max, slot_bytes
     cdef public Py_ssize_t rx_ring, bulk_ring, txdone, cur_bulk, _rlen
     cdef public unsigned int eimr
     cdef public int _tx_wait
     cdef public double _owed, desc_pio_s
     cdef public long long tx_pio, tx_dma, polls
-    cdef public list tx_bufs
     cdef public object fw, routes
     cdef public _WaitQueue bulk_tx_space
     cdef readonly PhysMem hostmem        # the node's memory (the rings, the transmit buffers)
