@@ -391,15 +391,58 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
             if woken_flag.set:
                 break
             if _may_sleep(node, ports) and not woken_flag.set:
-                await _wait_any_readable([p.fileno() for p in ports])
-                for p in ports:
-                    p.drain()
+                await _sleep_on_ports(node, ports, woken_flag)
             else:
                 await trio.lowlevel.checkpoint()
     finally:
         if not woken_flag.set:
             queue.discard(woken_flag)
     await trio.lowlevel.checkpoint()
+
+
+async def _sleep_on_ports(node, list ports, _Flag woken):
+    """Sleep until a port's descriptor is readable or `woken` is set.
+
+    Several tasks of one program may wait on the same in-process node (a sender and a
+    receiver, as in ``dp bibw``), but trio lets one task at a time wait on a descriptor:
+    the first sleeps on the ports (`_PortSleep.sleeper`), the others park, and the
+    sleeper wakes them when it wakes, to poll. Whatever sets a waiter's flag -- another
+    task's poll, a path's completion -- ends that waiter's sleep at once (`_Flag.scope`).
+    """
+    sleep = node.__dict__.get("_port_sleep")
+    if sleep is None:
+        sleep = node.__dict__["_port_sleep"] = _PortSleep()
+    with trio.CancelScope() as scope:
+        woken.scope = scope
+        if woken.set:
+            scope.cancel()
+        if (<_PortSleep> sleep).sleeping:
+            (<_PortSleep> sleep).parked.add(scope)
+            try:
+                await trio.sleep_forever()
+            finally:
+                (<_PortSleep> sleep).parked.discard(scope)
+        else:
+            (<_PortSleep> sleep).sleeping = True
+            try:
+                await _wait_any_readable([p.fileno() for p in ports])
+            finally:
+                (<_PortSleep> sleep).sleeping = False
+                for other in list((<_PortSleep> sleep).parked):
+                    other.cancel()          # one of them sleeps on the ports next
+            for p in ports:
+                p.drain()
+    woken.scope = None
+
+
+@cython.final
+cdef class _PortSleep:
+    """Per in-process real node: whether a task sleeps on its ports, and who is parked."""
+    cdef bint sleeping
+    cdef set parked
+
+    def __cinit__(self):
+        self.parked = set()
 
 
 cdef class _PathMaker:
@@ -749,11 +792,15 @@ cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
 
 @cython.final
 cdef class _Flag(Waiter):
-    """A real-time wait's waiter: the queue's wake sets it, the polling loop reads it."""
+    """A real-time wait's waiter: the queue's wake sets it, the polling loop reads it;
+    a trio task asleep on the node's ports (`scope`) is woken."""
     cdef bint set
+    cdef object scope
 
     cdef int wake_up(self) except -1:
         self.set = True
+        if self.scope is not None:
+            self.scope.cancel()
         return 0
 
 
