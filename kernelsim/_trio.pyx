@@ -391,15 +391,58 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
             if woken_flag.set:
                 break
             if _may_sleep(node, ports) and not woken_flag.set:
-                await _wait_any_readable([p.fileno() for p in ports])
-                for p in ports:
-                    p.drain()
+                await _sleep_on_ports(node, ports, woken_flag)
             else:
                 await trio.lowlevel.checkpoint()
     finally:
         if not woken_flag.set:
             queue.discard(woken_flag)
     await trio.lowlevel.checkpoint()
+
+
+async def _sleep_on_ports(node, list ports, _Flag woken):
+    """Sleep until a port's descriptor is readable or `woken` is set.
+
+    Several tasks of one program may wait on the same in-process node (a sender and a
+    receiver, as in ``dp bibw``), but trio lets one task at a time wait on a descriptor:
+    the first sleeps on the ports (`_PortSleep.sleeper`), the others park, and the
+    sleeper wakes them when it wakes, to poll. Whatever sets a waiter's flag -- another
+    task's poll, a path's completion -- ends that waiter's sleep at once (`_Flag.scope`).
+    """
+    sleep = node.__dict__.get("_port_sleep")
+    if sleep is None:
+        sleep = node.__dict__["_port_sleep"] = _PortSleep()
+    with trio.CancelScope() as scope:
+        woken.scope = scope
+        if woken.set:
+            scope.cancel()
+        if (<_PortSleep> sleep).sleeping:
+            (<_PortSleep> sleep).parked.add(scope)
+            try:
+                await trio.sleep_forever()
+            finally:
+                (<_PortSleep> sleep).parked.discard(scope)
+        else:
+            (<_PortSleep> sleep).sleeping = True
+            try:
+                await _wait_any_readable([p.fileno() for p in ports])
+            finally:
+                (<_PortSleep> sleep).sleeping = False
+                for other in list((<_PortSleep> sleep).parked):
+                    other.cancel()          # one of them sleeps on the ports next
+            for p in ports:
+                p.drain()
+    woken.scope = None
+
+
+@cython.final
+cdef class _PortSleep:
+    """Per in-process real node: whether a task sleeps on its ports, and who is parked."""
+    cdef bint sleeping
+    cdef set parked
+
+    def __cinit__(self):
+        self.parked = set()
 
 
 cdef class _PathMaker:
@@ -438,6 +481,29 @@ cdef class _UserMaker(_PathMaker):
         return self.fn(*self.args)
 
 
+cdef _CallableMaker _callable_maker(object fn):
+    cdef _CallableMaker maker = _CallableMaker.__new__(_CallableMaker)
+    maker.fn = fn
+    return maker
+
+
+cdef _EntryMaker _entry_maker(object node, object proc, bint gate, object name, object args):
+    cdef _EntryMaker maker = _EntryMaker.__new__(_EntryMaker)
+    maker.node = node
+    maker.gate = gate
+    maker.proc = proc
+    maker.name = name
+    maker.args = args
+    return maker
+
+
+cdef _UserMaker _user_maker(object fn, tuple args):
+    cdef _UserMaker maker = _UserMaker.__new__(_UserMaker)
+    maker.fn = fn
+    maker.args = args
+    return maker
+
+
 def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=0.0,
                  spin_s: float = DEFAULT_SPIN_S, double before=0.0):
     """Run ``make_path(True)``; on WouldBlock wait and run ``make_path(False)`` after `wake_cost`.
@@ -448,9 +514,7 @@ def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=0.0,
     time the caller spent before the first try (a poll that noticed what it waited for).
     Returns the call's coroutine (await it).
     """
-    cdef _CallableMaker maker = _CallableMaker.__new__(_CallableMaker)
-    maker.fn = make_path
-    return _blocking(node, maker, nonblocking, None, None, wake_cost, spin_s, before, None, None)
+    return _blocking(node, _callable_maker(make_path), nonblocking, None, None, wake_cost, spin_s, before, None, None)
 
 
 def run_entry(node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_s: float = DEFAULT_SPIN_S):
@@ -458,13 +522,8 @@ def run_entry(node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_
     generic system-call entry, on file `fd` (None: no file; else its ``nonblocking``
     flag is read after each WouldBlock): ``node.callgate_path(proc, name, args, first)``
     or ``node.syscall_path(...)``, without a closure per call. Returns the coroutine."""
-    cdef _EntryMaker maker = _EntryMaker.__new__(_EntryMaker)
-    maker.node = node
-    maker.gate = gate
-    maker.proc = proc
-    maker.name = name
-    maker.args = args
-    return _blocking(node, maker, None, proc, fd, wake_cost, spin_s, 0.0, None, None)
+    return _blocking(node, _entry_maker(node, proc, gate, name, args), None, proc, fd, wake_cost, spin_s, 0.0,
+                     None, None)
 
 
 def run_user(node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
@@ -476,10 +535,7 @@ def run_user(node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, 
     first (unless `fd` is non-blocking); the call then starts `cost` later (the poll that
     noticed the arrival). After a WouldBlock the retry also starts `cost` later. Returns
     the coroutine; the pool is looked at when it runs, not when it is made."""
-    cdef _UserMaker maker = _UserMaker.__new__(_UserMaker)
-    maker.fn = fn
-    maker.args = args
-    return _blocking(node, maker, None, proc, fd, cost, spin_s, 0.0, pool, readers)
+    return _blocking(node, _user_maker(fn, args), None, proc, fd, cost, spin_s, 0.0, pool, readers)
 
 
 cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
@@ -594,29 +650,19 @@ cdef int _wait_real_sync(node, WaitQueue queue, double spin_s) except -1:
 def run_blocking_sync(node, make_path, *, nonblocking=lambda: False, double wake_cost=0.0,
                       double spin_s=DEFAULT_SPIN_S):
     """`run_blocking` for a caller without trio: returns the call's value."""
-    cdef _CallableMaker maker = _CallableMaker.__new__(_CallableMaker)
-    maker.fn = make_path
-    return _blocking_sync(node, maker, nonblocking, None, None, wake_cost, spin_s, None, None)
+    return _blocking_sync(node, _callable_maker(make_path), nonblocking, None, None, wake_cost, spin_s, None, None)
 
 
 def run_entry_sync(node, proc, bint gate, name, args, fd, double wake_cost=0.0, double spin_s=DEFAULT_SPIN_S):
     """`run_entry` for a caller without trio: returns the call's value."""
-    cdef _EntryMaker maker = _EntryMaker.__new__(_EntryMaker)
-    maker.node = node
-    maker.gate = gate
-    maker.proc = proc
-    maker.name = name
-    maker.args = args
-    return _blocking_sync(node, maker, None, proc, fd, wake_cost, spin_s, None, None)
+    return _blocking_sync(node, _entry_maker(node, proc, gate, name, args), None, proc, fd, wake_cost, spin_s,
+                          None, None)
 
 
 def run_user_sync(node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
                   double spin_s=DEFAULT_SPIN_S):
     """`run_user` for a caller without trio: returns the call's value."""
-    cdef _UserMaker maker = _UserMaker.__new__(_UserMaker)
-    maker.fn = fn
-    maker.args = args
-    return _blocking_sync(node, maker, None, proc, fd, cost, spin_s, pool, readers)
+    return _blocking_sync(node, _user_maker(fn, args), None, proc, fd, cost, spin_s, pool, readers)
 
 
 cdef object _blocking_sync(node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, double spin_s,
@@ -746,11 +792,15 @@ cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
 
 @cython.final
 cdef class _Flag(Waiter):
-    """A real-time wait's waiter: the queue's wake sets it, the polling loop reads it."""
+    """A real-time wait's waiter: the queue's wake sets it, the polling loop reads it;
+    a trio task asleep on the node's ports (`scope`) is woken."""
     cdef bint set
+    cdef object scope
 
     cdef int wake_up(self) except -1:
         self.set = True
+        if self.scope is not None:
+            self.scope.cancel()
         return 0
 
 

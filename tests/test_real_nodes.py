@@ -656,6 +656,11 @@ def test_dp_pingpong_with_kernel_rank_and_its_refusals(run_base, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["time"] == "real" and [r["size"] for r in doc["results"]] == [1, 64]
     assert all(r["rtt_us"] > 0 for r in doc["results"])
+    # Two tasks of one rank (bibw's sender and receiver) wait on the same in-process node:
+    # one sleeps on its ports, the other parks (trio lets one task wait on a descriptor).
+    assert main(["bibw", "--real", "--kernel", "rank", "--sizes", "64", "--iters", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["size"] for r in doc["results"]] == [64] and doc["results"][0]["mbytes_per_s"] > 0
     assert main(["pingpong", "--kernel", "rank"]) == 1
     assert "--kernel chooses where a real node's kernel runs: use it with --real" in capsys.readouterr().err
     assert main(["pingpong", "--real", "--kernel", "rank", "--cluster", "x.toml"]) == 1
