@@ -392,7 +392,7 @@ def bench_rtt(args, cluster):
           f"{s / m['none']:.2f}x, with polling scripts {s / m['poll']:.2f}x", flush=True)
     r = cluster_up(2, name=f"bsr{os.getpid()}", transport="shm", tied=True, start=False)
     try:
-        rank, _ = _rank_rows("over shm", r, args, lambda: None)
+        rank, _ = _rank_rows("over shm", r, args)
     finally:
         cluster_down(r)
     print(f"# rtt, two processes: DP with each rank its node's kernel {s / rank:.2f}x faster than trio socketpair "
@@ -480,14 +480,15 @@ def bench_packet(args):
             "dp_packet_rtt_kernel_rank_us": rank, "bare_packet_rtt_beside_rank_us": b2}
 
 
-def _rank_rows(label, cluster, args, baseline):
+def _rank_rows(label, cluster, args, baseline=None):
     """DP's round trip with each rank its node's kernel (``kernel="rank"``: two processes,
-    as many as the bare ping-pong has) beside `baseline()`, alternating, --runs times."""
+    as many as the bare ping-pong has), alternating with `baseline()` if given, --runs times."""
     got, base = [], []
     for _ in range(args.runs):
         results, _ = run_real_spmd(round_trips, args.iters, cluster=cluster.path, kernel="rank", timeout=120.0)
         got.append(_median_us(results[0]))
-        base.append(baseline())
+        if baseline is not None:
+            base.append(baseline())
     dp = statistics.median(got)
     _row(f"DP 1-byte RTT, {label}, each rank its node's kernel", dp, "us",
          f"placement {cluster.extra.get('placement', 'none')}; runs {_runs(got)}")

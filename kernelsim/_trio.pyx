@@ -409,9 +409,9 @@ async def _sleep_on_ports(node, list ports, _Flag woken):
     sleeper wakes them when it wakes, to poll. Whatever sets a waiter's flag -- another
     task's poll, a path's completion -- ends that waiter's sleep at once (`_Flag.scope`).
     """
-    sleep = node.__dict__.get("_port_sleep")
+    sleep = getattr(node, "_port_sleep", None)
     if sleep is None:
-        sleep = node.__dict__["_port_sleep"] = _PortSleep()
+        sleep = node._port_sleep = _PortSleep()
     with trio.CancelScope() as scope:
         woken.scope = scope
         if woken.set:
@@ -697,21 +697,17 @@ cdef object _run_real_sync(node, _PathMaker maker, nonblocking, proc, fd, double
     cdef Engine engine = node.engine
     cdef _Completion done
     cdef bint polled = False
+    cdef int step
     if first_wait is not None and pool.count == 0 and not _is_nonblocking(nonblocking, proc, fd):
         _wait_real_sync(node, first_wait, spin_s)
     path = maker.make(True)
     while True:
         done = _try_real(on, engine, path)
-        if not isinstance(done.exc, WouldBlock):
-            if done.exc is not None:
-                raise done.exc
-            return done.value
-        if not _is_nonblocking(nonblocking, proc, fd):
+        step = _after_real_try(done, node, engine, nonblocking, proc, fd, &polled)
+        if step == _REAL_WAIT:
             _wait_real_sync(node, done.exc.queue, spin_s)
-        elif polled or not poll_ports(node.real_ports, engine):
-            raise BlockingIOError(errno.EAGAIN, str(done.exc.strerror)) from None
-        else:
-            polled = True
+        elif step != _REAL_RETRY:
+            return _real_result(done)
         path = maker.make(False)
 
 
@@ -731,22 +727,41 @@ async def _blocking_real(node, _PathMaker maker, nonblocking, proc, fd, spin_s, 
     path = maker.make(True)
     while True:
         done = _try_real(on, engine, path)
-        if not isinstance(done.exc, WouldBlock):
-            if not checked:
-                await _checkpoint()
-            if done.exc is not None:
-                raise done.exc
-            return done.value
-        if not _is_nonblocking(nonblocking, proc, fd):
+        step = _after_real_try(done, node, engine, nonblocking, proc, fd, &polled)
+        if step == _REAL_WAIT:
             await wait_on(node, done.exc.queue, spin_s)
             checked = True
-        elif polled or not poll_ports(node.real_ports, engine):
+        elif step != _REAL_RETRY:
             if not checked:
                 await _checkpoint()
-            raise BlockingIOError(errno.EAGAIN, str(done.exc.strerror)) from None
-        else:
-            polled = True
+            return _real_result(done)
         path = maker.make(False)
+
+
+cdef enum:
+    _REAL_FINISHED = 0      # the try returned or raised: `_real_result`
+    _REAL_WAIT = 1          # it would block: wait on its queue, then try again
+    _REAL_RETRY = 2         # non-blocking, and polling the devices took frames: try again
+
+
+cdef int _after_real_try(_Completion done, node, Engine engine, nonblocking, proc, fd, bint* polled) except -1:
+    """What a real-time call does after a try. A non-blocking call polls the devices once
+    before it says EAGAIN (`_real_result` then raises BlockingIOError)."""
+    if not isinstance(done.exc, WouldBlock):
+        return _REAL_FINISHED
+    if not _is_nonblocking(nonblocking, proc, fd):
+        return _REAL_WAIT
+    if polled[0] or not poll_ports(node.real_ports, engine):
+        done.exc = BlockingIOError(errno.EAGAIN, str(done.exc.strerror))
+        return _REAL_FINISHED
+    polled[0] = True
+    return _REAL_RETRY
+
+
+cdef object _real_result(_Completion done):
+    if done.exc is not None:
+        raise done.exc
+    return done.value
 
 
 cdef _Completion _try_real(Cpu on, Engine engine, path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -48,14 +49,12 @@ def die_with_parent() -> None:
         pass
 
 
-def _child(rank, size, run_dir, program, args, conn):
+def _child(rank, size, run, program, args, conn):
+    """One rank: ``run(rank, size, program, args) -> (result, node statistics)``, its
+    outcome sent to the parent whatever happens."""
     try:
         die_with_parent()
-        from libdp._attach import attach
-        dp = attach(node=rank, run_dir=run_dir, name=f"{getattr(program, '__name__', 'spmd')}[{rank}]")
-        result = trio.run(program, dp, rank, size, *args)
-        stats = dp.node.stats()
-        dp.detach()
+        result, stats = run(rank, size, program, args)
         conn.send(("ok", result, stats))
     except BaseException as exc:   # report everything, the parent decides
         conn.send(("error", _describe(exc), None))
@@ -63,18 +62,24 @@ def _child(rank, size, run_dir, program, args, conn):
         conn.close()
 
 
-def _kernel_child(rank, size, cluster, program, args, conn):
-    """A rank that is its node: `run_as_node` (kernel="rank")."""
-    try:
-        die_with_parent()
-        from libdp._realnode import run_as_node
-        result, stats = run_as_node(cluster, rank, size, program, args,
-                                    name=getattr(program, "__name__", "spmd"))
-        conn.send(("ok", result, stats))
-    except BaseException as exc:   # report everything, the parent decides
-        conn.send(("error", _describe(exc), None))
-    finally:
-        conn.close()
+def _attached(run_dir, rank, size, program, args):
+    """kernel="node": the rank attaches to its node's process, as any script does."""
+    from libdp._attach import attach
+    dp = attach(node=rank, run_dir=run_dir, name=f"{_name(program)}[{rank}]")
+    result = trio.run(program, dp, rank, size, *args)
+    stats = dp.node.stats()
+    dp.detach()
+    return result, stats
+
+
+def _as_node(cluster, rank, size, program, args):
+    """kernel="rank": the rank is its node (`run_as_node`)."""
+    from libdp._realnode import run_as_node
+    return run_as_node(cluster, rank, size, program, args, name=_name(program))
+
+
+def _name(program) -> str:
+    return getattr(program, "__name__", "spmd")
 
 
 def _describe(exc: BaseException) -> tuple:
@@ -186,16 +191,14 @@ def run_real_spmd(program, *args, nodes: int = 2, platform: str | None = None, n
         c = made = cluster_up(nodes, name=f"run-{os.getpid()}-{secrets.token_hex(3)}", transport=transport,
                               nic=nic, platform=platform, params=params, load=load, seed=seed, tied=True,
                               placement=placement, start=kernel == "node")
+    run = functools.partial(_as_node, c) if kernel == "rank" else functools.partial(_attached, c.run_dir)
     ctx = multiprocessing.get_context("fork")
     procs, pipes = [], []
     finished = False
     try:
         for rank in range(nodes):
             parent_end, child_end = ctx.Pipe(duplex=False)
-            if kernel == "rank":
-                p = ctx.Process(target=_kernel_child, args=(rank, nodes, c, program, args, child_end), daemon=True)
-            else:
-                p = ctx.Process(target=_child, args=(rank, nodes, c.run_dir, program, args, child_end), daemon=True)
+            p = ctx.Process(target=_child, args=(rank, nodes, run, program, args, child_end), daemon=True)
             p.start()
             child_end.close()
             procs.append(p)

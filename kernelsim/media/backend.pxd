@@ -13,8 +13,10 @@ cdef class PortTx(FramePort):
     # or an AF_PACKET socket.
     cdef public object transport
     cdef public long long tx_frames, tx_dropped
-    cdef object _tx_of                  # the transport _tx_packet_fd was looked up for
-    cdef int _tx_packet_fd              # its AF_PACKET socket, when it is a PacketPort; else -1
+    cdef object _looked_up_for          # the transport the fields below were looked up for
+    cdef int _packet_fd                 # its AF_PACKET socket, when it is a PacketPort; else -1
+
+    cdef int _look_up(self) except -1
 
 
 cdef class DevicePort(PortTx):
@@ -28,9 +30,7 @@ cdef class DevicePort(PortTx):
     cdef public long long rx_frames
     cdef list _held                     # (due wall time, sequence, frame, crc_ok): frames held back
     cdef long long _held_seq
-    cdef object _rx_of                  # the transport _rx_ring was looked up for (poll)
     cdef ShmRing _rx_ring               # its receive ring, when frames come from one; else None
-    cdef int _rx_packet_fd              # its AF_PACKET socket, when it is a PacketPort; else -1
 
     cpdef int poll(self) except -1
     cdef int _poll_packet(self) except -1

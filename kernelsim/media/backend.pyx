@@ -43,7 +43,15 @@ cdef class PortTx(FramePort):
     counts), to any other transport by its ``send``."""
 
     def __cinit__(self):
-        self._tx_packet_fd = -1
+        self._packet_fd = -1
+
+    cdef int _look_up(self) except -1:
+        """What the port uses of its transport by C, looked up once per transport (the
+        transport can be swapped), not per frame or pass."""
+        transport = self.transport
+        self._packet_fd = transport.fileno() if isinstance(transport, PacketPort) else -1
+        self._looked_up_for = transport
+        return 0
 
     cdef int send_frame(self, object frame, double t, double* start, double* end) except -1:
         cdef bint sent
@@ -51,15 +59,14 @@ cdef class PortTx(FramePort):
         cdef const unsigned char* data
         cdef Py_ssize_t n
         transport = self.transport
-        if transport is not self._tx_of:        # looked up once per transport, not per frame
-            self._tx_packet_fd = transport.fileno() if isinstance(transport, PacketPort) else -1
-            self._tx_of = transport
+        if transport is not self._looked_up_for:
+            self._look_up()
         if isinstance(transport, MeshSender) and isinstance(frame, bytes):
             sent = (<MeshSender> transport).send_c(frame, <const unsigned char*> (<bytes> frame), len(<bytes> frame))
-        elif self._tx_packet_fd >= 0 and isinstance(frame, bytes):
+        elif self._packet_fd >= 0 and isinstance(frame, bytes):
             data = <const unsigned char*> (<bytes> frame)
             n = len(<bytes> frame)
-            sent = packet_send_raw(self._tx_packet_fd, data, n, &err) >= 0     # never blocks: keeps the GIL
+            sent = packet_send_raw(self._packet_fd, data, n, &err) >= 0     # never blocks: keeps the GIL
             if sent:
                 transport._sent += 1
             elif err == EAGAIN or err == ENOBUFS:
@@ -118,6 +125,12 @@ cdef class DevicePort(PortTx):
         self.send_frame(frame, t, &start, &end)
         return t, t
 
+    cdef int _look_up(self) except -1:
+        PortTx._look_up(self)
+        owner = getattr(self.transport.recv_into, "__self__", None)
+        self._rx_ring = owner if type(owner) is ShmRing else None
+        return 0
+
     cpdef int poll(self) except -1:
         """Feed what the transport holds to the device, one frame at a time.
 
@@ -129,12 +142,9 @@ cdef class DevicePort(PortTx):
         cdef ShmRing ring
         if self.faults is not None or self._held or self.divert is not None:
             return self._poll_faulty()
-        if self.transport is not self._rx_of:   # looked up once per transport, not per pass
-            owner = getattr(self.transport.recv_into, "__self__", None)
-            self._rx_ring = owner if type(owner) is ShmRing else None
-            self._rx_packet_fd = self.transport.fileno() if isinstance(self.transport, PacketPort) else -1
-            self._rx_of = self.transport
-        if self._rx_packet_fd >= 0:
+        if self.transport is not self._looked_up_for:
+            self._look_up()
+        if self._packet_fd >= 0:
             return self._poll_packet()
         ring = self._rx_ring
         if ring is not None:                    # the ring itself: frames by C, straight into the buffer
@@ -161,7 +171,7 @@ cdef class DevicePort(PortTx):
         cdef int err = 0
         port = self.transport
         while True:
-            k = packet_recv_raw(self._rx_packet_fd, &self._mv[0], cap, &err)     # never blocks: keeps the GIL
+            k = packet_recv_raw(self._packet_fd, &self._mv[0], cap, &err)     # never blocks: keeps the GIL
             if k == -1:
                 return n
             if k == -2:                         # our own transmission, seen by a tap
