@@ -14,9 +14,12 @@ Every rate is given per wall second and per CPU second of this process
 (``time.process_time``): on a machine shared with other work the second moves far less
 from run to run, so compare before/after with it.
 
-The floor trio sets: two bare trio tasks handing the turn back and forth
-(``reschedule`` + ``wait_task_rescheduled``), the two task switches a ping-pong between
-two user programs cannot avoid -- no modeled DP round trip can run faster than this.
+What trio's loop would cost: two bare trio tasks handing the turn back and forth
+(``reschedule`` + ``wait_task_rescheduled``), two passes of trio's run loop per round trip.
+A modeled DP ping-pong no longer pays it: a wait that wakes the peer steps the peer itself
+when that is all trio's next pass would do (``kernelsim._trio``, "Handing the turn
+over"); ``steps/RT`` is how many task steps per round trip were taken that way (AM's
+rank 1 spins inside the engine and is never stepped at all).
 
 Last, wall microseconds per engine event: dp's engine stepping a self-rescheduling
 Python callback, next to a bare heapq loop doing the same, and what one event of the
@@ -46,8 +49,9 @@ SYSTEMS = {
 }
 
 
-def _dp_run(nic: str, proto: str | None, iters: int) -> tuple[float, float, int, int, float]:
-    """(wall s, CPU s, modeled instants, engine events, modeled RTT s) of a modeled ping-pong."""
+def _dp_run(nic: str, proto: str | None, iters: int) -> tuple[float, float, int, int, float, int]:
+    """(wall s, CPU s, modeled instants, engine events, modeled RTT s, task steps taken
+    outside trio's loop) of a modeled ping-pong."""
     if proto == "am":
         from libdp._am_bench import am_pingpong_program
         c = Cluster(nodes=2, nic=nic, load=[("am", {})])
@@ -58,20 +62,22 @@ def _dp_run(nic: str, proto: str | None, iters: int) -> tuple[float, float, int,
         t, cpu = time.perf_counter(), time.process_time()
         rows = c.run_spmd(pingpong, [1], iters, 0)[0]
     wall, cpu = time.perf_counter() - t, time.process_time() - cpu
-    return wall, cpu, c.engine.events_run + getattr(c.engine, "advances", 0), c.engine.events_run, rows[0]["rtt_us"] * 1e-6
+    return (wall, cpu, c.engine.events_run + getattr(c.engine, "advances", 0), c.engine.events_run,
+            rows[0]["rtt_us"] * 1e-6, c.clock.counter.stepped)
 
 
 def dp_rate(nic: str, proto: str | None, iters: int, repeat: int) -> dict:
     lo = max(iters // 10, 200)
     best = None
     for _ in range(repeat):
-        w_lo, c_lo, i_lo, e_lo, _rtt = _dp_run(nic, proto, lo)
-        w_hi, c_hi, i_hi, e_hi, rtt = _dp_run(nic, proto, iters + lo)
+        w_lo, c_lo, i_lo, e_lo, _rtt, s_lo = _dp_run(nic, proto, lo)
+        w_hi, c_hi, i_hi, e_hi, rtt, s_hi = _dp_run(nic, proto, iters + lo)
         rate = iters / (w_hi - w_lo)
         if best is None or rate > best["round_trips_per_s"]:
             best = {"round_trips_per_s": rate, "round_trips_per_cpu_s": iters / (c_hi - c_lo),
                     "instants_per_rt": (i_hi - i_lo) / iters,
                     "events_per_rt": (e_hi - e_lo) / iters, "modeled_rtt_us": rtt * 1e6,
+                    "steps_outside_trio_per_rt": (s_hi - s_lo) / iters,
                     "wall_us_per_event": (w_hi - w_lo) / (e_hi - e_lo) * 1e6}
     return best
 
@@ -123,7 +129,8 @@ def _best_rates(run, iters: int, repeat: int) -> tuple[float, float]:
 
 def trio_floor_rate(iters: int, repeat: int) -> tuple[float, float]:
     """Round trips per (wall, CPU) second of two bare trio tasks handing the turn back and
-    forth: the two task switches a modeled ping-pong between two programs always costs."""
+    forth: two passes of trio's run loop per round trip, what a modeled ping-pong between
+    two programs cost before its waits stepped their peers themselves."""
     import outcome
     import trio
     from trio.lowlevel import Abort, current_task, reschedule, wait_task_rescheduled
@@ -253,7 +260,7 @@ def main(argv=None) -> int:
     print(f"# modeled 1-byte ping-pong, {args.iters} round trips timed, best of {args.repeat}; "
           f"rates per wall second (per CPU second of this process)")
     print(f"# {'system':<12}{'RT/s':>18}{'SimPy RT/s':>18}{'ratio':>13}{'events/RT':>11}{'instants/RT':>13}"
-          f"{'us/event':>10}")
+          f"{'us/event':>10}{'steps/RT':>10}")
     for name, r in out["systems"].items():
         rates = f"{r['round_trips_per_s']:9.0f} ({r['round_trips_per_cpu_s']:6.0f})"
         if r["ratio_to_simpy"]:
@@ -262,8 +269,8 @@ def main(argv=None) -> int:
         else:
             simpy_s, ratio = f"{'(no simpy)':>18}", f"{'-':>13}"
         print(f"  {name:<12}{rates:>18}{simpy_s:>18}{ratio:>13}{r['events_per_rt']:11.1f}"
-              f"{r['instants_per_rt']:13.1f}{r['wall_us_per_event']:10.2f}")
-    print(f"# trio floor (two bare tasks, two switches per round trip): "
+              f"{r['instants_per_rt']:13.1f}{r['wall_us_per_event']:10.2f}{r['steps_outside_trio_per_rt']:10.2f}")
+    print(f"# trio's loop alone (two bare tasks, two passes per round trip; no longer paid by a ping-pong): "
           f"{out['trio_floor_round_trips_per_s']:.0f} ({out['trio_floor_round_trips_per_cpu_s']:.0f}) RT/s")
     print(f"# bare event: dp engine {out['engine_us_per_event']:.3f} us, heapq loop {out['heapq_us_per_event']:.3f} us")
     for name, t in out.get("sweeps", {}).items():

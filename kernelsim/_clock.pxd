@@ -1,5 +1,6 @@
 cdef class RunnableCounter:
     cdef public long long runnable
+    cdef public long long stepped   # task steps taken by a modeled wait, not by trio's loop
     cdef public bint live
     # The run it counts, and the parts of trio's runner a modeled call touches on every
     # park and wake (constant for the run): read once at ``before_run``.
@@ -7,6 +8,12 @@ cdef class RunnableCounter:
     cdef object runq
     cdef dict hooks
     cdef object deadlines
+    # What else trio's next pass would look at before it steps a task (`_trio._step_woken`):
+    # the I/O manager's registered descriptors, the run_sync_soon queue, and the one
+    # descriptor trio itself always waits on (that queue's wake-up socket).
+    cdef object io_registered
+    cdef object entry_queue
+    cdef int wakeup_fd
     cdef readonly bint own_clock    # the run's clock is the EngineClock this counter belongs to
 
 

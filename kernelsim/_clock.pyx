@@ -52,11 +52,14 @@ cdef class RunnableCounter:
 
     An instrument (trio asks it by hook name, so it need not subclass
     `trio.abc.Instrument`); its hooks run twice per task switch, so they are C methods.
+    ``stepped`` counts the task steps a modeled wait took in trio's stead in this run
+    (`kernelsim._trio`, "Handing the turn over"): they count as steps begun too.
     """
 
     def before_run(self) -> None:
         global _live
         self.runnable = 0
+        self.stepped = 0
         self.live = True
         try:
             runner = _GRC.runner
@@ -65,6 +68,13 @@ cdef class RunnableCounter:
             self.deadlines = runner.deadlines
         except AttributeError:          # another trio's internals: the calls look them up
             return
+        try:
+            self.io_registered = runner.io_manager._registered
+            self.entry_queue = runner.entry_queue
+            self.wakeup_fd = runner.entry_queue.wakeup.wakeup_sock.fileno()
+        except AttributeError:          # no hand-over of the turn (`_trio._step_woken`)
+            self.io_registered = self.entry_queue = None
+            self.wakeup_fd = -1
         self.runner = runner
         clock = runner.clock
         self.own_clock = isinstance(clock, EngineClock) and clock.counter is self
@@ -74,6 +84,7 @@ cdef class RunnableCounter:
         global _live
         self.live = False
         self.runner = self.runq = self.hooks = self.deadlines = None
+        self.io_registered = self.entry_queue = None
         self.own_clock = False
         if _live is self:
             _live = None

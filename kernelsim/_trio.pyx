@@ -63,6 +63,7 @@ cdef object _task():
     except AttributeError:
         return _current_task()
 _checkpoint = trio.lowlevel.checkpoint
+_shielded_checkpoint = trio.lowlevel.cancel_shielded_checkpoint
 _checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
 _ABORT_FAILED = trio.lowlevel.Abort.FAILED
 _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
@@ -105,24 +106,31 @@ try:
     _REPLICATED_DEADLINE = {_trio_run.Deadlines.next_deadline: "bd55a5fed21bb616"}
 except AttributeError:
     _REPLICATED_DEADLINE = None
+try:
+    _REPLICATED_STEP = {_trio_run.unrolled_run: "9226ba6956c1ca77"}
+except AttributeError:
+    _REPLICATED_STEP = None
 cdef bint _fast_deadline = _matches(_REPLICATED_DEADLINE)
+cdef bint _fast_step = _matches(_REPLICATED_STEP)
 cdef bint _fast_wake = _matches(_REPLICATED_WAKE)
 cdef bint _fast_park = _matches(_REPLICATED_PARK)
 
 
 def replicates_trio(on=None) -> bool:
-    """Whether parks and wakes take the C replicas (True) or trio's public calls.
+    """Whether parks and wakes take the C replicas, and a modeled wait may step the task it
+    woke itself (`_step_woken`) (True), or trio's public calls and run loop do.
 
     ``replicates_trio(False)`` switches to the public calls and ``replicates_trio(True)``
     back to the replicas where they match this trio (the tests run both ways). Returns
     the setting in force afterwards.
     """
-    global _fast_wake, _fast_park, _fast_deadline
+    global _fast_wake, _fast_park, _fast_deadline, _fast_step
     if on is not None:
         _fast_wake = bool(on) and _matches(_REPLICATED_WAKE)
         _fast_park = bool(on) and _matches(_REPLICATED_PARK)
         _fast_deadline = bool(on) and _matches(_REPLICATED_DEADLINE)
-    return _fast_wake and _fast_park and _fast_deadline
+        _fast_step = bool(on) and _matches(_REPLICATED_STEP)
+    return _fast_wake and _fast_park and _fast_deadline and _fast_step
 
 
 cdef object _value_none():
@@ -217,13 +225,15 @@ cdef class _Completion(Completion):
     """
     cdef Engine engine
     cdef readonly bint done
-    cdef object value, exc, task
+    cdef bint hosting               # its task is stepping another (`_settle`): runnable when done
+    cdef object value, exc, task, raise_cancel
     cdef WaitQueue queue
 
     cdef int wake_up(self) except -1:
         return self.complete(None, None)
 
     cdef int complete(self, object value, object exc) except -1:
+        cdef RunnableCounter counter
         self.done = True
         self.value = value
         self.exc = exc
@@ -232,6 +242,12 @@ cdef class _Completion(Completion):
         if self.task is not None:
             task, self.task = self.task, None
             _wake(task)
+        elif self.hosting:
+            # Its task would be runnable now, were it parked as trio sees it: the task it
+            # steps must count it, and drive no further than this instant on its own.
+            self.hosting = False
+            counter = live_counter()
+            counter.runnable += 1
         return 0
 
     def abort_wait(self, _):
@@ -239,6 +255,20 @@ cdef class _Completion(Completion):
         self.task = None
         self.queue.discard(self)
         return _ABORT_SUCCEEDED
+
+    def host_abort(self, raise_cancel):
+        # trio cancels the task while it steps another (`_settle`): what its park's abort
+        # would do. A path cannot be abandoned; a wait is taken off its queue and the task
+        # is runnable at once, with the cancellation to raise -- which `_settle` raises
+        # itself, so trio is told the abort failed (it would reschedule a running task).
+        if self.queue is None or not self.hosting or self.done:
+            return _ABORT_FAILED
+        self.queue.discard(self)
+        self.hosting = False
+        self.raise_cancel = raise_cancel
+        cdef RunnableCounter counter = live_counter()
+        counter.runnable += 1
+        return _ABORT_FAILED
 
 
 cdef _Completion _completion(Engine engine):
@@ -264,6 +294,9 @@ cdef enum:
     _PARK = 0       # not done: park the task until the engine (run by trio's clock) finishes it
     _INLINE = 1     # done by driving the engine inline, and nothing else woke: no schedule point
     _DONE = 2       # done, but other tasks may have woken: a full schedule point
+    # Done while this task stepped another (`_settle`), as if it had parked and been woken:
+    _WOKEN = 3      # nothing else runnable: go on, no cancellation point (a woken park has none)
+    _WOKEN_AMONG = 4    # others runnable at this instant: a pass of trio's loop, shielded
 
 
 def after(cost: float, path):
@@ -323,6 +356,16 @@ cdef int _start_path(Engine engine, Cpu on, object path, _Completion done, task)
     on.submit(LEVEL_PROC, path, done)
     if done.done:
         return _DONE
+    return _settle(engine, done, task, _drive(engine, done, task))
+
+
+cdef int _start_wait(Engine engine, WaitQueue queue, _Completion woken, task) except -1:
+    woken.queue = queue
+    queue.add(woken)
+    return _settle(engine, woken, task, _drive(engine, woken, task))
+
+
+cdef inline int _drive(Engine engine, _Completion done, task) except -1:
     if _drive_inline(engine, done, task):
         # Only this call's own completion stopped the engine: no other task can
         # have become runnable, so the schedule point has nothing to do.
@@ -330,12 +373,38 @@ cdef int _start_path(Engine engine, Cpu on, object path, _Completion done, task)
     return _DONE if done.done else _PARK
 
 
-cdef int _start_wait(Engine engine, WaitQueue queue, _Completion woken, task) except -1:
-    woken.queue = queue
-    queue.add(woken)
-    if _drive_inline(engine, woken, task):
-        return _INLINE
-    return _DONE if woken.done else _PARK
+cdef int _settle(Engine engine, _Completion done, task, int how) except -1:
+    """How the call goes on after `how`: while it would park only for trio to step the one
+    task it woke, it steps that task itself and carries on (see "Handing the turn over")."""
+    cdef RunnableCounter counter
+    cdef int stepped
+    while how == _PARK:
+        # While the other task runs, this one is parked as trio sees it: its completion
+        # counts it runnable, and a cancellation reaches it through its park's abort.
+        done.hosting = True
+        task._abort_func = done.host_abort
+        try:
+            stepped = _step_woken(task, engine)
+        finally:
+            done.hosting = False
+            task._abort_func = None
+        if not stepped:
+            return _PARK
+        if done.raise_cancel is not None:
+            # Cancelled while parked on a wait, which its abort took it off: that
+            # cancellation is what its park returns (`_Completion.host_abort`).
+            counter = live_counter()
+            counter.runnable -= 1
+            raise_cancel, done.raise_cancel = done.raise_cancel, None
+            raise_cancel()
+        if done.done:
+            # The stepped task's work completed this call and counted this task runnable
+            # (`_Completion.complete`): this is its step beginning.
+            counter = live_counter()
+            counter.runnable -= 1
+            return _WOKEN if counter.runnable == 0 and _quiet(counter, counter.runner) else _WOKEN_AMONG
+        how = _drive(engine, done, task)
+    return how
 
 
 async def run_path(node, path, cpu=None):
@@ -357,9 +426,11 @@ async def run_path(node, path, cpu=None):
                 await _checkpoint_if_cancelled()
         elif how == _DONE:
             await _checkpoint()
-        else:
+        elif how == _PARK:
             done.task = task
             _unwrap(await _park(_refuse_abort))
+        elif how == _WOKEN_AMONG:
+            await _shielded_checkpoint()
     if done.exc is not None:
         raise done.exc
     return done.value
@@ -378,9 +449,11 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
                 await _checkpoint_if_cancelled()
         elif how == _DONE:
             await _checkpoint()
-        else:
+        elif how == _PARK:
             woken.task = task
             _unwrap(await _park(woken.abort_wait))
+        elif how == _WOKEN_AMONG:
+            await _shielded_checkpoint()
         return
     cdef _Flag woken_flag = _Flag.__new__(_Flag)
     cdef list ports = node.real_ports
@@ -568,9 +641,11 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
                     await _checkpoint_if_cancelled()
             elif how == _DONE:
                 await _checkpoint()
-            else:
+            elif how == _PARK:
                 done.task = task
                 _unwrap(await _park(done.abort_wait))
+            elif how == _WOKEN_AMONG:
+                await _shielded_checkpoint()
             before = wake_cost
     path = maker.make(True)
     if before:
@@ -585,6 +660,8 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
             _unwrap(await _park(_refuse_abort))
         elif how == _DONE:
             await _checkpoint()
+        elif how == _WOKEN_AMONG:
+            await _shielded_checkpoint()
         if done.exc is None or not isinstance(done.exc, WouldBlock):
             if how == _INLINE and _cancel_pending(task):
                 await _checkpoint_if_cancelled()
@@ -604,9 +681,11 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
                 await _checkpoint_if_cancelled()
         elif how == _DONE:
             await _checkpoint()
-        else:
+        elif how == _PARK:
             done.task = task
             _unwrap(await _park(done.abort_wait))
+        elif how == _WOKEN_AMONG:
+            await _shielded_checkpoint()
         path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
 
 
@@ -803,6 +882,120 @@ cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
     cdef long long stops = engine.stops
     engine.run_until_stop(until)
     return done.done and engine.stops == stops + 1 and counter.live and counter.runnable == 0
+
+
+# -- Handing the turn over -----------------------------------------------------------
+#
+# A modeled ping-pong parks and wakes two tasks per round trip. A's read drives the
+# engine until B's message is in, which wakes B, and parks; trio's run loop then makes a
+# pass -- its clock, its I/O poll, its deadlines, a batch of one -- to step B, whose read
+# drives the engine until A's reply is in; another pass steps A. When such a pass would do
+# nothing but step the one task just woken, the parking task takes the step itself: it
+# steps B exactly as trio's loop would (the same calls on the task, in the same order),
+# and B's next park comes back to it. If B's step completed A's own wait, A goes on with
+# no pass of trio's loop at all; else it drives the engine again. What runs, and at which
+# modeled instant, is what trio would have run: no modeled result moves. Two passes of
+# trio's loop per round trip go.
+#
+# "Would do nothing but" is checked, not hoped: exactly one task runnable (the counter),
+# no descriptor waited on but trio's own wake-up socket -- so an fd a delivery made
+# readable wakes no one yet --, no run_sync_soon job queued, no KeyboardInterrupt
+# pending, no trio deadline due, no instrument but the counter. A stepped task does not
+# hand over in turn (one level deep: its frames sit on its host's stack). A step that ends
+# in anything but a park -- a checkpoint, a foreign yield, a return, an exception -- is
+# given back to trio, which finishes it as if it had taken the step. Only for a trio
+# whose run loop is, to the character, the one replicated (`_REPLICATED_STEP`).
+
+cdef bint _hosting = False      # a task stepped by `_step_woken` is running
+
+
+@cython.final
+cdef class _GivenBack:
+    """A stepped task's end for trio to take as its own step's: the message the task
+    yielded, or the exception its step ended in (StopIteration for a return)."""
+    cdef object msg, exc
+
+    def __call__(self, _ignored):
+        if self.exc is not None:
+            exc, self.exc = self.exc, None
+            raise exc
+        msg, self.msg = self.msg, None
+        return msg
+
+
+cdef bint _quiet(RunnableCounter counter, runner) except -1:
+    """Nothing for trio's next pass to attend to but its runnable tasks."""
+    registered = counter.io_registered
+    if registered is None or runner.ki_pending:
+        return False
+    cdef Py_ssize_t n = len(registered)
+    if n > 1 or (n == 1 and counter.wakeup_fd not in registered):
+        return False
+    queue = counter.entry_queue
+    if queue.queue or queue.idempotent_queue:
+        return False
+    hooks = counter.hooks
+    if hooks.get("after_task_step"):
+        return False
+    for name in ("before_task_step", "task_scheduled"):
+        called = hooks.get(name)
+        if called and (len(called) != 1 or counter not in called):
+            return False
+    return True
+
+
+cdef int _step_woken(task, Engine engine) except -1:
+    """Step the one runnable task here, as trio's next pass would, if that pass would do
+    nothing else; 1 if it was stepped (parked again, or given back to trio), else 0."""
+    global _hosting
+    cdef RunnableCounter counter = live_counter()
+    if not _fast_step or _hosting or counter is None or not counter.own_clock or counter.runnable != 1:
+        return 0
+    runner = counter.runner
+    runq = counter.runq
+    if len(runq) != 1:
+        return 0
+    other = runq[0]
+    send_fn = other._next_send_fn
+    if other is task or type(send_fn) is _GivenBack or task._runner is not runner:
+        return 0
+    if not _quiet(counter, runner) or engine.now >= _next_trio_deadline(runner, counter):
+        return 0
+    # trio's loop from here: pop, before_task_step, take the send, step in the task's context.
+    runq.pop()
+    counter.runnable -= 1
+    counter.stepped += 1
+    send = other._next_send
+    other._next_send_fn = other._next_send = None
+    cdef _GivenBack given = None
+    _GRC.task = other
+    _hosting = True
+    try:
+        msg = other.context.run(send_fn, send)
+    except BaseException as exc:
+        given = _GivenBack.__new__(_GivenBack)
+        given.exc = exc
+    finally:
+        _hosting = False
+        _GRC.task = task
+    if given is None:
+        if type(msg) is _WaitTaskRescheduled:
+            # Parked again: trio's handling of the message.
+            other._schedule_points += 1
+            other._cancel_points += 1
+            other._abort_func = msg.abort_func
+            if runner.ki_pending and other is runner.main_task:
+                other._attempt_delivery_of_pending_ki()
+            other._attempt_delivery_of_any_pending_cancel()
+            return 1
+        given = _GivenBack.__new__(_GivenBack)
+        given.msg = msg
+    other._next_send_fn = given
+    runq.append(other)
+    hooks = counter.hooks.get("task_scheduled")
+    if hooks:
+        _task_scheduled(runner, hooks, other)
+    return 1
 
 
 @cython.final

@@ -95,3 +95,168 @@ def test_a_read_looks_at_the_pool_when_it_runs_not_when_it_is_made(binding):
             return await pending
 
     assert c.run(main) == b"first"
+
+
+# -- Handing the turn over (kernelsim._trio): a modeled wait steps the task it woke -------
+
+def _both_ways(run):
+    """``run()`` with the replicas (a wait may step the task it woke) and with trio's public
+    calls and its own loop only; returns (with, without)."""
+    out = []
+    for on in (True, False):
+        before = replicates_trio()
+        replicates_trio(on)
+        try:
+            out.append(run())
+        finally:
+            replicates_trio(before)
+    return out
+
+
+def test_a_ping_pong_runs_without_trio_passes_and_nothing_modeled_moves():
+    """Each round trip, the waiting rank steps its peer itself; the modeled figures are
+    those trio's own loop gives, on every NIC."""
+    def run(nic):
+        c = Cluster(nodes=2, nic=nic)
+        rows = c.run_spmd(pingpong, [1, 200], 30, 2)[0]
+        return rows, c.clock.counter.stepped
+
+    for nic in ("dec21140", "myrinet", "atm", "tb2"):
+        (fast, stepped), (slow, none) = _both_ways(lambda: run(nic))
+        assert fast == slow, nic
+        assert none == 0
+        assert stepped >= 2 * 32, (nic, stepped)        # one step per round trip at least
+
+
+async def _timeline(c, marks, watch_fd):
+    """Rank 0 and 1 ping-pong 20 times; a third task on node 1 waits on a descriptor
+    (`watch_fd`: True) or on a modeled timeout and records when it woke."""
+    a, fa, b, fb = await _sender_and_receiver(c)
+    fb_back = await b.dp_open(3)
+    await b.dp_target(fb_back, 0, 4)
+    fa_in = await a.dp_open(4)
+    w = c.process(1, "watcher")
+    fw = await w.dp_open(9)
+    fa_w = await a.dp_open(8)
+    await a.dp_target(fa_w, 1, 9)
+
+    async def ping():
+        for i in range(20):
+            await a.dp_write(fa, b"x" * (i + 1))
+            if i == 7:
+                await a.dp_write(fa_w, b"for the watcher")
+            await a.dp_read(fa_in, 100)
+            marks.append(("a", i, trio.current_time()))
+
+    async def pong():
+        for i in range(20):
+            got = await b.dp_read(fb, 100)
+            await b.dp_write(fb_back, got)
+            marks.append(("b", i, trio.current_time()))
+
+    async def watcher():
+        if watch_fd:
+            await trio.lowlevel.wait_readable(fw)
+        else:
+            await trio.sleep(150e-6)
+        marks.append(("w", 0, trio.current_time()))
+        if watch_fd:
+            marks.append(("w", 1, await w.dp_read(fw, 100)))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(ping)
+        n.start_soon(pong)
+        n.start_soon(watcher)
+
+
+@pytest.mark.parametrize("watch_fd", [True, False], ids=["fd", "timeout"])
+def test_a_task_waiting_on_an_fd_or_a_deadline_wakes_at_the_same_modeled_instant(watch_fd):
+    """A task waiting on a descriptor (which only trio's loop polls) or on a deadline is
+    woken when trio would wake it, whichever way the round trips run."""
+    def run():
+        c = Cluster(nodes=2)
+        marks = []
+        c.run(_timeline, c, marks, watch_fd)
+        return sorted(marks, key=lambda m: (m[0], m[1])), c.clock.counter.stepped
+
+    (fast, stepped), (slow, _) = _both_ways(run)
+    assert fast == slow
+    assert ("w", 0) in {(m[0], m[1]) for m in fast}
+    assert stepped > 0
+
+
+def test_a_stepped_task_that_raises_fails_the_run_as_it_would_under_trio():
+    """The peer a wait steps raises (a misuse) inside that step: trio finishes the step,
+    and the error comes out of the run with its errno."""
+    def run():
+        c = Cluster(nodes=2)
+
+        async def main():
+            a, fa, b, fb = await _sender_and_receiver(c)
+            fb_back = await b.dp_open(3)
+            await b.dp_target(fb_back, 0, 4)
+            fa_in = await a.dp_open(4)
+
+            async def ping():
+                await a.dp_write(fa, b"ping")
+                await a.dp_read(fa_in, 100)         # never answered: the peer fails first
+
+            async def pong():
+                await b.dp_read(fb, 100)
+                await b.dp_write(987, b"no such fd")
+
+            async with trio.open_nursery() as n:
+                n.start_soon(ping)
+                n.start_soon(pong)
+
+        with pytest.raises(OSError) as ei:
+            c.run(main)
+        return ei.value.errno, c.engine.now, c.clock.counter.stepped
+
+    (err, t, stepped), (err_slow, t_slow, _) = _both_ways(run)
+    assert err == err_slow == errno.EBADF
+    assert t == t_slow
+    assert stepped >= 1
+
+
+def test_a_wait_cancelled_by_the_task_it_steps_ends_at_that_modeled_instant():
+    """A rank parked on a read is cancelled by its peer while the peer runs inside that
+    read's wait: the read ends in Cancelled at the instant of the cancel, the peer does
+    not run on past it, and the message that comes later is not lost."""
+    def run():
+        c = Cluster(nodes=2)
+        marks = {}
+
+        async def main():
+            a, fa, b, fb = await _sender_and_receiver(c)
+            fb_back = await b.dp_open(3)
+            await b.dp_target(fb_back, 0, 4)
+            fa_in = await a.dp_open(4)
+            scopes = {}
+
+            async def ping():
+                await a.dp_write(fa, b"ping")
+                with trio.CancelScope() as scopes["a"]:
+                    await a.dp_read(fa_in, 100)
+                marks["a_cancelled"] = (scopes["a"].cancelled_caught, trio.current_time())
+                marks["a_late"] = await a.dp_read(fa_in, 100)
+
+            async def pong():
+                await b.dp_read(fb, 100)
+                scopes["a"].cancel()
+                marks["b_cancelled_at"] = trio.current_time()
+                await b.dp_write(fb_back, b"late answer")
+                marks["b_wrote_at"] = trio.current_time()
+
+            async with trio.open_nursery() as n:
+                n.start_soon(ping)
+                n.start_soon(pong)
+
+        c.run(main)
+        return marks, c.clock.counter.stepped
+
+    (fast, stepped), (slow, _) = _both_ways(run)
+    assert fast == slow
+    assert fast["a_cancelled"] == (True, fast["b_cancelled_at"])
+    assert fast["a_late"] == b"late answer"
+    assert stepped >= 1
