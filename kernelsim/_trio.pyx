@@ -377,18 +377,8 @@ cdef int _settle(Engine engine, _Completion done, task, int how) except -1:
     """How the call goes on after `how`: while it would park only for trio to step the one
     task it woke, it steps that task itself and carries on (see "Handing the turn over")."""
     cdef RunnableCounter counter
-    cdef int stepped
     while how == _PARK:
-        # While the other task runs, this one is parked as trio sees it: its completion
-        # counts it runnable, and a cancellation reaches it through its park's abort.
-        done.hosting = True
-        task._abort_func = done.host_abort
-        try:
-            stepped = _step_woken(task, engine)
-        finally:
-            done.hosting = False
-            task._abort_func = None
-        if not stepped:
+        if not _step_woken(task, done, engine):
             return _PARK
         if done.raise_cancel is not None:
             # Cancelled while parked on a wait, which its abort took it off: that
@@ -944,9 +934,12 @@ cdef bint _quiet(RunnableCounter counter, runner) except -1:
     return True
 
 
-cdef int _step_woken(task, Engine engine) except -1:
+cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     """Step the one runnable task here, as trio's next pass would, if that pass would do
-    nothing else; 1 if it was stepped (parked again, or given back to trio), else 0."""
+    nothing else; 1 if it was stepped (parked again, or given back to trio), else 0.
+
+    Meanwhile `task`, waiting for `done`, is parked as trio sees it: `done` completing
+    counts it runnable, and a cancellation reaches it through its park's abort."""
     global _hosting
     cdef RunnableCounter counter = live_counter()
     if not _fast_step or _hosting or counter is None or not counter.own_clock or counter.runnable != 1:
@@ -969,14 +962,16 @@ cdef int _step_woken(task, Engine engine) except -1:
     other._next_send_fn = other._next_send = None
     cdef _GivenBack given = None
     _GRC.task = other
-    _hosting = True
+    _hosting = done.hosting = True
+    task._abort_func = done.host_abort
     try:
         msg = other.context.run(send_fn, send)
     except BaseException as exc:
         given = _GivenBack.__new__(_GivenBack)
         given.exc = exc
     finally:
-        _hosting = False
+        _hosting = done.hosting = False
+        task._abort_func = None
         _GRC.task = task
     if given is None:
         if type(msg) is _WaitTaskRescheduled:
