@@ -12,15 +12,15 @@ from kernelsim._modules import Module, ModuleTable, Param, available_modules, fi
 from kernelsim._node import Costs, Node, OpenFile, PrivateRegion, Process, WouldBlock
 from kernelsim._netdev import NetDevice, PciDevice
 from kernelsim._profile import Profile, available_profiles, load_profile, parse_param
-from kernelsim._clock import EngineClock
-from kernelsim._trio import (DEFAULT_SPIN_S, after, replicates_trio, run_blocking, run_blocking_sync, run_entry,
+from kernelsim._clock import EngineClock, RunnableCounter
+from kernelsim._trio import (DEFAULT_SPIN_S, after, checkpoint, replicates_trio, run_blocking, run_blocking_sync, run_entry,
                              run_entry_sync, run_path, run_path_sync, run_user, run_user_sync, wait_on, wait_on_sync)
 
 __all__ = [
-    "Engine", "EngineClock", "Cpu", "LEVEL_IRQ", "LEVEL_PROC", "PhysMem", "WaitQueue",
+    "Engine", "EngineClock", "RunnableCounter", "Cpu", "LEVEL_IRQ", "LEVEL_PROC", "PhysMem", "WaitQueue",
     "Module", "ModuleTable", "Param", "available_modules", "find_module",
     "Costs", "Node", "OpenFile", "PrivateRegion", "Process", "WouldBlock", "NetDevice", "PciDevice",
     "Profile", "available_profiles", "load_profile", "parse_param",
-    "DEFAULT_SPIN_S", "after", "replicates_trio", "run_blocking", "run_blocking_sync", "run_entry", "run_entry_sync",
+    "DEFAULT_SPIN_S", "after", "checkpoint", "replicates_trio", "run_blocking", "run_blocking_sync", "run_entry", "run_entry_sync",
     "run_path", "run_path_sync", "run_user", "run_user_sync", "wait_on", "wait_on_sync",
 ]

@@ -284,7 +284,7 @@ def _refuse_abort(_):
     # next checkpoint, once the path has returned.
     return _ABORT_FAILED
 
-__all__ = ["replicates_trio", "run_path", "wait_on", "run_blocking", "run_entry", "run_user", "run_path_sync", "wait_on_sync", "run_blocking_sync",
+__all__ = ["checkpoint", "replicates_trio", "run_path", "wait_on", "run_blocking", "run_entry", "run_user", "run_path_sync", "wait_on_sync", "run_blocking_sync",
            "after", "DEFAULT_SPIN_S"]
 
 DEFAULT_SPIN_S = 1e-3    # real time: poll this long before sleeping on a descriptor
@@ -406,7 +406,12 @@ async def run_path(node, path, cpu=None):
     cdef int how
     if not node.modeled:
         done = _try_real(on, engine, path)
-        await _checkpoint()
+        task = _task()
+        if _nothing_else_to_run(task):
+            if _cancel_pending(task):
+                await _checkpoint_if_cancelled()
+        else:
+            await _checkpoint()
     else:
         task = _task()
         done = _completion(engine)
@@ -460,7 +465,7 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     finally:
         if not woken_flag.set:
             queue.discard(woken_flag)
-    await trio.lowlevel.checkpoint()
+    await checkpoint()
 
 
 async def _sleep_on_ports(node, list ports, _Flag woken):
@@ -802,7 +807,7 @@ async def _blocking_real(node, _PathMaker maker, nonblocking, proc, fd, spin_s, 
             checked = True
         elif step != _REAL_RETRY:
             if not checked:
-                await _checkpoint()
+                await checkpoint()
             return _real_result(done)
         path = maker.make(False)
 
@@ -991,6 +996,48 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     if hooks:
         _task_scheduled(runner, hooks, other)
     return 1
+
+
+# -- Checkpoints that find nothing to do ---------------------------------------------
+#
+# Every public async call is a checkpoint: a cancel point, and a schedule point where trio
+# may run other tasks. In real time, a call that finished at once pays its schedule point
+# as a full pass of trio's run loop -- an epoll_wait, the deadline queue, a batch -- even
+# in a program whose only task is the caller, where the pass finds nothing to do but
+# resume it: for a script's ping-pong, most of what its trio calls cost beyond the blocking
+# ones. `checkpoint` is trio's, less that pass when trio would provably do nothing else:
+# no other task runnable (the run's `RunnableCounter`, which must see the run from its
+# start: libdp's real-time runs pass it), no descriptor waited on but trio's own wake-up
+# socket, no run_sync_soon job, no KeyboardInterrupt pending, no deadline due. The cancel
+# point stays. A loop of such calls in one task therefore starves no one: the moment
+# another task can run, each call is a full checkpoint again. It reads the internals
+# `_step_woken` reads, and only where that may.
+
+cdef bint _nothing_else_to_run(task) except -1:
+    """Would a schedule point now only resume `task`, the calling one?"""
+    cdef RunnableCounter counter = live_counter()
+    if not _fast_step or counter is None or not counter.live or counter.runnable != 0:
+        return False
+    try:
+        runner = task._runner
+    except AttributeError:
+        return False
+    if counter.runner is not runner or not _quiet(counter, runner):
+        return False
+    cdef double due = _next_trio_deadline(runner, counter)
+    return due == INFINITY or due > runner.clock.current_time()
+
+
+async def checkpoint():
+    """``trio.lowlevel.checkpoint()``, without the pass of trio's run loop when that pass
+    would only resume the caller (see "Checkpoints that find nothing to do"); a cancel
+    point always."""
+    task = _task()
+    if _nothing_else_to_run(task):
+        if _cancel_pending(task):
+            await _checkpoint_if_cancelled()
+    else:
+        await _checkpoint()
 
 
 @cython.final

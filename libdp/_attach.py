@@ -47,6 +47,7 @@ import weakref
 
 import trio
 
+from kernelsim import checkpoint
 from kernelsim.daemon import (ERROR_WORD_OFFSET, GATE_CALL, GATE_FILEOP, EventRing, default_spin, pack_args,
                               recv_msg, send_msg)
 from kernelsim.media._shmring import ShmRing
@@ -662,10 +663,11 @@ class AttachedDP:
         n = write(data)
         if n < 0:
             n = await self._await(e, lambda: write(data) + 1, None) - 1
-        # Every public async call is a full checkpoint (cancel point and schedule point), as
-        # in trio itself, even when the gate took the entry at once: a task looping on
-        # dp_write must not starve the others. It costs ~4 µs, more than the gate.
-        await trio.lowlevel.checkpoint()
+        # Every public async call is a checkpoint (cancel point and schedule point), as in
+        # trio itself, even when the gate took the entry at once: a task looping on
+        # dp_write must not starve the others. Its schedule point, a pass of trio's loop,
+        # costs more than the gate: `checkpoint` skips it where it would find nothing to do.
+        await checkpoint()
         return n
 
     # -- batching loops: no wait, no checkpoint ---------------------------------------------
@@ -693,7 +695,7 @@ class AttachedDP:
         if got is None:
             got = await self._await(e, e.take, e.deliveries)
         else:
-            await trio.lowlevel.checkpoint()
+            await checkpoint()
         return e.rings.copy_out(got[0], got[1], nbytes)
 
     async def dp_read_token(self, fd: int) -> RemoteToken:
@@ -702,7 +704,7 @@ class AttachedDP:
         if got is None:
             got = await self._await(e, e.take, e.deliveries)
         else:
-            await trio.lowlevel.checkpoint()
+            await checkpoint()
         return RemoteToken(e, *got)
 
     async def _await(self, f: _File, attempt, readable):
@@ -719,7 +721,7 @@ class AttachedDP:
             got = spinner.spin(attempt)
             if got:
                 spinner.waited(_perf() - start)
-                await trio.lowlevel.checkpoint()
+                await checkpoint()
                 return got
             f.check_error()
             if f.closed:
@@ -738,7 +740,7 @@ class AttachedDP:
             got = attempt()
             if got:
                 spinner.waited(_perf() - start)
-                await trio.lowlevel.checkpoint()
+                await checkpoint()
                 return got
 
     async def user_level(self, proto: str):

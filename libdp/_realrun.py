@@ -34,6 +34,7 @@ import traceback
 
 import trio
 
+from kernelsim import RunnableCounter
 from kernelsim.media.netns import LinkShape
 
 __all__ = ["run_real_spmd", "link_shape", "die_with_parent", "TRANSPORTS", "KERNELS"]
@@ -66,7 +67,7 @@ def _attached(run_dir, rank, size, program, args):
     """kernel="node": the rank attaches to its node's process, as any script does."""
     from libdp._attach import attach
     dp = attach(node=rank, run_dir=run_dir, name=f"{_name(program)}[{rank}]")
-    result = trio.run(program, dp, rank, size, *args)
+    result = trio.run(program, dp, rank, size, *args, instruments=[RunnableCounter()])   # see `_as_node`
     stats = dp.node.stats()
     dp.detach()
     return result, stats

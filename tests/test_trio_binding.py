@@ -12,7 +12,7 @@ import errno
 import pytest
 import trio
 
-from kernelsim import replicates_trio
+from kernelsim import RunnableCounter, checkpoint, replicates_trio
 from libdp import Cluster, pingpong
 
 
@@ -260,3 +260,93 @@ def test_a_wait_cancelled_by_the_task_it_steps_ends_at_that_modeled_instant():
     assert fast["a_cancelled"] == (True, fast["b_cancelled_at"])
     assert fast["a_late"] == b"late answer"
     assert stepped >= 1
+
+
+# -- Checkpoints that find nothing to do (kernelsim.checkpoint) --------------------------
+
+class _Passes:
+    """Counts passes of trio's run loop (each one waits for I/O, if only for 0 s)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def before_io_wait(self, timeout):
+        self.n += 1
+
+
+def _run_counted(main, counter=True):
+    passes = _Passes()
+    instruments = [RunnableCounter(), passes] if counter else [passes]
+    return trio.run(main, instruments=instruments), passes.n
+
+
+def test_a_lone_task_s_checkpoints_make_no_pass_of_trio_s_loop(binding):
+    """With nothing else to run, 1000 checkpoints cost no pass of the loop (with the
+    replicas); with trio's own calls, or without the run's counter, one pass each."""
+    async def main():
+        for _ in range(1000):
+            await checkpoint()
+
+    _, passes = _run_counted(main)
+    _, without_counter = _run_counted(main, counter=False)
+    assert without_counter >= 1000
+    assert (passes < 10) if binding else (passes >= 1000)
+
+
+def test_a_checkpoint_still_lets_every_other_task_run(binding):
+    """Another runnable task makes each checkpoint a full one: a loop of them starves no one."""
+    async def main():
+        turns = {"other": 0, "done": False}
+
+        async def other():
+            while not turns["done"]:
+                turns["other"] += 1
+                await trio.sleep(0)
+
+        async with trio.open_nursery() as n:
+            n.start_soon(other)
+            await trio.sleep(0)
+            for _ in range(1000):
+                await checkpoint()
+            turns["done"] = True
+        return turns["other"]
+
+    other_turns, _ = _run_counted(main)
+    assert other_turns >= 1000
+
+
+def test_a_checkpoint_is_a_cancel_point_and_sees_deadlines_and_descriptors(binding):
+    """A cancelled scope raises at the next checkpoint; a deadline ends a loop of them; a
+    task waiting on a descriptor is woken while another loops on checkpoints."""
+    import socket
+
+    async def main():
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await checkpoint()
+        assert scope.cancelled_caught
+        with trio.move_on_after(0.01) as timed:
+            for _ in range(10 ** 6):            # bounded: a checkpoint blind to deadlines fails, not hangs
+                await checkpoint()
+        assert timed.cancelled_caught
+        a, b = socket.socketpair()
+        woke = []
+
+        async def reader():
+            await trio.lowlevel.wait_readable(b)
+            woke.append(True)
+
+        async with trio.open_nursery() as n:
+            n.start_soon(reader)
+            await trio.sleep(0)
+            a.send(b"x")
+            for _ in range(1000):
+                if woke:
+                    break
+                await checkpoint()
+            woken_while_looping = list(woke)
+        a.close()
+        b.close()
+        return woken_while_looping
+
+    assert _run_counted(main)[0] == [True]
