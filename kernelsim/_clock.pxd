@@ -16,5 +16,8 @@ cdef class RunnableCounter:
     cdef int wakeup_fd
     cdef readonly bint own_clock    # the run's clock is the EngineClock this counter belongs to
 
+    cdef bint _bind(self, runner) except -1
+
 
 cdef RunnableCounter live_counter()
+cdef RunnableCounter join_run()

@@ -63,11 +63,19 @@ cdef class RunnableCounter:
         self.live = True
         try:
             runner = _GRC.runner
+        except AttributeError:
+            return
+        if self._bind(runner):
+            _live = self
+
+    cdef bint _bind(self, runner) except -1:
+        """Take the parts of `runner` the calls read (False: another trio's internals)."""
+        try:
             self.runq = runner.runq
             self.hooks = runner.instruments.data
             self.deadlines = runner.deadlines
         except AttributeError:          # another trio's internals: the calls look them up
-            return
+            return False
         try:
             self.io_registered = runner.io_manager._registered
             self.entry_queue = runner.entry_queue
@@ -78,10 +86,12 @@ cdef class RunnableCounter:
         self.runner = runner
         clock = runner.clock
         self.own_clock = isinstance(clock, EngineClock) and clock.counter is self
-        _live = self
+        return True
 
     def after_run(self) -> None:
-        global _live
+        global _live, _joining
+        if _joining is self:
+            _joining = None
         self.live = False
         self.runner = self.runq = self.hooks = self.deadlines = None
         self.io_registered = self.entry_queue = None
@@ -94,6 +104,55 @@ cdef class RunnableCounter:
 
     def before_task_step(self, task) -> None:
         self.runnable -= 1
+
+
+# -- a counter for a run started without one ----------------------------------------------
+
+cdef RunnableCounter _joining = None
+
+
+cdef class _Sync:
+    """Makes a counter that joined a run mid-way exact, then leaves: once trio's I/O wait
+    ends, the batch the counter did not see begin is over and the tasks trio runs next
+    are exactly its run queue (what it schedules from here on, the counter counts)."""
+    cdef RunnableCounter counter
+
+    def after_io_wait(self, timeout) -> None:
+        global _live, _joining
+        c = self.counter
+        trio.lowlevel.remove_instrument(self)
+        if _joining is c:
+            _joining = None
+        if c.runner is None:
+            return
+        c.runnable = len(c.runq)
+        c.live = True
+        _live = c
+
+
+cdef RunnableCounter join_run():
+    """The counter of the trio run in progress; for a run started without one, a counter
+    joins it and counts from the end of trio's next I/O wait on (None until then, and
+    outside trio or for another trio's internals). Scripts that call ``trio.run``
+    themselves get one at their first DP call."""
+    global _joining
+    try:
+        runner = _GRC.runner
+    except AttributeError:
+        return None
+    if _live is not None and _live.runner is runner:
+        return _live
+    if _joining is not None and _joining.runner is runner:
+        return None
+    cdef RunnableCounter c = RunnableCounter.__new__(RunnableCounter)
+    if not c._bind(runner):
+        return None
+    cdef _Sync sync = _Sync.__new__(_Sync)
+    sync.counter = c
+    trio.lowlevel.add_instrument(c)
+    trio.lowlevel.add_instrument(sync)
+    _joining = c
+    return None
 
 
 class EngineClock(trio.abc.Clock):

@@ -37,7 +37,7 @@ from trio._core import _run as _trio_run
 from trio._core import _traps as _trio_traps
 
 from kernelsim._clock import EngineClock
-from kernelsim._clock cimport RunnableCounter, live_counter
+from kernelsim._clock cimport RunnableCounter, join_run, live_counter
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
 from kernelsim._waits cimport Waiter, WaitQueue
@@ -1016,6 +1016,8 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
 cdef bint _nothing_else_to_run(task) except -1:
     """Would a schedule point now only resume `task`, the calling one?"""
     cdef RunnableCounter counter = live_counter()
+    if counter is None and _fast_step:
+        counter = join_run()            # a script's own trio.run: counted from the next pass on
     if not _fast_step or counter is None or not counter.live or counter.runnable != 0:
         return False
     try:

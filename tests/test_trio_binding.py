@@ -280,21 +280,23 @@ def _run_counted(main, counter=True):
     return trio.run(main, instruments=instruments), passes.n
 
 
-def test_a_lone_task_s_checkpoints_make_no_pass_of_trio_s_loop(binding):
+@pytest.mark.parametrize("counter", [True, False], ids=["counted-run", "counter-joins"])
+def test_a_lone_task_s_checkpoints_make_no_pass_of_trio_s_loop(binding, counter):
     """With nothing else to run, 1000 checkpoints cost no pass of the loop (with the
-    replicas); with trio's own calls, or without the run's counter, one pass each."""
+    replicas), whether the run was started with a counter or one joined it at the first
+    call (a script's own ``trio.run``); with trio's own calls, one pass each."""
     async def main():
         for _ in range(1000):
             await checkpoint()
 
-    _, passes = _run_counted(main)
-    _, without_counter = _run_counted(main, counter=False)
-    assert without_counter >= 1000
+    _, passes = _run_counted(main, counter)
     assert (passes < 10) if binding else (passes >= 1000)
 
 
-def test_a_checkpoint_still_lets_every_other_task_run(binding):
-    """Another runnable task makes each checkpoint a full one: a loop of them starves no one."""
+@pytest.mark.parametrize("counter", [True, False], ids=["counted-run", "counter-joins"])
+def test_a_checkpoint_still_lets_every_other_task_run(binding, counter):
+    """Another runnable task makes each checkpoint a full one: a loop of them starves no
+    one -- also where the counter joined the run half-way through a batch."""
     async def main():
         turns = {"other": 0, "done": False}
 
@@ -311,7 +313,7 @@ def test_a_checkpoint_still_lets_every_other_task_run(binding):
             turns["done"] = True
         return turns["other"]
 
-    other_turns, _ = _run_counted(main)
+    other_turns, _ = _run_counted(main, counter)
     assert other_turns >= 1000
 
 
