@@ -11,6 +11,7 @@ import errno
 
 import pytest
 import trio
+import trio.testing
 
 from kernelsim import RunnableCounter, checkpoint, replicates_trio
 from libdp import Cluster, pingpong
@@ -287,7 +288,8 @@ def test_a_lone_task_s_checkpoints_make_no_pass_of_trio_s_loop(binding, counter)
     call (a script's own ``trio.run``); with trio's own calls, one pass each."""
     async def main():
         for _ in range(1000):
-            await checkpoint()
+            with trio.testing.assert_checkpoints():     # counted as trio counts them
+                await checkpoint()
 
     _, passes = _run_counted(main, counter)
     assert (passes < 10) if binding else (passes >= 1000)
