@@ -107,7 +107,8 @@ try:
 except AttributeError:
     _REPLICATED_DEADLINE = None
 try:
-    _REPLICATED_STEP = {_trio_run.unrolled_run: "9226ba6956c1ca77"}
+    _REPLICATED_STEP = {_trio_run.unrolled_run: "9226ba6956c1ca77",
+                        _trio_run.Task._attempt_delivery_of_any_pending_cancel: "16a19fcafc86d89c"}
 except AttributeError:
     _REPLICATED_STEP = None
 cdef bint _fast_deadline = _matches(_REPLICATED_DEADLINE)
@@ -981,7 +982,8 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
             other._abort_func = msg.abort_func
             if runner.ki_pending and other is runner.main_task:
                 other._attempt_delivery_of_pending_ki()
-            other._attempt_delivery_of_any_pending_cancel()
+            if other._cancel_status.effectively_cancelled:     # the method's own first test, asked first
+                other._attempt_delivery_of_any_pending_cancel()
             return 1
         given = _GivenBack.__new__(_GivenBack)
         given.msg = msg
