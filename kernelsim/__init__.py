@@ -13,7 +13,7 @@ from kernelsim._node import Costs, Node, OpenFile, PrivateRegion, Process, Would
 from kernelsim._netdev import NetDevice, PciDevice
 from kernelsim._profile import Profile, available_profiles, load_profile, parse_param
 from kernelsim._clock import EngineClock, RunnableCounter
-from kernelsim._trio import (DEFAULT_SPIN_S, after, checkpoint, replicates_trio, run_blocking, run_blocking_sync, run_entry,
+from kernelsim._trio import (DEFAULT_SPIN_S, after, checkpoint, sleep_until_readable, replicates_trio, run_blocking, run_blocking_sync, run_entry,
                              run_entry_sync, run_path, run_path_sync, run_user, run_user_sync, wait_on, wait_on_sync)
 
 __all__ = [
@@ -21,6 +21,6 @@ __all__ = [
     "Module", "ModuleTable", "Param", "available_modules", "find_module",
     "Costs", "Node", "OpenFile", "PrivateRegion", "Process", "WouldBlock", "NetDevice", "PciDevice",
     "Profile", "available_profiles", "load_profile", "parse_param",
-    "DEFAULT_SPIN_S", "after", "checkpoint", "replicates_trio", "run_blocking", "run_blocking_sync", "run_entry", "run_entry_sync",
+    "DEFAULT_SPIN_S", "after", "checkpoint", "sleep_until_readable", "replicates_trio", "run_blocking", "run_blocking_sync", "run_entry", "run_entry_sync",
     "run_path", "run_path_sync", "run_user", "run_user_sync", "wait_on", "wait_on_sync",
 ]

@@ -43,6 +43,18 @@ from kernelsim._engine cimport Engine, wall_now
 from kernelsim._waits cimport Waiter, WaitQueue
 from kernelsim._node cimport FdTable, kernel_entry, poll_ports
 
+cdef extern from "<poll.h>" nogil:
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    int poll(pollfd* fds, unsigned long nfds, int timeout)
+    enum: POLLIN
+
+from libc.errno cimport errno as c_errno, EINTR
+from libc.math cimport ceil
+from cpython.exc cimport PyErr_CheckSignals
+
 cdef extern from "sched.h":
     int sched_yield() nogil
 from kernelsim._node import WouldBlock
@@ -285,7 +297,7 @@ def _refuse_abort(_):
     # next checkpoint, once the path has returned.
     return _ABORT_FAILED
 
-__all__ = ["checkpoint", "replicates_trio", "run_path", "wait_on", "run_blocking", "run_entry", "run_user", "run_path_sync", "wait_on_sync", "run_blocking_sync",
+__all__ = ["checkpoint", "sleep_until_readable", "replicates_trio", "run_path", "wait_on", "run_blocking", "run_entry", "run_user", "run_path_sync", "wait_on_sync", "run_blocking_sync",
            "after", "DEFAULT_SPIN_S"]
 
 DEFAULT_SPIN_S = 1e-3    # real time: poll this long before sleeping on a descriptor
@@ -1025,6 +1037,45 @@ cdef bint _nothing_else_to_run(task) except -1:
         return False
     cdef double due = _next_trio_deadline(runner, counter)
     return due == INFINITY or due > runner.clock.current_time()
+
+
+def sleep_until_readable(int fd) -> bool:
+    """Sleep until `fd` is readable, here, if that is all trio's next pass would do: nothing
+    else to run, no other descriptor waited on (see "Checkpoints that find nothing to do").
+
+    The sleep is trio's own -- `fd` and trio's wake-up socket, until trio's next deadline --
+    less the registration of `fd` with trio's epoll, the pass around it and the task's
+    park and wake. True when `fd` is readable; False when it did not sleep, or woke for
+    trio (a run_sync_soon job or a signal came, a deadline fell due): the caller then
+    waits trio's way (``wait_readable``), which attends to that first.
+    """
+    task = _task()
+    if not _nothing_else_to_run(task):
+        return False
+    cdef RunnableCounter counter = live_counter()
+    runner = counter.runner
+    cdef double due = _next_trio_deadline(runner, counter)
+    cdef int timeout_ms = -1
+    if due != INFINITY:
+        timeout_ms = <int> ceil((due - runner.clock.current_time()) * 1e3)
+        if timeout_ms <= 0:
+            return False
+    cdef pollfd fds[2]
+    fds[0].fd = fd
+    fds[0].events = POLLIN
+    fds[1].fd = counter.wakeup_fd
+    fds[1].events = POLLIN
+    cdef int n
+    while True:
+        with nogil:
+            n = poll(fds, 2, timeout_ms)
+        if n >= 0:
+            break
+        if c_errno != EINTR:
+            raise OSError(c_errno, os.strerror(c_errno))
+        PyErr_CheckSignals()            # a handler that raises ends the sleep (PEP 475)
+        return False                    # a signal: trio may have work (its handler wakes it)
+    return n > 0 and (fds[0].revents != 0) and fds[1].revents == 0
 
 
 async def checkpoint():

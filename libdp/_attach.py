@@ -47,7 +47,7 @@ import weakref
 
 import trio
 
-from kernelsim import checkpoint
+from kernelsim import checkpoint, sleep_until_readable
 from kernelsim.daemon import (ERROR_WORD_OFFSET, GATE_CALL, GATE_FILEOP, EventRing, default_spin, pack_args,
                               recv_msg, send_msg)
 from kernelsim.media._shmring import ShmRing
@@ -732,7 +732,8 @@ class AttachedDP:
                 pause = min(pause * 2, 2e-3)
             else:
                 ws = f.waitset(self.link.sock)
-                await trio.lowlevel.wait_readable(ws.fileno())
+                if not sleep_until_readable(ws.fileno()):
+                    await trio.lowlevel.wait_readable(ws.fileno())
                 sock_fd = self.link.sock.fileno()
                 for fd, _ in ws.poll(0):
                     if fd == sock_fd:

@@ -8,12 +8,13 @@ both ways.
 from __future__ import annotations
 
 import errno
+import time
 
 import pytest
 import trio
 import trio.testing
 
-from kernelsim import RunnableCounter, checkpoint, replicates_trio
+from kernelsim import RunnableCounter, checkpoint, replicates_trio, sleep_until_readable
 from libdp import Cluster, pingpong
 
 
@@ -354,3 +355,56 @@ def test_a_checkpoint_is_a_cancel_point_and_sees_deadlines_and_descriptors(bindi
         return woken_while_looping
 
     assert _run_counted(main)[0] == [True]
+
+
+def test_sleep_until_readable_sleeps_where_trio_would_and_wakes_for_what_trio_would():
+    """Nothing else to run: it sleeps in one poll(2) -- no pass of trio's loop -- and says
+    True once the descriptor is readable; False, without sleeping or soon after, where
+    trio has work: another runnable task, a deadline due, a job from another thread."""
+    import socket
+    import threading
+
+    async def main():
+        a, b = socket.socketpair()
+        out = {}
+        token = trio.lowlevel.current_trio_token()
+        await checkpoint()                          # the counter joins here and counts from the next pass
+
+        def send_later():
+            time.sleep(0.02)
+            a.send(b"x")
+        threading.Thread(target=send_later).start()
+        before = passes.n
+        out["readable"] = sleep_until_readable(b.fileno())
+        out["passes_while_asleep"] = passes.n - before
+        b.recv(1)
+
+        async def other():
+            pass
+        async with trio.open_nursery() as n:
+            n.start_soon(other)                     # runnable: trio has work
+            out["with_other_task"] = sleep_until_readable(b.fileno())
+
+        with trio.move_on_after(0.01):              # due within the sleep: it ends for trio
+            out["deadline"] = sleep_until_readable(b.fileno())
+            await trio.sleep_forever()
+
+        sent = []
+
+        def job_later():
+            time.sleep(0.02)
+            sent.append(True)
+            trio.from_thread.run_sync(lambda: None, trio_token=token)
+        t = threading.Thread(target=job_later)
+        t.start()
+        out["thread_job"] = (sleep_until_readable(b.fileno()), bool(sent))    # it slept until the job came
+        while t.is_alive():
+            await trio.sleep(0.001)                 # trio runs the job, the thread ends
+        a.close()
+        b.close()
+        return out
+
+    passes = _Passes()
+    out = trio.run(main, instruments=[passes])
+    assert out == {"readable": True, "passes_while_asleep": 0, "with_other_task": False,
+                   "deadline": False, "thread_job": (False, True)}
