@@ -74,7 +74,7 @@ import trio  # noqa: E402
 from kernelsim.media.real import ShmLink  # noqa: E402
 from libdp._realnode import cluster_down, cluster_up  # noqa: E402
 from libdp import bandwidth  # noqa: E402
-from libdp._realprograms import all_to_all, entry_costs, round_trips  # noqa: E402
+from libdp._realprograms import all_to_all, entry_costs, round_trips, trio_round_trips  # noqa: E402
 from libdp._realrun import run_real_spmd  # noqa: E402
 
 BARE_ETHERTYPE = 0x88B6        # not DP's: the nodes' sockets never see the bare ping-pong
@@ -86,15 +86,17 @@ def _median_us(samples_ns) -> float:
     return statistics.median(s) / 1000
 
 
-def _dp_rtt(cluster, iters: int, spin_us: float | None = None, tails: list | None = None) -> float:
+def _dp_rtt(cluster, iters: int, spin_us: float | None = None, tails: list | None = None,
+            program=round_trips) -> float:
     """Median µs of `iters` round trips; `spin_us`: the scripts' DP_SPIN_US (None: the default
     waits). `tails` gets (mean, 99th percentile) of the same round trips: a median hides the
-    waits a script spends behind a scheduler that has not given it the core yet."""
+    waits a script spends behind a scheduler that has not given it the core yet. `program`:
+    the blocking calls' ping-pong, or `trio_round_trips`."""
     old = os.environ.get("DP_SPIN_US")
     if spin_us is not None:
         os.environ["DP_SPIN_US"] = str(spin_us)     # the forked scripts' attach() reads it
     try:
-        results, _ = run_real_spmd(round_trips, iters, cluster=cluster.path, timeout=120.0)
+        results, _ = run_real_spmd(program, iters, cluster=cluster.path, timeout=120.0)
     finally:
         if old is None:
             os.environ.pop("DP_SPIN_US", None)
@@ -110,11 +112,12 @@ def _rtt_rows(label, cluster, args, baseline, unplaced=None):
     """The DP round trip as `cluster` places its processes (default waits) beside `baseline()`;
     with `unplaced` (the same cluster with placement none) also that one's default waits and
     polling scripts -- the arrangement before placement, measured in the same run."""
-    keys = ["dp"] + (["none", "poll"] if unplaced is not None else [])
+    keys = ["dp", "trio"] + (["none", "poll"] if unplaced is not None else [])
     got = {k: [] for k in keys + ["base"]}
     tails = []
     for _ in range(args.runs):
         got["dp"].append(_dp_rtt(cluster, args.iters, tails=tails))
+        got["trio"].append(_dp_rtt(cluster, args.iters, program=trio_round_trips))
         if unplaced is not None:
             got["none"].append(_dp_rtt(unplaced, args.iters))
             got["poll"].append(_dp_rtt(unplaced, args.iters, args.spin_us))
@@ -124,6 +127,7 @@ def _rtt_rows(label, cluster, args, baseline, unplaced=None):
     _row(f"DP 1-byte RTT, {label}", med["dp"], "us", f"placement {where}; runs {_runs(got['dp'])}")
     _row("  same runs, mean | 99th percentile", statistics.median(m for m, _ in tails), "us",
          f"p99 {statistics.median(p for _, p in tails):.1f} us")
+    _row("  same, the scripts' trio calls", med["trio"], "us", f"runs {_runs(got['trio'])}")
     if unplaced is not None:
         _row("  same, placement none (all sleep)", med["none"], "us", f"runs {_runs(got['none'])}")
         _row(f"  same, placement none, scripts poll {args.spin_us:g} us", med["poll"], "us",
@@ -397,7 +401,7 @@ def bench_rtt(args, cluster):
         cluster_down(r)
     print(f"# rtt, two processes: DP with each rank its node's kernel {s / rank:.2f}x faster than trio socketpair "
           f"(moonshot of the node-process row: <= 5 us)", flush=True)
-    return {"dp_rtt_us": m["dp"], "dp_rtt_none_us": m["none"], "dp_rtt_none_polling_us": m["poll"],
+    return {"dp_rtt_us": m["dp"], "dp_rtt_trio_us": m["trio"], "dp_rtt_none_us": m["none"], "dp_rtt_none_polling_us": m["poll"],
             "trio_socketpair_rtt_us": s, "dp_rtt_kernel_rank_us": rank}
 
 

@@ -80,6 +80,32 @@ async def round_trips(dp, rank, size, iters: int = 1000, nbytes: int = 1):
     return out
 
 
+async def trio_round_trips(dp, rank, size, iters: int = 1000, nbytes: int = 1):
+    """`round_trips` with the trio calls (``await dp.dp_write``, ``await dp.dp_read``): what
+    a script written for trio pays beyond the blocking calls."""
+    s, fd = _pair(dp, rank)
+    if rank == 1:
+        while True:
+            m = await dp.dp_read(fd)
+            if m == _QUIT:
+                break
+            await dp.dp_write(fd, _ACK if m == _HELLO else m)
+        s.close(fd)
+        return None
+    _meet(s, fd)
+    msg = b"x" * nbytes
+    perf = time.perf_counter_ns
+    out = []
+    for _ in range(iters):
+        t = perf()
+        await dp.dp_write(fd, msg)
+        await dp.dp_read(fd)
+        out.append(perf() - t)
+    s.dp_write(fd, _QUIT)
+    s.close(fd)
+    return out
+
+
 async def entry_costs(dp, rank, size, calls: int = 20000, turns: int = 5, peer: int = 1, ep: int = 2):
     """Best wall µs per call of each entry, over `turns` turns of calls // turns calls each,
     on one endpoint whose messages go to a closed endpoint of node `peer` (dropped there)."""

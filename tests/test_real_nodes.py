@@ -785,3 +785,17 @@ def test_window_bandwidth_on_real_nodes_counts_every_message(two, program):
         assert r["messages"] == (2 if program == "bibw" else 1) * 5 * 4
         assert r["delivered"] == r["messages"] and r["unacked_windows"] == 0
         assert r["mbytes_per_s"] > 0
+
+
+@pytest.mark.parametrize("kernel", ["node", "rank"])
+def test_trio_round_trips_through_attached_scripts_and_rank_kernels(run_base, kernel):
+    """The trio calls' ping-pong (bench_real_nodes' trio row) completes every round trip,
+    with the scripts' reads sleeping where trio would (`kernelsim.sleep_until_readable`)."""
+    from libdp._realprograms import trio_round_trips
+    c = cluster_up(2, name=f"tr{kernel[0]}{os.getpid()}", tied=True, start=(kernel == "node"))
+    try:
+        results, _ = run_real_spmd(trio_round_trips, 300, nodes=2, cluster=c.path, kernel=kernel, timeout=TIMEOUT)
+    finally:
+        cluster_down(c)
+    assert len(results[0]) == 300 and all(ns > 0 for ns in results[0]) and results[1] is None
+    assert not os.path.exists(c.run_dir) and _shm_entries(c.name) == []
