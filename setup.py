@@ -12,12 +12,9 @@ from setuptools.command.build_ext import build_ext
 from Cython.Build import cythonize
 
 PACKAGES = ("kernelsim", "dpcore", "nic_drivers", "protocols", "libdp")
-# Every .pyx of the packages is an extension: a hot path is Cython or it is not. Largest
-# first: the parallel build takes them in this order, and a large one started last leaves
-# the other cores idle at the end.
-EXTENSIONS = [str(p.with_suffix("")).replace("/", ".")
-              for p in sorted((p for pkg in PACKAGES for p in Path(pkg).rglob("*.pyx")),
-                              key=lambda p: (-p.stat().st_size, str(p)))]
+# Every .pyx of the packages is an extension: a hot path is Cython or it is not.
+EXTENSIONS = sorted(str(p.with_suffix("")).replace("/", ".")
+                    for pkg in PACKAGES for p in Path(pkg).rglob("*.pyx"))
 
 # DP_SANITIZE=address builds every extension with AddressSanitizer, so that an access
 # past a buffer fails loudly instead of passing silently (CI runs the receive-path fuzz
