@@ -1045,12 +1045,15 @@ def sleep_until_readable(int fd) -> bool:
 
     The sleep is trio's own -- `fd` and trio's wake-up socket, until trio's next deadline --
     less the registration of `fd` with trio's epoll, the pass around it and the task's
-    park and wake. True when `fd` is readable; False when it did not sleep, or woke for
-    trio (a run_sync_soon job or a signal came, a deadline fell due): the caller then
+    park and wake. True when `fd` is readable: the sleep was the caller's checkpoint, and
+    is counted as trio counts a park (``trio.testing.assert_checkpoints`` sees it), so a
+    call that slept here needs no other. False when it did not sleep -- also when a
+    cancellation is already pending, which trio's park would deliver at once -- or woke
+    for trio (a run_sync_soon job or a signal came, a deadline fell due): the caller then
     waits trio's way (``wait_readable``), which attends to that first.
     """
     task = _task()
-    if not _nothing_else_to_run(task):
+    if not _nothing_else_to_run(task) or _cancel_pending(task):
         return False
     cdef RunnableCounter counter = live_counter()
     runner = counter.runner
@@ -1075,7 +1078,14 @@ def sleep_until_readable(int fd) -> bool:
             raise OSError(c_errno, os.strerror(c_errno))
         PyErr_CheckSignals()            # a handler that raises ends the sleep (PEP 475)
         return False                    # a signal: trio may have work (its handler wakes it)
-    return n > 0 and (fds[0].revents != 0) and fds[1].revents == 0
+    if n > 0 and fds[0].revents != 0 and fds[1].revents == 0:
+        # Woken by `fd` alone, with no job or signal for trio: the park ends as trio's
+        # would. (A deadline that fell due meanwhile is delivered at the next checkpoint,
+        # as trio delivers it after the I/O that woke a task in the same pass.)
+        task._schedule_points += 1
+        task._cancel_points += 1
+        return True
+    return False
 
 
 async def checkpoint():

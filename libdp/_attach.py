@@ -709,7 +709,12 @@ class AttachedDP:
 
     async def _await(self, f: _File, attempt, readable):
         """Retry `attempt` until it gives something: spin, then sleep on `readable`'s fd (or
-        briefly, for ring space) and the control socket. Honors non-blocking fds."""
+        briefly, for ring space) and the control socket. Honors non-blocking fds.
+
+        A wait is the call's checkpoint (trio's park, or `sleep_until_readable`'s, which
+        counts as one): only a call that never waited takes one more. The control socket is
+        read only when a wake-up brought nothing to take (what woke a read is almost always
+        its delivery): an answer, or ENETDOWN -- the node died."""
         if f.nonblocking:
             raise BlockingIOError(errno.EAGAIN, f"fd {f.fd}: resource temporarily unavailable")
         if isinstance(f, _Endpoint):
@@ -717,12 +722,11 @@ class AttachedDP:
         pause = 50e-6
         spinner = self.spinner
         start = _perf()
+        waited = False
         while True:
             got = spinner.spin(attempt)
             if got:
-                spinner.waited(_perf() - start)
-                await checkpoint()
-                return got
+                break
             f.check_error()
             if f.closed:
                 raise OSError(errno.EBADF, f"fd {f.fd} was closed")
@@ -734,15 +738,19 @@ class AttachedDP:
                 ws = f.waitset(self.link.sock)
                 if not sleep_until_readable(ws.fileno()):
                     await trio.lowlevel.wait_readable(ws.fileno())
+            waited = True
+            got = attempt()
+            if got:
+                break
+            if readable is not None:
                 sock_fd = self.link.sock.fileno()
                 for fd, _ in ws.poll(0):
                     if fd == sock_fd:
-                        self.link.pump()                # an answer, or ENETDOWN: the node died
-            got = attempt()
-            if got:
-                spinner.waited(_perf() - start)
-                await checkpoint()
-                return got
+                        self.link.pump()
+        spinner.waited(_perf() - start)
+        if not waited:
+            await checkpoint()
+        return got
 
     async def user_level(self, proto: str):
         """A protocol that drives the card itself (SP AM): ``{proto}_open`` on the node hands

@@ -20,6 +20,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -347,6 +348,24 @@ def test_every_attached_async_call_is_a_checkpoint(two):
             await trio.lowlevel.wait_readable(fb)
             with trio.testing.assert_checkpoints():
                 assert await b.dp_read(fb) == b"m%02d" % i
+        # A read that waits -- here asleep in poll(2), trio having nothing else to do, until
+        # another thread's write arrives -- is a checkpoint too, and counted once.
+        late = threading.Timer(0.05, a.sync.dp_write, (fa, b"late"))
+        late.start()
+        with trio.testing.assert_checkpoints():
+            assert await b.dp_read(fb) == b"late"
+        late.join()
+        # A cancelled scope ends a read that would wait at once, as trio's park would: it
+        # takes nothing (were it to sleep, it would wake for "first" and lose it).
+        net = threading.Timer(0.3, lambda: (a.sync.dp_write(fa, b"first"), a.sync.dp_write(fa, b"second")))
+        net.start()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await b.dp_read(fb)
+        assert scope.cancelled_caught
+        assert await b.dp_read(fb) == b"first"
+        net.join()
+        assert await b.dp_read(fb) == b"second"
         for dp, fd in ((a, fa), (b, fb)):
             await dp.close(fd)
             dp.detach()

@@ -400,6 +400,20 @@ def test_sleep_until_readable_sleeps_where_trio_would_and_wakes_for_what_trio_wo
         out["thread_job"] = (sleep_until_readable(b.fileno()), bool(sent))    # it slept until the job came
         while t.is_alive():
             await trio.sleep(0.001)                 # trio runs the job, the thread ends
+
+        # A cancellation already pending: trio's park would deliver it at once, so this
+        # does not sleep. (Were it to sleep, the thread's byte would end it: True.)
+        threading.Timer(0.2, a.send, (b"y",)).start()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            out["cancel_pending"] = sleep_until_readable(b.fileno())
+        await trio.lowlevel.wait_readable(b)
+        b.recv(1)
+
+        # Having slept until readable is the caller's checkpoint, counted as trio counts a park.
+        a.send(b"z")
+        with trio.testing.assert_checkpoints():
+            out["counted"] = sleep_until_readable(b.fileno())
         a.close()
         b.close()
         return out
@@ -407,4 +421,4 @@ def test_sleep_until_readable_sleeps_where_trio_would_and_wakes_for_what_trio_wo
     passes = _Passes()
     out = trio.run(main, instruments=[passes])
     assert out == {"readable": True, "passes_while_asleep": 0, "with_other_task": False,
-                   "deadline": False, "thread_job": (False, True)}
+                   "deadline": False, "thread_job": (False, True), "cancel_pending": False, "counted": True}
