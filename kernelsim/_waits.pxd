@@ -14,3 +14,11 @@ cdef class WaitQueue:
     cpdef add(self, object waiter)
     cpdef discard(self, object waiter)
     cpdef wake(self)
+
+
+cdef class SpinnerQueue(WaitQueue):
+    # A wait queue with places for waiters the engine runs itself (kernelsim._spin).
+    cdef public Waiter spinner
+    cdef list more_spinners                    # when more than one task polls (rare)
+    cdef int add_spinner(self, Waiter s) except -1
+    cdef int discard_spinner(self, Waiter s) except -1

@@ -10,7 +10,7 @@ registers) is woken by a C call, any other callable by a Python one.
 """
 from kernelsim._engine cimport Engine
 
-__all__ = ["WaitQueue", "Waiter"]
+__all__ = ["WaitQueue", "SpinnerQueue", "Waiter"]
 
 
 cdef class Waiter:
@@ -52,3 +52,45 @@ cdef class WaitQueue:
 
     def __len__(self):
         return len(self._waiters)
+
+
+cdef class SpinnerQueue(WaitQueue):
+    """A wait queue with places for one more kind of waiter: spinners, a program's poll loop
+    that the engine runs itself (`kernelsim._spin`). The queue's other waiters are trio
+    tasks, and waking one stops the engine so that trio runs it at this instant; a spinner
+    is woken by a C call and the engine goes on -- with the spinner's own continuation, at
+    this instant, before anything else. Usually one task polls: its spinner has the slot
+    `spinner`; others queue behind it."""
+
+    def __cinit__(self, Engine engine):
+        self.more_spinners = []
+
+    cdef int add_spinner(self, Waiter s) except -1:
+        if self.spinner is None:
+            self.spinner = s
+        else:
+            self.more_spinners.append(s)
+        return 0
+
+    cdef int discard_spinner(self, Waiter s) except -1:
+        if self.spinner is s:
+            self.spinner = self.more_spinners.pop(0) if self.more_spinners else None
+        elif s in self.more_spinners:
+            self.more_spinners.remove(s)
+        return 0
+
+    cpdef wake(self):
+        cdef Waiter s = self.spinner
+        cdef list more
+        if s is not None:
+            self.spinner = None
+            if not self._waiters:
+                self.wakeups += 1
+            more = self.more_spinners
+            if more:
+                self.more_spinners = []
+            s.wake_up()
+            if more:
+                for w in more:
+                    (<Waiter> w).wake_up()
+        WaitQueue.wake(self)

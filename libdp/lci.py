@@ -60,7 +60,7 @@ import math
 
 import trio
 
-from kernelsim import WouldBlock, run_path, wait_on, wait_on_sync
+from kernelsim import WouldBlock, callable_spin, run_path, spin, wait_on, wait_on_sync
 from protocols.lci.host import Packet, RcpyHandle
 from protocols.lci.memory import UserBuffer
 
@@ -172,6 +172,12 @@ class LCI:
         # of a stream -- says so by its value, not by WouldBlock: an exception raised
         # through the CPU and run_path builds a traceback of frames every time.
         node, lib = self.dp._node, self.lib
+        if node.modeled:
+            # The engine runs the loop, each poll at the instant the task would have run it
+            # (kernelsim/_spin.pyx): no task switch per poll.
+            await spin(callable_spin(node, lib.events, lambda since: self._poll_check_path(pred, since),
+                                     lib.ready, lib.arm_timer), node, self.dp.spin_s)
+            return
         since = None
         while not await run_path(node, self._poll_check_path(pred, since)):
             since = self.dp.now()

@@ -5,7 +5,7 @@
 from kernelsim._engine cimport Engine
 from kernelsim._node cimport Costs, OpenFile
 from kernelsim._physmem cimport PhysMem
-from kernelsim._waits cimport WaitQueue, Waiter
+from kernelsim._waits cimport SpinnerQueue, WaitQueue, Waiter
 from nic_drivers.tb2._model cimport Tb2Adapter
 from nic_drivers.tb2.fifos cimport HostFifos, UserFifos
 from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel
@@ -13,12 +13,9 @@ from kernelsim._path cimport Path
 from protocols.am._codes cimport N_STATS
 
 
-cdef class Events(WaitQueue):
-    # The endpoint's wait queue (window.pyx), with places for waiters the engine runs.
-    cdef public Waiter spinner
-    cdef list more_spinners                    # when more than one task polls (rare)
-    cdef int add_spinner(self, Waiter s) except -1
-    cdef int discard_spinner(self, Waiter s) except -1
+cdef class Events(SpinnerQueue):
+    # The endpoint's wait queue (window.pyx): a spinner is a program's am_poll loop.
+    pass
 
 
 cdef class Window(OpenFile):

@@ -62,47 +62,10 @@ DEF REG_LEN = 0              # nic_drivers.tb2._model.REG_LEN: the packet-length
 assert hw.HDR_BYTES == HDR_BYTES and hw.REG_LEN == REG_LEN
 
 
-cdef class Events(WaitQueue):
-    """The endpoint's events (an arrival, send-FIFO room, a keep-alive due) as a wait queue,
-    with places for one more kind of waiter: spinners, a caller's am_poll loop that the
-    engine runs itself (``libdp/_am_call.pyx``: `poll_until` in modeled time). The queue's
-    waiters are trio tasks, and waking one stops the engine so that trio runs it at this
-    instant; a spinner is woken by a C call and the engine goes on -- it goes on with the
-    spinner's own continuation, at this instant, before anything else (see `_Spin`).
-    Usually one task polls: its spinner has the slot `spinner`; others queue behind it."""
-
-    def __cinit__(self, Engine engine):
-        self.more_spinners = []
-
-    cdef int add_spinner(self, Waiter s) except -1:
-        if self.spinner is None:
-            self.spinner = s
-        else:
-            self.more_spinners.append(s)
-        return 0
-
-    cdef int discard_spinner(self, Waiter s) except -1:
-        if self.spinner is s:
-            self.spinner = self.more_spinners.pop(0) if self.more_spinners else None
-        elif s in self.more_spinners:
-            self.more_spinners.remove(s)
-        return 0
-
-    cpdef wake(self):
-        cdef Waiter s = self.spinner
-        cdef list more
-        if s is not None:
-            self.spinner = None
-            if not self._waiters:
-                self.wakeups += 1
-            more = self.more_spinners
-            if more:
-                self.more_spinners = []
-            s.wake_up()
-            if more:
-                for w in more:
-                    (<Waiter> w).wake_up()
-        WaitQueue.wake(self)
+cdef class Events(SpinnerQueue):
+    """The endpoint's events (an arrival, send-FIFO room, a keep-alive due) as a wait queue
+    whose spinners are a caller's am_poll loop that the engine runs itself
+    (``libdp/_am_call.pyx``: `poll_until` in modeled time; see `kernelsim._spin`)."""
 
 
 cdef class Window(OpenFile):

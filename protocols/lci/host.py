@@ -35,7 +35,7 @@ import errno
 import struct
 from collections import deque
 
-from kernelsim import WaitQueue, WouldBlock
+from kernelsim import SpinnerQueue, WaitQueue, WouldBlock
 
 from nic_drivers.myrinet import _model as hw
 from protocols.lci import _wire as W
@@ -120,7 +120,7 @@ class HostLib(HostRx):
         self.transfer = svc.variant.transfer
         self.window = svc.window
         self.half = max(1, self.window // 2)
-        self.events = WaitQueue(node.engine)
+        self.events = SpinnerQueue(node.engine)     # a modeled poll_until is a spinner of it
         # A process asleep in wait() is not polling: a DMA into its memory does not wake
         # it, only the watchdog's interrupt (or one of the library's own timers) does.
         self.sleepers = WaitQueue(node.engine)

@@ -53,6 +53,13 @@ CASES: dict[str, list[str]] = {
     "fm_pingpong_pii300_fm21": ["fm-pingpong", "--iters", "200", "--platform", "pii300_lanai4", "--notify", "pci",
                                 "--pacing", "off", "--sizes", "0,64,1024"],
     "fm_bandwidth_lpr_unpaced": ["fm-bandwidth", "--platform", "lpr_lanai4", "--pacing", "off"],
+    # LCI on Myrinet: point to point, LogP, fetch-and-add on 64 nodes, and every multicast
+    # variant on 16 nodes (the receivers' poll loops are what kernelsim._spin runs)
+    "lci_pingpong": ["lci-pingpong"],
+    "lci_bandwidth": ["lci-bandwidth"],
+    "lci_logp": ["lci-logp"],
+    "lci_fa": ["lci-fa"],
+    "lci_bcast_16": ["lci-bcast", "--nodes", "16", "--variant", "all", "--sizes", "16,4096,65536", "--iters", "2"],
 }
 
 
