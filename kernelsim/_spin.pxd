@@ -33,7 +33,7 @@ cdef class EngineSpin(Completion):
 
 
 cdef class CallableSpin(EngineSpin):
-    cdef object make_path, is_ready, arm_timer
+    cdef object make_path, done, is_ready, arm_timer
 
 
 cdef int init_spin(EngineSpin spin, node, SpinnerQueue queue) except -1

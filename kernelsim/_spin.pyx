@@ -63,9 +63,15 @@ cdef class EngineSpin(Completion):
         return self._defer(_RUN)
 
     cdef int complete(self, object value, object exc) except -1:
+        cdef bint ends = False
         if self.over:
             return 0                    # abandoned (the task was cancelled)
-        if exc is not None or self.ends(value):
+        if exc is None:
+            try:
+                ends = self.ends(value)
+            except BaseException as e:  # the program's predicate raised: its error
+                exc = e
+        if exc is not None or ends:
             self.exc = exc
             self.over = True
             self.finished.wake()
@@ -104,14 +110,15 @@ cdef class EngineSpin(Completion):
 
 @cython.final
 cdef class CallableSpin(EngineSpin):
-    """A spin whose poll is Python: ``make_path(since)`` (None the first time) is the path,
-    whose value ends the loop when true; ``is_ready()`` and ``arm_timer()`` as above."""
+    """A spin made of callables: ``make_path(since)`` (None the first time) is one poll's
+    path, and ``done()``, asked the moment it ends, ends the loop when true; ``is_ready()``
+    and ``arm_timer()`` as above."""
 
     cdef object poll_path(self, object since):
         return self.make_path(since)
 
     cdef bint ends(self, object value) except -1:
-        return bool(value)
+        return bool(self.done())
 
     cdef bint ready(self) except -1:
         return bool(self.is_ready())
@@ -121,11 +128,12 @@ cdef class CallableSpin(EngineSpin):
         return 0
 
 
-def callable_spin(node, SpinnerQueue queue, make_path, is_ready, arm_timer) -> CallableSpin:
+def callable_spin(node, SpinnerQueue queue, make_path, done, is_ready, arm_timer) -> CallableSpin:
     """A `CallableSpin` on `node` woken by `queue` (run it with `spin`)."""
     cdef CallableSpin s = CallableSpin.__new__(CallableSpin)
     init_spin(s, node, queue)
     s.make_path = make_path
+    s.done = done
     s.is_ready = is_ready
     s.arm_timer = arm_timer
     return s

@@ -175,8 +175,8 @@ class LCI:
         if node.modeled:
             # The engine runs the loop, each poll at the instant the task would have run it
             # (kernelsim/_spin.pyx): no task switch per poll.
-            await spin(callable_spin(node, lib.events, lambda since: self._poll_check_path(pred, since),
-                                     lib.ready, lib.arm_timer), node, self.dp.spin_s)
+            await spin(callable_spin(node, lib.events, lib.poll_path, pred, lib.ready, lib.arm_timer),
+                       node, self.dp.spin_s)
             return
         since = None
         while not await run_path(node, self._poll_check_path(pred, since)):
