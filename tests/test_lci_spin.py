@@ -100,3 +100,22 @@ def test_an_upcall_error_is_raised_where_the_program_polls():
             await lci.close()
 
     assert lci_cluster().run_spmd(prog)[1] == "bad packet b'x'"
+
+
+def test_a_predicate_error_is_raised_where_the_program_polls():
+    async def prog(dp, rank, size):
+        lci = await LCI.open(dp)
+        got = []
+        lci.set_upcall(lambda pkt: got.append(pkt.data))
+        try:
+            if rank == 0:
+                await lci.send(1, b"x")
+                return None
+            try:
+                await lci.poll_until(lambda: got and 1 / 0)
+            except ZeroDivisionError:
+                return got
+        finally:
+            await lci.close()
+
+    assert lci_cluster().run_spmd(prog)[1] == [b"x"]
