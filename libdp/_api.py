@@ -18,8 +18,9 @@ import errno
 import time
 from collections.abc import Awaitable
 
-from kernelsim import (DEFAULT_SPIN_S, after, run_blocking, run_blocking_sync, run_entry, run_entry_sync, run_path,
+from kernelsim import (DEFAULT_SPIN_S, after, run_blocking, run_blocking_sync, run_entry_sync, run_path,
                        run_user, run_user_sync, wait_on)
+from libdp._calls import DPCalls, _bytes, _check_count, _raise
 
 __all__ = ["DP", "SyncDP", "Endpoint", "NodeView"]
 
@@ -52,7 +53,7 @@ class NodeView:
         return f"<node {self.nid} ({'modeled' if self.modeled else 'real'} time)>"
 
 
-class DP:
+class DP(DPCalls):
     """DP for one process (async): the calls of the DP paper (DP-C07) as trio checkpoints.
 
     Made by `Cluster.process(nid)` (or for a process on a real node). ``spin_s``: how
@@ -60,14 +61,10 @@ class DP:
     """
 
     def __init__(self, proc, *, spin_s: float = DEFAULT_SPIN_S):
-        self._proc = proc
-        self._node = node = proc.node
+        super().__init__(proc, spin_s)     # the per-message calls' state (libdp/_calls.pyx)
+        node = self._node
         self.node = NodeView(node.nid, node.profile, node.modeled, node.stats)
-        self.spin_s = spin_s
         self.sync = SyncDP(self)
-        p = node.profile
-        self._poll_cost = self._node.costs.cycles(p["dp.poll_cycles"])
-        self._wake_cost = self._node.costs.wakeup
 
     @property
     def nid(self) -> int:
@@ -95,24 +92,6 @@ class DP:
         """
         return await self._syscall("dp_target", (fd, nid, ep))
 
-    def dp_write(self, fd: int, data) -> Awaitable[int]:
-        """Send `data` as one message through the call gate (DP-C04, DP-C05); return its length.
-
-        Returns once the frame is in the NIC's transmit ring: DP is unreliable, delivery is
-        not confirmed. EDESTADDRREQ before `dp_target`, EMSGSIZE above ``dp.max_message``,
-        EFAULT if `data` is not bytes-like; waits (or EAGAIN non-blocking) while the ring is full.
-
-        Await it like any async call. (It returns the blocking loop's own coroutine rather
-        than being one around it: a task parked in it resumes through one frame less, and
-        misuse is still raised by the ``await``.)
-        """
-        if type(data) is not bytes:
-            try:
-                data = _bytes(data)
-            except OSError as exc:
-                return _raise(exc)
-        return run_entry(self._node, self._proc, True, "dp_write", (fd, data), fd, self._wake_cost, self.spin_s)
-
     async def write(self, fd: int, data) -> int:
         """`dp_write` through the generic system-call entry (UNIX ``write``), at its higher cost."""
         data = _bytes(data)
@@ -128,22 +107,6 @@ class DP:
         _check_count(nbytes)
         return await self._call(lambda entry: self._node.syscall_path(self._proc, "read", (fd, nbytes), entry),
                                 fd, self._wake_cost)
-
-    def dp_read(self, fd: int, nbytes: int = 65536) -> Awaitable[bytes]:
-        """Copy the next message out of the endpoint's TBP (user-level; polls while empty).
-
-        Await it like any async call (see `dp_write` for why it is not a coroutine itself).
-        """
-        try:
-            if type(nbytes) is not int or nbytes < 0:
-                _check_count(nbytes)
-            ep = self._endpoint(fd)
-        except OSError as exc:
-            return _raise(exc)
-        # The TBP is mapped into the process: its count is looked at before anything is
-        # entered; an empty pool is waited on first (the poll then takes _poll_cost more).
-        return run_user(self._node, self._proc, ep.dp.read_path, (ep, nbytes), fd, self._poll_cost,
-                        ep.tbp, ep.readers, self.spin_s)
 
     def dp_read_token(self, fd: int) -> Awaitable:
         """Zero-copy read: a Token whose `.data` is a read-only view of the TBP slot."""
@@ -171,12 +134,6 @@ class DP:
         return e
 
     # -- machinery ---------------------------------------------------------------------
-
-    def _endpoint(self, fd):
-        f = self._proc.fds.get(fd)
-        if f.kind != "DP endpoint" or "dp" not in self._node.services:
-            raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
-        return f
 
     def _syscall(self, name, args):
         return self._call(lambda entry: self._node.syscall_path(self._proc, name, args, entry), None, 0.0)
@@ -308,19 +265,3 @@ class Endpoint:
 
     async def __anext__(self) -> bytes:
         return await self.recv()
-
-
-async def _raise(exc: BaseException):
-    """A call's misuse, raised where the call is awaited (as an ``async def`` would)."""
-    raise exc
-
-
-def _bytes(data) -> bytes:
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data)
-    raise OSError(errno.EFAULT, f"a message is a bytes-like object, not {type(data).__name__}")
-
-
-def _check_count(n) -> None:
-    if not isinstance(n, int) or n < 0:
-        raise OSError(errno.EINVAL, f"byte count must be a non-negative int, not {n!r}")

@@ -1,0 +1,93 @@
+# cython: language_level=3
+"""The calls a DP process makes per message, compiled: `dp_write`, `dp_read` and the
+endpoint check they share. `DP` (libdp/_api.py) is this class and the rest of the calls.
+
+Written in Python, each of these spent about as long finding its way -- the process's fd
+table, the file's kind, the node's services, the endpoint's pool and wait queue, the
+call's costs, each an attribute of a Python object -- as making the coroutine that runs
+the call (~0.5 us a call, four calls a ping-pong round trip). Here they are C fields,
+looked up once when the process is bound.
+"""
+import errno
+
+from kernelsim import run_entry, run_user
+from kernelsim._node cimport FdTable, OpenFile
+from dpcore._services cimport Endpoint
+
+__all__ = ["DPCalls"]
+
+
+cdef class DPCalls:
+    """The per-message calls of one process's DP (the base of `libdp.DP`)."""
+    cdef public object _proc, _node, spin_s
+    cdef public double _poll_cost, _wake_cost
+    cdef FdTable _fds
+    cdef dict _services
+
+    def __init__(self, proc, spin_s):
+        self._proc = proc
+        self._node = node = proc.node
+        self.spin_s = spin_s
+        self._fds = proc.fds
+        self._services = node.services
+        self._poll_cost = node.costs.cycles(node.profile["dp.poll_cycles"])
+        self._wake_cost = node.costs.wakeup
+
+    def dp_write(self, fd, data):
+        """Send `data` as one message through the call gate (DP-C04, DP-C05); return its length.
+
+        Returns once the frame is in the NIC's transmit ring: DP is unreliable, delivery is
+        not confirmed. EDESTADDRREQ before `dp_target`, EMSGSIZE above ``dp.max_message``,
+        EFAULT if `data` is not bytes-like; waits (or EAGAIN non-blocking) while the ring is full.
+
+        Await it like any async call. (It returns the blocking loop's own coroutine rather
+        than being one around it: a task parked in it resumes through one frame less, and
+        misuse is still raised by the ``await``.)
+        """
+        if type(data) is not bytes:
+            try:
+                data = _bytes(data)
+            except OSError as exc:
+                return _raise(exc)
+        return run_entry(self._node, self._proc, True, "dp_write", (fd, data), fd, self._wake_cost, self.spin_s)
+
+    def dp_read(self, fd, nbytes=65536):
+        """Copy the next message out of the endpoint's TBP (user-level; polls while empty).
+
+        Await it like any async call (see `dp_write` for why it is not a coroutine itself).
+        """
+        cdef Endpoint ep
+        try:
+            if type(nbytes) is not int or nbytes < 0:
+                _check_count(nbytes)
+            ep = self._endpoint(fd)
+        except OSError as exc:
+            return _raise(exc)
+        # The TBP is mapped into the process: its count is looked at before anything is
+        # entered; an empty pool is waited on first (the poll then takes _poll_cost more).
+        return run_user(self._node, self._proc, ep.dp.read_path, (ep, nbytes), fd, self._poll_cost,
+                        ep.tbp, ep.readers, self.spin_s)
+
+    cpdef Endpoint _endpoint(self, fd):
+        """The DP endpoint open on `fd`: EBADF if nothing is, EINVAL if it is another file
+        (or DP is not loaded)."""
+        cdef OpenFile f = self._fds.get(fd)
+        if not isinstance(f, Endpoint) or "dp" not in self._services:
+            raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
+        return <Endpoint> f
+
+
+async def _raise(exc):
+    """A call's misuse, raised where the call is awaited (as an ``async def`` would)."""
+    raise exc
+
+
+def _bytes(data) -> bytes:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise OSError(errno.EFAULT, f"a message is a bytes-like object, not {type(data).__name__}")
+
+
+def _check_count(n) -> None:
+    if not isinstance(n, int) or n < 0:
+        raise OSError(errno.EINVAL, f"byte count must be a non-negative int, not {n!r}")
