@@ -501,7 +501,10 @@ async def _sleep_on_ports(node, list ports, _Flag woken):
         else:
             (<_PortSleep> sleep).sleeping = True
             try:
-                await _wait_any_readable([p.fileno() for p in ports])
+                # One port and nothing else for trio to do (a rank that is its node's
+                # kernel): one poll(2), as trio would sleep, and that is this wait's park.
+                if len(ports) != 1 or not sleep_until_readable(ports[0].fileno()):
+                    await _wait_any_readable([p.fileno() for p in ports])
             finally:
                 (<_PortSleep> sleep).sleeping = False
                 for other in list((<_PortSleep> sleep).parked):
