@@ -1091,21 +1091,39 @@ def sleep_until_readable(int fd) -> bool:
     return False
 
 
-async def checkpoint():
+def checkpoint():
     """``trio.lowlevel.checkpoint()``, without the pass of trio's run loop when that pass
     would only resume the caller (see "Checkpoints that find nothing to do"); a cancel
-    point always."""
+    point always. Await it at once, as trio's: it decides when called and returns what to
+    await -- where nothing is to be done, an awaitable that is already finished, so that
+    the commonest checkpoint makes no coroutine."""
     task = _task()
     if _nothing_else_to_run(task):
         # A schedule point all the same -- decided here, on trio's own state -- and counted
         # as trio counts them (`trio.testing.assert_checkpoints` reads the counts).
         task._schedule_points += 1
         if _cancel_pending(task):
-            await _checkpoint_if_cancelled()
-        else:
-            task._cancel_points += 1
-    else:
-        await _checkpoint()
+            return _checkpoint_if_cancelled()
+        task._cancel_points += 1
+        return _PASSED
+    return _checkpoint()
+
+
+@cython.final
+cdef class _Passed:
+    """An awaitable whose ``await`` is over at once (None): a checkpoint already taken."""
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raise StopIteration
+
+
+cdef _Passed _PASSED = _Passed()
 
 
 @cython.final
