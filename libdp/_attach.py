@@ -52,6 +52,7 @@ from kernelsim.daemon import (ERROR_WORD_OFFSET, GATE_CALL, GATE_FILEOP, EventRi
                               recv_msg, send_msg)
 from kernelsim.media._shmring import ShmRing
 from libdp._api import NodeView
+from libdp._calls import _bytes, _check_count
 from libdp._clusterfile import ClusterFile, default_run_dir, node_from_environment, node_socket
 from libdp._endpoint_rings import endpoint_rings
 
@@ -963,14 +964,3 @@ class _Spinner:
             if got:
                 return got
         return None
-
-
-def _bytes(data) -> bytes:
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data)
-    raise OSError(errno.EFAULT, f"a message is a bytes-like object, not {type(data).__name__}")
-
-
-def _check_count(n) -> None:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise OSError(errno.EINVAL, f"byte count must be a non-negative int, not {n!r}")

@@ -89,5 +89,5 @@ def _bytes(data) -> bytes:
 
 
 def _check_count(n) -> None:
-    if not isinstance(n, int) or n < 0:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise OSError(errno.EINVAL, f"byte count must be a non-negative int, not {n!r}")
