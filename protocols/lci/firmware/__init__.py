@@ -46,7 +46,7 @@ from protocols.lci import _wire as W
 from protocols.lci.firmware import layout as L
 from protocols.lci.firmware.fetchadd import FetchAdd
 from protocols.lci.firmware._flow import make_flow
-from protocols.lci.firmware.hostq import HostSendQueue
+from protocols.lci.firmware._hostq import HostSendQueue
 from protocols.lci.firmware._multicast import Multicast
 from protocols.lci.firmware.ntlb import Ntlb
 from protocols.lci.firmware._records import NiPeer, TxPacket

@@ -1,3 +1,4 @@
+# cython: language_level=3
 """Host Send Queue Mgt (LCI-C04): the NI side of the send descriptor ring.
 
 The host writes a descriptor into the next slot of the ring in SRAM and sets its valid
@@ -21,16 +22,31 @@ descriptor order, until the ones before them are in their buffers. I-hrx's own d
 retransmission of a packet still held in its send buffer) go straight to the send
 queue. A multicast descriptor (``SD_MCAST``) puts one send per child into that child's
 staging queue the same way, so unicast and multicast from one host keep their order.
-"""
-from __future__ import annotations
 
+A cdef class (the board, the packet and the peer records typed, their fields C reads and
+writes): it runs for every descriptor the host gives the NI.
+"""
+
+from nic_drivers.myrinet._model cimport LanaiNI
+from protocols.lci.firmware._records cimport NiPeer, TxPacket
 from protocols.lci import _wire as W
 from protocols.lci.firmware import layout as L
 
 __all__ = ["HostSendQueue"]
 
+cdef unsigned int SD_VALID = L.SD_VALID
+cdef unsigned int SD_MCAST = L.SD_MCAST
+cdef unsigned int SD_ACK = L.SD_ACK
+cdef unsigned int SD_RETX = L.SD_RETX
+cdef unsigned int SDF_PIO = L.SDF_PIO
+cdef unsigned int SDF_MISS = L.SDF_MISS
+cdef Py_ssize_t SD_BASE = L.SD_BASE
+cdef Py_ssize_t SD_BYTES = L.SD_BYTES
+cdef Py_ssize_t PAGE = L.PAGE
+cdef frozenset SD_KINDS = frozenset(L.SD_KINDS)
 
-class HostSendQueue:
+
+cdef class HostSendQueue:
     def __init__(self, fw):
         self.fw = fw
         self.seen = 0
@@ -41,26 +57,33 @@ class HostSendQueue:
         self.looking = False
         ni = self.fw.ni
         for i in range(self.fw.nsd):
-            ni.watch(L.SD_BASE + i * L.SD_BYTES, self.on_doorbell)
+            ni.watch(SD_BASE + i * SD_BYTES, self.on_doorbell)
 
-    def _slot(self) -> int:
-        return L.SD_BASE + (self.seen % self.fw.nsd) * L.SD_BYTES
+    cdef Py_ssize_t _slot(self, long nsd):
+        return SD_BASE + (self.seen % nsd) * SD_BYTES
 
     def on_doorbell(self, _off):
         """One pass of the event loop over the send queue: take one descriptor."""
         fw = self.fw
-        ni, c = fw.ni, fw.c
+        cdef LanaiNI ni = fw.ni
+        cdef NiPeer peer
+        cdef TxPacket pkt
+        cdef long nsd = fw.nsd
+        cdef unsigned int w0, w1, seq_ack, kind, flags, length, dest, buf
+        cdef Py_ssize_t d
+        cdef long index
+        c = fw.c
         if fw.aborted is not None:
             return
-        d = self._slot()
+        d = self._slot(nsd)
         w0 = ni.rd32(d)
-        if not w0 & L.SD_VALID:
+        if not w0 & SD_VALID:
             return
         yield c.ni_poll + c.ni_desc
         ni.wr32(d, 0)
-        index = self.seen % fw.nsd
+        index = self.seen % nsd
         self.seen += 1
-        if ni.rd32(self._slot()) & L.SD_VALID:
+        if ni.rd32(self._slot(nsd)) & SD_VALID:
             ni.post(self.on_doorbell, 0)              # more are waiting: another pass
         fw.counters["descriptors"] += 1
         kind = (w0 >> 24) & 0x7F
@@ -68,44 +91,46 @@ class HostSendQueue:
         length = w0 & 0xFFFF
         w1 = ni.rd32(d + 4)
         dest, buf = w1 >> 16, w1 & 0xFFFF
-        if kind == L.SD_MCAST:
+        if kind == SD_MCAST:
             yield from fw.multicast.on_descriptor(index, flags, length, buf, d)
             return
-        peer = fw.peer(dest)
-        if kind not in L.SD_KINDS or peer is None or length > fw.mtu \
-                or (kind != L.SD_ACK and buf >= fw.nsend) or fw.flow.refuses(kind):
+        found = fw.peer(dest)
+        if kind not in SD_KINDS or found is None or length > fw.mtu \
+                or (kind != SD_ACK and buf >= fw.nsend) or fw.flow.refuses(kind):
             fw.counters["bad_descriptors"] += 1
             fw.sendq.complete(index)
             return
+        peer = found
         seq_ack = ni.rd32(d + 16)
-        if kind == L.SD_ACK:
+        if kind == SD_ACK:
             fw.sendq.complete(index)
             yield from fw.unicast.send_ctl(peer, W.K_ACK, ack=seq_ack & 0xFFFF)    # the host's acknowledgement
             return
         pkt = fw.tx[buf]
-        if kind == L.SD_RETX:
+        if kind == SD_RETX:
             # The retransmission is a descriptor of its own, completed when it has gone;
             # the buffer's first transmission may still be waiting for the wire, and
             # keeps its own descriptor.
             pkt.ack = seq_ack & 0xFFFF
             yield from fw.sendq.resend(peer, pkt, index)
             return
+        host = fw.reliability == "host"
         pkt.dest = dest
         pkt.length = length
         pkt.desc = index
         pkt.kind = kind
         pkt.flags = flags
-        pkt.seq = seq_ack >> 16 if fw.reliability == "host" else -1
-        pkt.ack = seq_ack & 0xFFFF if fw.reliability == "host" else -1
+        pkt.seq = seq_ack >> 16 if host else -1
+        pkt.ack = seq_ack & 0xFFFF if host else -1
         pkt.aux = ni.rd32(d + 12)
         payload = pkt.buf + fw.unicast.payload_off
         pkt.staged = False
         peer.staging.append(pkt)
-        if flags & L.SDF_PIO:
+        if flags & SDF_PIO:
             fw.counters["sent_pio"] += 1
-            if flags & L.SDF_MISS:
+            if flags & SDF_MISS:
                 yield c.ni_ntlb
-                fw.ntlb.install(ni.rd32(d + 8) // L.PAGE, ni.rd32(d + 20))
+                fw.ntlb.install(ni.rd32(d + 8) // PAGE, ni.rd32(d + 20))
             yield from self.staged(peer, pkt)
             return
         addr = ni.rd32(d + 8)
@@ -134,11 +159,11 @@ class HostSendQueue:
             return
         yield from self.staged(fw.peers[pkt.dest], pkt)
 
-    def staged(self, peer, pkt):
+    def staged(self, NiPeer peer, pkt):
         """`pkt`'s data is in its buffer: pass on every packet to `peer` whose turn has come
         (a unicast's, or one child's send of a multicast descriptor: firmware/_multicast.pyx)."""
         if pkt is not None:
-            pkt.staged = True
+            (<TxPacket> pkt).staged = True
         q = peer.staging
-        while q and q[0].staged:
+        while q and (<TxPacket> q[0]).staged:
             yield from self.fw.sendq.ready(peer, q.popleft())
