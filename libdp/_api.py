@@ -18,7 +18,7 @@ import errno
 import time
 from collections.abc import Awaitable
 
-from kernelsim import (DEFAULT_SPIN_S, after, run_blocking, run_blocking_sync, run_entry_sync, run_path,
+from kernelsim import (DEFAULT_SPIN_S, run_blocking, run_blocking_sync, run_entry_sync, run_path,
                        run_user, run_user_sync, wait_on)
 from libdp._calls import DPCalls, _bytes, _check_count, _raise
 

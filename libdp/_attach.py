@@ -704,7 +704,7 @@ class AttachedDP:
             # sync read's C sleep, in trio's terms. Anything else waits `_await`'s way.
             rings.flush_releases()
             rings.check_error()
-            if sleep_until_readable((e._waitset or e.waitset(self.link.sock)).fileno()):
+            if sleep_until_readable(e.waitset(self.link.sock).fileno()):
                 data = rings.read(nbytes)
                 if data is not None:
                     return data

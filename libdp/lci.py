@@ -168,9 +168,6 @@ class LCI:
         self._check_open()
         if pred():
             return
-        # `_run`'s loop, but a poll after which pred() is still false -- one per packet
-        # of a stream -- says so by its value, not by WouldBlock: an exception raised
-        # through the CPU and run_path builds a traceback of frames every time.
         node, lib = self.dp._node, self.lib
         if node.modeled:
             # The engine runs the loop, each poll at the instant the task would have run it
@@ -178,6 +175,9 @@ class LCI:
             await spin(callable_spin(node, lib.events, lib.poll_path, pred, lib.ready, lib.arm_timer),
                        node, self.dp.spin_s)
             return
+        # `_run`'s loop, but a poll after which pred() is still false -- one per packet
+        # of a stream -- says so by its value, not by WouldBlock: an exception raised
+        # through the CPU and run_path builds a traceback of frames every time.
         since = None
         while not await run_path(node, self._poll_check_path(pred, since)):
             since = self.dp.now()

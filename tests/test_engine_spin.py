@@ -29,8 +29,9 @@ class _Steps(trio.abc.Instrument):
         self.steps[task] = self.steps.get(task, 0) + 1
 
 
-def test_a_polling_am_receiver_is_not_woken_per_packet():
-    transfers = 2000
+def _polls_and_receiver_steps(cluster, exchange):
+    """Run ``exchange(dp, rank)`` on both ranks (it returns that rank's poll count): the
+    receiver's polls, and how often trio stepped the receiver's task."""
     steps = _Steps()
     tasks = {}
 
@@ -38,6 +39,16 @@ def test_a_polling_am_receiver_is_not_woken_per_packet():
         if rank == 0:
             trio.lowlevel.add_instrument(steps)
         tasks[rank] = trio.lowlevel.current_task()
+        return await exchange(dp, rank)
+
+    polls = cluster.run_spmd(prog)
+    return polls[1], steps.steps[tasks[1]]
+
+
+def test_a_polling_am_receiver_is_not_woken_per_packet():
+    transfers = 2000
+
+    async def exchange(dp, rank):
         am = await AM.open(dp)
         landed = []
         am.set_handler(H_DATA, lambda tok, addr, nbytes, arg: landed.append(arg))
@@ -51,9 +62,9 @@ def test_a_polling_am_receiver_is_not_woken_per_packet():
         await am.close()
         return am.stats()["polls"]
 
-    polls = am_cluster().run_spmd(prog)
-    assert polls[1] >= transfers / 8               # it did poll for the packets...
-    assert steps.steps[tasks[1]] < 40              # ...without trio running it for each
+    polls, steps = _polls_and_receiver_steps(am_cluster(), exchange)
+    assert polls >= transfers / 8                  # it did poll for the packets...
+    assert steps < 40                              # ...without trio running it for each
 
 
 def test_a_cancelled_am_poll_loop_stops_polling_and_the_endpoint_goes_on():
@@ -125,13 +136,8 @@ def lci_cluster(variant="I-sdma"):
 
 def test_a_polling_lci_receiver_is_not_woken_per_packet():
     packets = 500
-    steps = _Steps()
-    tasks = {}
 
-    async def prog(dp, rank, size):
-        if rank == 0:
-            trio.lowlevel.add_instrument(steps)
-        tasks[rank] = trio.lowlevel.current_task()
+    async def exchange(dp, rank):
         lci = await LCI.open(dp)
         got = []
         lci.set_upcall(lambda pkt: got.append(pkt.data))
@@ -145,9 +151,9 @@ def test_a_polling_lci_receiver_is_not_woken_per_packet():
         await lci.close()
         return polls
 
-    polls = lci_cluster().run_spmd(prog)
-    assert polls[1] >= packets / 8                 # it did poll for the packets...
-    assert steps.steps[tasks[1]] < 40              # ...without trio running it for each
+    polls, steps = _polls_and_receiver_steps(lci_cluster(), exchange)
+    assert polls >= packets / 8                    # it did poll for the packets...
+    assert steps < 40                              # ...without trio running it for each
 
 
 def test_a_cancelled_lci_poll_loop_stops_polling_and_the_library_goes_on():
