@@ -51,5 +51,7 @@ cdef class Endpoint(OpenFile):
     cdef public long long sent, received
     cdef public RingExport export     # a real node's owner's view (dpcore._export), or None
 
-    cpdef took(self)
-    cpdef deposited(self)
+    # C calls only (cdef: a Python subclass of a cpdef method's class makes every call look
+    # the name up in the instance first, for an override)
+    cdef int took(self) except -1
+    cdef int deposited(self) except -1

@@ -26,7 +26,7 @@ from dpcore._codec cimport DmHeader, dm_build, dm_parse
 from dpcore._tbp cimport TokenBufferPool
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim import WouldBlock
-from kernelsim._node cimport FdTable, KernelRoutine, OpenFile
+from kernelsim._node cimport KernelRoutine, OpenFile, Process
 from kernelsim._path cimport Path, RxHandler
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport step_any
@@ -185,13 +185,13 @@ cdef class Endpoint(OpenFile):
     def write_path(self, proc, data):
         return self.dp.write_path(self, data)
 
-    cpdef took(self):
+    cdef int took(self) except -1:
         """A message left the queue: readability follows what is still queued."""
         self.received += 1
         if self.tbp.count == 0:
             self.set_readable(False)
 
-    cpdef deposited(self):
+    cdef int deposited(self) except -1:
         if self.export is not None:
             # A real node's endpoint: the owner's fd is the delivery ring's eventfd, and
             # deliver() hands every queued message over at once, so the file itself is
@@ -400,7 +400,7 @@ cdef class DirectedPoint:
 
 
 cdef Endpoint _endpoint_of(proc, fd):
-    f = (<FdTable> proc.fds).get(fd)
+    f = (<Process?> proc).fds.get(fd)
     if not isinstance(f, Endpoint):
         raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")
     return <Endpoint> f

@@ -75,10 +75,14 @@ cdef class NetDevice(IrqHandler):
         self.irq_line = self.node.irq.free_line()
         self.node.irq.request_irq(self.irq_line, self, self.name)     # its irq_path: interrupt_path
 
-    cpdef set_irq(self, bint level):
+    def set_irq(self, level) -> None:
         """The device's interrupt pin (device models call this as their IRQ sink)."""
+        self.drive_irq(level)
+
+    cdef int drive_irq(self, bint level) except -1:
         if self.irq_line >= 0:
             self._irq.set_level(self.irq_line, level)
+        return 0
 
     def release_resources(self) -> None:
         """Give back the IRQ line and every allocation, newest first (idempotent)."""

@@ -1,5 +1,6 @@
 from kernelsim._waits cimport WaitQueue
 from kernelsim._engine cimport Engine
+from kernelsim._cpu cimport Cpu
 
 
 cdef class Costs:
@@ -19,13 +20,35 @@ cdef class OpenFile:
     cdef public WaitQueue writers
     cdef dict __dict__                  # subclasses (endpoints) keep their own state
 
-    cpdef set_readable(self, bint ready)
+    cdef int set_readable(self, bint ready) except -1
 
 
 cdef class FdTable:
     cdef dict _files
 
     cpdef object get(self, object fd)
+
+
+# A process and its node: what every call reads on its way in (the node's engine, CPU,
+# mode, costs and tables; the process's fd table and CPU) are C fields; anything else a
+# module or a tool keeps on them lives in their __dict__.
+cdef class Process:
+    cdef public object node, pid, name
+    cdef public Cpu cpu
+    cdef public FdTable fds
+    cdef public bint alive
+    cdef dict __dict__
+
+
+cdef class Node:
+    cdef public object nid, name, profile
+    cdef public Engine engine
+    cdef public bint modeled
+    cdef public Costs costs
+    cdef public Cpu cpu
+    cdef public dict syscalls, callgates, services
+    cdef public list real_ports
+    cdef dict __dict__
 
 
 cdef class KernelRoutine:
@@ -36,7 +59,7 @@ cdef class KernelRoutine:
 
 # A kernel entry's path into routine `name`: through `node`'s call gate or its generic
 # system-call entry (`Node.callgate_path` / `Node.syscall_path`).
-cdef object kernel_entry(object node, bint gate, object proc, object name, object args, bint entry)
+cdef object kernel_entry(Node node, bint gate, object proc, object name, object args, bint entry)
 # The same through the call gate, for a caller that looked `node.callgates` and
 # `node.costs` up once (a node's gate drain: per message).
 cdef object callgate_entry(object callgates, Costs costs, object proc, object name, object args)

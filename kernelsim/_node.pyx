@@ -15,7 +15,8 @@ Two entries into the kernel, each with its own modeled cost:
   routine), used by DP's light-weight messaging calls such as ``dp_write``.
 
 Every message passes through an entry, an open file and its fd table, so those and
-the cost table are Cython; the node itself is a plain class.
+the cost table are Cython, and so are the node and its processes (`cdef class`es whose
+fields a call reads on its way in are C fields).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import errno
 import os
 from collections import deque
 
-from kernelsim._cpu import Cpu, LEVEL_PROC
+from kernelsim._cpu import LEVEL_PROC
 from kernelsim._irq import IrqController
 from kernelsim._modules import ModuleTable
 from kernelsim._physmem import PhysMem
@@ -116,10 +117,10 @@ cdef class OpenFile:
     def fileno(self) -> int:
         return self._efd
 
-    cpdef set_readable(self, bint ready):
+    cdef int set_readable(self, bint ready) except -1:
         cdef eventfd_t count
         if ready == self._readable:
-            return
+            return 0
         self._readable = ready
         if ready:
             if self._efd >= 0:
@@ -172,7 +173,7 @@ cdef class FdTable:
         return len(self._files)
 
 
-class Process:
+cdef class Process:
     def __init__(self, node: "Node", pid: int, name: str, cpu: Cpu | None = None):
         self.node = node
         self.pid = pid
@@ -267,11 +268,10 @@ cdef class _Entry(Path):
         return 0
 
 
-cdef object kernel_entry(object node, bint gate, object proc, object name, object args, bint entry):
-    cdef Costs costs = node.costs
+cdef object kernel_entry(Node node, bint gate, object proc, object name, object args, bint entry):
     if gate:
-        return _entry(node.callgates, "call gate", costs.callgate, proc, name, args, entry)
-    return _entry(node.syscalls, "system call", costs.syscall, proc, name, args, entry)
+        return _entry(node.callgates, "call gate", node.costs.callgate, proc, name, args, entry)
+    return _entry(node.syscalls, "system call", node.costs.syscall, proc, name, args, entry)
 
 
 cdef Py_ssize_t poll_ports(list ports, Engine engine) except -1:
@@ -302,7 +302,7 @@ cdef inline object _entry(object table, str what, double cost, object proc, obje
     return e
 
 
-class Node:
+cdef class Node:
     def __init__(self, nid: int, profile, engine, *, modeled: bool = True, name: str | None = None,
                  shared_allocator=None):
         self.nid = nid

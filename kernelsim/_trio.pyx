@@ -41,7 +41,7 @@ from kernelsim._clock cimport RunnableCounter, join_run, live_counter
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
 from kernelsim._waits cimport Waiter, WaitQueue
-from kernelsim._node cimport FdTable, kernel_entry, poll_ports
+from kernelsim._node cimport Node, OpenFile, Process, kernel_entry, poll_ports
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -410,7 +410,7 @@ cdef int _settle(Engine engine, _Completion done, task, int how) except -1:
     return how
 
 
-async def run_path(node, path, cpu=None):
+async def run_path(Node node, path, cpu=None):
     """Run `path` at process level on `node`'s CPU (or on `cpu`, another processor of
     the node: the calling process's); return its value or raise its error."""
     cdef Engine engine = node.engine
@@ -439,7 +439,7 @@ async def run_path(node, path, cpu=None):
     return done.value
 
 
-async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
+async def wait_on(Node node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     """Block the calling task until `queue` is woken."""
     cdef _Completion woken
     cdef int how
@@ -476,7 +476,7 @@ async def wait_on(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     await checkpoint()
 
 
-async def _sleep_on_ports(node, list ports, _Flag woken):
+async def _sleep_on_ports(Node node, list ports, _Flag woken):
     """Sleep until a port's descriptor is readable or `woken` is set.
 
     Several tasks of one program may wait on the same in-process node (a sender and a
@@ -543,7 +543,8 @@ cdef class _CallableMaker(_PathMaker):
 cdef class _EntryMaker(_PathMaker):
     """A kernel entry (system call or call gate) into the routine `name`: what the node's
     ``syscall_path``/``callgate_path`` make, without a closure or a Python call per call."""
-    cdef object node, proc, name, args
+    cdef Node node
+    cdef object proc, name, args
     cdef bint gate
 
     cdef object make(self, bint first):
@@ -566,7 +567,7 @@ cdef _CallableMaker _callable_maker(object fn):
     return maker
 
 
-cdef _EntryMaker _entry_maker(object node, object proc, bint gate, object name, object args):
+cdef _EntryMaker _entry_maker(Node node, object proc, bint gate, object name, object args):
     cdef _EntryMaker maker = _EntryMaker.__new__(_EntryMaker)
     maker.node = node
     maker.gate = gate
@@ -583,7 +584,7 @@ cdef _UserMaker _user_maker(object fn, tuple args):
     return maker
 
 
-def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=0.0,
+def run_blocking(Node node, make_path, *, nonblocking=_never, double wake_cost=0.0,
                  spin_s: float = DEFAULT_SPIN_S, double before=0.0):
     """Run ``make_path(True)``; on WouldBlock wait and run ``make_path(False)`` after `wake_cost`.
 
@@ -596,7 +597,7 @@ def run_blocking(node, make_path, *, nonblocking=_never, double wake_cost=0.0,
     return _blocking(node, _callable_maker(make_path), nonblocking, None, None, wake_cost, spin_s, before, None, None)
 
 
-def run_entry(node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_s: float = DEFAULT_SPIN_S):
+def run_entry(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_s: float = DEFAULT_SPIN_S):
     """`run_blocking` of process `proc`'s call `name` through the call gate (`gate`) or the
     generic system-call entry, on file `fd` (None: no file; else its ``nonblocking``
     flag is read after each WouldBlock): ``node.callgate_path(proc, name, args, first)``
@@ -605,7 +606,7 @@ def run_entry(node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_
                      None, None)
 
 
-def run_user(node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
+def run_user(Node node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
              spin_s: float = DEFAULT_SPIN_S):
     """A user-level call on a pool mapped into `proc` (file `fd`): path ``fn(*args)``.
 
@@ -620,10 +621,13 @@ def run_user(node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, 
 cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
     if nonblocking is not None:
         return bool(nonblocking())
-    return fd is not None and (<FdTable> proc.fds).get(fd).nonblocking
+    if fd is None:
+        return False
+    f = (<Process?> proc).fds.get(fd)
+    return (<OpenFile> f).nonblocking if isinstance(f, OpenFile) else f.nonblocking
 
 
-async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, spin_s,
+async def _blocking(Node node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, spin_s,
                     double before, object pool, WaitQueue first_wait):
     """The loop every blocking call is (`run_blocking`, `run_entry`, `run_user`).
 
@@ -656,8 +660,8 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
     path = maker.make(True)
     if before:
         path = _lead(before, path)
-    engine = <Engine> node.engine
-    on = <Cpu> node.cpu
+    engine = node.engine
+    on = node.cpu
     while True:
         done = _completion(engine)
         how = _start_path(engine, on, path, done, task)
@@ -695,11 +699,11 @@ async def _blocking(node, _PathMaker maker, nonblocking, proc, fd, double wake_c
         path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
 
 
-def run_path_sync(node, path):
+def run_path_sync(Node node, path):
     return node.run_now(path)
 
 
-def wait_on_sync(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
+def wait_on_sync(Node node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     if node.modeled:
         woken = []
         queue.add(lambda: woken.append(True))
@@ -710,7 +714,7 @@ def wait_on_sync(node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     _wait_real_sync(node, queue, spin_s)
 
 
-cdef int _wait_real_sync(node, WaitQueue queue, double spin_s) except -1:
+cdef int _wait_real_sync(Node node, WaitQueue queue, double spin_s) except -1:
     """Real time: poll the node's devices up to `spin_s`, then sleep on their fds; again
     until `queue` is woken (the polling watchdog, LCI-C09)."""
     cdef _Flag woken = _Flag.__new__(_Flag)
@@ -732,25 +736,25 @@ cdef int _wait_real_sync(node, WaitQueue queue, double spin_s) except -1:
     return 0
 
 
-def run_blocking_sync(node, make_path, *, nonblocking=lambda: False, double wake_cost=0.0,
+def run_blocking_sync(Node node, make_path, *, nonblocking=lambda: False, double wake_cost=0.0,
                       double spin_s=DEFAULT_SPIN_S):
     """`run_blocking` for a caller without trio: returns the call's value."""
     return _blocking_sync(node, _callable_maker(make_path), nonblocking, None, None, wake_cost, spin_s, None, None)
 
 
-def run_entry_sync(node, proc, bint gate, name, args, fd, double wake_cost=0.0, double spin_s=DEFAULT_SPIN_S):
+def run_entry_sync(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, double spin_s=DEFAULT_SPIN_S):
     """`run_entry` for a caller without trio: returns the call's value."""
     return _blocking_sync(node, _entry_maker(node, proc, gate, name, args), None, proc, fd, wake_cost, spin_s,
                           None, None)
 
 
-def run_user_sync(node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
+def run_user_sync(Node node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
                   double spin_s=DEFAULT_SPIN_S):
     """`run_user` for a caller without trio: returns the call's value."""
     return _blocking_sync(node, _user_maker(fn, args), None, proc, fd, cost, spin_s, pool, readers)
 
 
-cdef object _blocking_sync(node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, double spin_s,
+cdef object _blocking_sync(Node node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, double spin_s,
                            object pool, WaitQueue first_wait):
     """`_blocking` without trio. Modeled time: the call drives the engine until the path
     returns (`Node.run_now`), so a modeled result is the async call's. Real time: `_run_real_sync`."""
@@ -767,7 +771,7 @@ cdef object _blocking_sync(node, _PathMaker maker, nonblocking, proc, fd, double
         path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
 
 
-cdef object _run_real_sync(node, _PathMaker maker, nonblocking, proc, fd, double spin_s,
+cdef object _run_real_sync(Node node, _PathMaker maker, nonblocking, proc, fd, double spin_s,
                            object pool, WaitQueue first_wait):
     """Real time, no trio: each try runs straight through on the CPU (`_try_real`); the
     wall clock is the only cost, so no modeled lead is added.
@@ -778,7 +782,7 @@ cdef object _run_real_sync(node, _PathMaker maker, nonblocking, proc, fd, double
     its wire only when someone polls it (no interrupt comes between calls), and what has
     arrived by now is what a kernel would have taken.
     """
-    cdef Cpu on = <Cpu> node.cpu
+    cdef Cpu on = node.cpu
     cdef Engine engine = node.engine
     cdef _Completion done
     cdef bint polled = False
@@ -796,12 +800,12 @@ cdef object _run_real_sync(node, _PathMaker maker, nonblocking, proc, fd, double
         path = maker.make(False)
 
 
-async def _blocking_real(node, _PathMaker maker, nonblocking, proc, fd, spin_s, object pool,
+async def _blocking_real(Node node, _PathMaker maker, nonblocking, proc, fd, spin_s, object pool,
                          WaitQueue first_wait):
     """`_run_real_sync` for a trio task. The call is one checkpoint: its wait's, or one
     after its only try (a checkpoint is a pass of trio's run loop, a system call and a
     task switch: a read that waited does not take a second)."""
-    cdef Cpu on = <Cpu> node.cpu
+    cdef Cpu on = node.cpu
     cdef Engine engine = node.engine
     cdef _Completion done
     cdef bint polled = False
@@ -829,7 +833,7 @@ cdef enum:
     _REAL_RETRY = 2         # non-blocking, and polling the devices took frames: try again
 
 
-cdef int _after_real_try(_Completion done, node, Engine engine, nonblocking, proc, fd, bint* polled) except -1:
+cdef int _after_real_try(_Completion done, Node node, Engine engine, nonblocking, proc, fd, bint* polled) except -1:
     """What a real-time call does after a try. A non-blocking call polls the devices once
     before it says EAGAIN (`_real_result` then raises BlockingIOError)."""
     if not isinstance(done.exc, WouldBlock):
@@ -1162,7 +1166,7 @@ cdef int _spin(Engine engine, list ports, _Flag woken, double spin_s) except -1:
     return 0
 
 
-def _may_sleep(node, ports) -> bool:
+def _may_sleep(Node node, ports) -> bool:
     """Nothing left to run but what a port brings: every port told to ring (else False).
     An armed timer (a polling protocol's next poll) keeps the waiter polling instead."""
     if node.engine.peek() != INFINITY:

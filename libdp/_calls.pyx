@@ -60,7 +60,7 @@ cdef class DPCalls:
         try:
             if type(nbytes) is not int or nbytes < 0:
                 _check_count(nbytes)
-            ep = self._endpoint(fd)
+            ep = self._ep(fd)
         except OSError as exc:
             return _raise(exc)
         # The TBP is mapped into the process: its count is looked at before anything is
@@ -68,9 +68,14 @@ cdef class DPCalls:
         return run_user(self._node, self._proc, ep.dp.read_path, (ep, nbytes), fd, self._poll_cost,
                         ep.tbp, ep.readers, self.spin_s)
 
-    cpdef Endpoint _endpoint(self, fd):
+    def _endpoint(self, fd):
         """The DP endpoint open on `fd`: EBADF if nothing is, EINVAL if it is another file
         (or DP is not loaded)."""
+        return self._ep(fd)
+
+    cdef Endpoint _ep(self, fd):
+        # A cdef method, not a cpdef one: `DP`, a Python subclass, would make every call
+        # of a cpdef method look its name up in the instance first (an override?).
         cdef OpenFile f = self._fds.get(fd)
         if not isinstance(f, Endpoint) or "dp" not in self._services:
             raise OSError(errno.EINVAL, f"fd {fd} is not a DP endpoint")

@@ -65,7 +65,7 @@ cdef class NicModel(FrameSink):
             if line:
                 self.irq_raised += 1
             if self._irq_dev is not None:
-                self._irq_dev.set_irq(line)
+                self._irq_dev.drive_irq(line)
             elif self._irq_sink is not None:
                 self._irq_sink(line)
 
