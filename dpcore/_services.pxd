@@ -32,6 +32,7 @@ cdef class DirectedPoint:
     cdef public dict closed_totals
     cdef public list closed_endpoints
     cdef public RxHandler mdr
+    cdef readonly object read_path_fn     # read_path bound once: what dp_read runs, per call
 
     cdef inline double copy_cost(self, Py_ssize_t n):
         return self.copy_base + n / self.copy_rate

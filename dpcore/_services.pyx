@@ -231,6 +231,7 @@ cdef class DirectedPoint:
 
     def __init__(self, node, int tbp_slots, int max_message):
         self.node = node
+        self.read_path_fn = self.read_path
         self.nid = node.nid
         self.mem = node.mem
         self.costs = node.costs

@@ -15,7 +15,6 @@ fd raises BlockingIOError instead of waiting.
 from __future__ import annotations
 
 import errno
-import time
 from collections.abc import Awaitable
 
 from kernelsim import (DEFAULT_SPIN_S, run_blocking, run_blocking_sync, run_entry_sync, run_path,
@@ -70,10 +69,6 @@ class DP(DPCalls):
     def nid(self) -> int:
         """This process's node id (its key in every node's NART)."""
         return self.node.nid
-
-    def now(self) -> float:
-        """Seconds on this process's clock: modeled time, or the host's in real time."""
-        return self._node.engine.now if self._node.modeled else time.perf_counter()
 
     # -- the calls ---------------------------------------------------------------------
 

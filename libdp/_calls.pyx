@@ -9,9 +9,10 @@ the call (~0.5 us a call, four calls a ping-pong round trip). Here they are C fi
 looked up once when the process is bound.
 """
 import errno
+from time import perf_counter
 
 from kernelsim import run_entry, run_user
-from kernelsim._node cimport FdTable, OpenFile
+from kernelsim._node cimport FdTable, Node, OpenFile
 from dpcore._services cimport Endpoint
 
 __all__ = ["DPCalls"]
@@ -19,7 +20,8 @@ __all__ = ["DPCalls"]
 
 cdef class DPCalls:
     """The per-message calls of one process's DP (the base of `libdp.DP`)."""
-    cdef public object _proc, _node, spin_s
+    cdef public object _proc, spin_s
+    cdef public Node _node
     cdef public double _poll_cost, _wake_cost
     cdef FdTable _fds
     cdef dict _services
@@ -32,6 +34,10 @@ cdef class DPCalls:
         self._services = node.services
         self._poll_cost = node.costs.cycles(node.profile["dp.poll_cycles"])
         self._wake_cost = node.costs.wakeup
+
+    def now(self):
+        """Seconds on this process's clock: modeled time, or the host's in real time."""
+        return self._node.engine.now if self._node.modeled else perf_counter()
 
     def dp_write(self, fd, data):
         """Send `data` as one message through the call gate (DP-C04, DP-C05); return its length.
@@ -65,7 +71,7 @@ cdef class DPCalls:
             return _raise(exc)
         # The TBP is mapped into the process: its count is looked at before anything is
         # entered; an empty pool is waited on first (the poll then takes _poll_cost more).
-        return run_user(self._node, self._proc, ep.dp.read_path, (ep, nbytes), fd, self._poll_cost,
+        return run_user(self._node, self._proc, ep.dp.read_path_fn, (ep, nbytes), fd, self._poll_cost,
                         ep.tbp, ep.readers, self.spin_s)
 
     def _endpoint(self, fd):

@@ -45,7 +45,9 @@ cdef class UserFifos(OpenFile):
     cdef public long long sent, received, polls, empty_polls
     cdef public bint closed
 
-    cpdef int write_entry(self, Py_ssize_t addr, unsigned int dest, unsigned int route, unsigned int proto,
-                          bytes user, bytes data) except -1
-    cpdef double look(self, object spun_since) except? -1.0
-    cpdef object take(self)
+    # C calls only (cdef: an open file's class has Python subclasses, which makes every call
+    # of a cpdef method look its name up in the instance first, for an override)
+    cdef int write_entry(self, Py_ssize_t addr, unsigned int dest, unsigned int route, unsigned int proto,
+                         bytes user, bytes data) except -1
+    cdef double look(self, object spun_since) except? -1.0
+    cdef object take(self)

@@ -50,10 +50,11 @@ DEF H_SRC = 4
 DEF DATA_MAX = 224
 DEF RX_VALID = 0x80000000
 DEF REG_LEN = 0x000
+DEF REG_RX_POP = 0x404
 assert (hw.HDR_BYTES, hw.H_DST, hw.H_ROUTE, hw.H_LEN, hw.H_PROTO, hw.H_USER, hw.USER_BYTES, hw.LEN_UNIT,
-        hw.ENTRY_BYTES, hw.H_STATUS, hw.H_SRC, hw.DATA_MAX, hw.RX_VALID, hw.REG_LEN) == \
+        hw.ENTRY_BYTES, hw.H_STATUS, hw.H_SRC, hw.DATA_MAX, hw.RX_VALID, hw.REG_LEN, hw.REG_RX_POP) == \
     (HDR_BYTES, H_DST, H_ROUTE, H_LEN, H_PROTO, H_USER, USER_BYTES, LEN_UNIT,
-     ENTRY_BYTES, H_STATUS, H_SRC, DATA_MAX, RX_VALID, REG_LEN)
+     ENTRY_BYTES, H_STATUS, H_SRC, DATA_MAX, RX_VALID, REG_LEN, REG_RX_POP)
 
 __all__ = ["HostFifos", "UserFifos", "Packet", "open_fifos", "DEFAULT_POP_EVERY"]
 
@@ -192,7 +193,7 @@ cdef class HostFifos:
             v = 0
             for k in range(width):
                 v = (v << 8) | values[i + k]
-            stores.append((hw.REG_LEN + idx, v, width))
+            stores.append((REG_LEN + idx, v, width))
             i += width
         return stores
 
@@ -214,7 +215,7 @@ cdef class HostFifos:
         """Give the consumed entries back (the caller pays a MicroChannel store)."""
         n = self.rx_consumed - self.rx_popped
         if n:
-            self.adapter.reg_write(hw.REG_RX_POP, n, 4)
+            self.adapter.reg_write(REG_RX_POP, n, 4)
             self.rx_popped = self.rx_consumed
 
     def stats(self) -> dict:
@@ -337,7 +338,7 @@ cdef class UserFifos(OpenFile):
             raise OSError(errno.EINVAL, f"the user header holds {hw.USER_BYTES} bytes, not {len(user)}")
         return route
 
-    cpdef int write_entry(self, Py_ssize_t addr, unsigned int dest, unsigned int route, unsigned int proto,
+    cdef int write_entry(self, Py_ssize_t addr, unsigned int dest, unsigned int route, unsigned int proto,
                           bytes user, bytes data) except -1:
         """Write one send entry; the length-array units it takes (its length byte).
 
@@ -388,7 +389,7 @@ cdef class UserFifos(OpenFile):
         if n:
             cost += self.costs.copy(n)
         yield cost
-        self.adapter.reg_write(hw.REG_LEN + idx, units, 1)
+        self.adapter.reg_write(REG_LEN + idx, units, 1)
         f.tx_next = (f.tx_next + 1) & U32
         self.sent += 1
         return n
@@ -447,19 +448,19 @@ cdef class UserFifos(OpenFile):
     # The two halves of a poll, for a caller that inlines `poll_path` in its own path (SP AM's
     # am_poll): `look`, the CPU time of one look at the head; then, that time spent, `take`.
 
-    cpdef double look(self, object spun_since) except? -1.0:
+    cdef double look(self, object spun_since) except? -1.0:
         """A poll's look at the head: its cost (counting, after a spin, the empty polls made)."""
         cdef long long spun
         if self.closed:
             self._check_open()
         if spun_since is None:
             return self.c_poll
-        spun = <long long> ((self.node.engine.now - spun_since) / self.c_poll) if self.c_poll > 0 else 0
+        spun = <long long> ((self.arrivals.engine.now - spun_since) / self.c_poll) if self.c_poll > 0 else 0
         self.polls += spun
         self.empty_polls += spun
         return 0.5 * self.c_poll
 
-    cpdef object take(self):
+    cdef object take(self):
         """The head entry once the look is spent: the packet (the host's cost of taking it in
         `rx_cost`: the caller spends it, and pops the entries when `fifos.pop_due()`), or None."""
         cdef HostFifos f = self.fifos

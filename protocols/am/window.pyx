@@ -59,7 +59,8 @@ BLOCKED = _Blocked()
 
 DEF HDR_BYTES = 32           # nic_drivers.tb2._model.HDR_BYTES
 DEF REG_LEN = 0              # nic_drivers.tb2._model.REG_LEN: the packet-length array
-assert hw.HDR_BYTES == HDR_BYTES and hw.REG_LEN == REG_LEN
+DEF LEN_UNIT = 4             # nic_drivers.tb2._model.LEN_UNIT: bytes per length-array unit
+assert hw.HDR_BYTES == HDR_BYTES and hw.REG_LEN == REG_LEN and hw.LEN_UNIT == LEN_UNIT
 
 
 cdef class Events(SpinnerQueue):
@@ -263,7 +264,7 @@ cdef class Window(OpenFile):
             pkts = [(h, trailer(me, dest, h, d)) for h, d in pkts]
             sum_byte = self.c_sum_byte
             each += self.c_sum_packet + sum_byte * W.AM_HDR
-        units = [(hw.HDR_BYTES + len(d) + hw.LEN_UNIT - 1) // hw.LEN_UNIT for _h, d in pkts]
+        units = [(HDR_BYTES + len(d) + LEN_UNIT - 1) // LEN_UNIT for _h, d in pkts]
         cost = pre
         i = 0
         for off, value, width in f.length_stores(f.tx_next % f.send_count, units):
