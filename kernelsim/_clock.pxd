@@ -15,9 +15,15 @@ cdef class RunnableCounter:
     cdef object entry_queue
     cdef int wakeup_fd
     cdef readonly bint own_clock    # the run's clock is the EngineClock this counter belongs to
+    # The thread the run is in: one trio run per thread, so a call made in it is a call of
+    # this run (a C comparison where reading the calling task's runner was a lookup).
+    cdef unsigned long thread
+    cdef object _main_task          # the run's main task, once trio made it
 
     cdef bint _bind(self, runner) except -1
+    cdef object main_task(self)
 
 
 cdef RunnableCounter live_counter()
+cdef RunnableCounter own_counter()
 cdef RunnableCounter join_run()

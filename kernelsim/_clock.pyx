@@ -33,6 +33,7 @@ import math
 import trio
 import trio.testing
 from trio._core import _run as _trio_run
+from cpython.pythread cimport PyThread_get_thread_ident
 
 _GRC = _trio_run.GLOBAL_RUN_CONTEXT
 
@@ -45,6 +46,13 @@ cdef RunnableCounter _live = None
 cdef RunnableCounter live_counter():
     """The counter of the trio run in progress (None outside one, or for another trio)."""
     return _live
+
+
+cdef RunnableCounter own_counter():
+    """`live_counter()` if the calling thread is the one its run is in, else None."""
+    if _live is not None and _live.thread == PyThread_get_thread_ident():
+        return _live
+    return None
 
 
 cdef class RunnableCounter:
@@ -84,16 +92,23 @@ cdef class RunnableCounter:
             self.io_registered = self.entry_queue = None
             self.wakeup_fd = -1
         self.runner = runner
+        self.thread = PyThread_get_thread_ident()
+        self._main_task = None
         clock = runner.clock
         self.own_clock = isinstance(clock, EngineClock) and clock.counter is self
         return True
+
+    cdef object main_task(self):
+        if self._main_task is None and self.runner is not None:
+            self._main_task = self.runner.main_task      # None until trio has made it
+        return self._main_task
 
     def after_run(self) -> None:
         global _live, _joining
         if _joining is self:
             _joining = None
         self.live = False
-        self.runner = self.runq = self.hooks = self.deadlines = None
+        self.runner = self.runq = self.hooks = self.deadlines = self._main_task = None
         self.io_registered = self.entry_queue = None
         self.own_clock = False
         if _live is self:

@@ -37,7 +37,7 @@ from trio._core import _run as _trio_run
 from trio._core import _traps as _trio_traps
 
 from kernelsim._clock import EngineClock
-from kernelsim._clock cimport RunnableCounter, join_run, live_counter
+from kernelsim._clock cimport RunnableCounter, join_run, live_counter, own_counter
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
 from kernelsim._waits cimport Waiter, WaitQueue
@@ -358,9 +358,16 @@ cdef bint _cancel_pending(task) except -1:
     """Would `checkpoint_if_cancelled` do anything for `task`, the calling one? Asked
     first, since it almost never would: a call that drove the engine inline then creates
     no coroutine at all."""
+    cdef RunnableCounter counter
     try:
+        if task._cancel_status.effectively_cancelled:
+            return True
+        # A KeyboardInterrupt is delivered to the main task only: asked of it alone.
+        counter = own_counter()
+        if counter is not None:
+            return task is counter.main_task() and counter.runner.ki_pending
         runner = task._runner
-        return task._cancel_status.effectively_cancelled or (runner.ki_pending and task is runner.main_task)
+        return runner.ki_pending and task is runner.main_task
     except AttributeError:              # another trio's internals: let trio decide
         return True
 
@@ -873,11 +880,15 @@ cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
     trio deadline comes: from there trio schedules as usual. True when `done` was
     filled and nothing else was woken on the way.
     """
-    cdef RunnableCounter counter = live_counter()
-    try:
-        runner = task._runner           # the calling task's (the thread-local context costs more)
-    except AttributeError:
-        runner = None
+    cdef RunnableCounter counter = own_counter()
+    if counter is not None and counter.runner is not None:
+        runner = counter.runner         # this thread's run is the counter's
+    else:
+        try:
+            runner = task._runner
+        except AttributeError:
+            runner = None
+        counter = None
     if counter is None or counter.runner is not runner:
         # Not a run whose parts the counter holds: ask the clock.
         clock = runner.clock if runner is not None else _current_clock()
@@ -1036,10 +1047,13 @@ cdef bint _nothing_else_to_run(task) except -1:
         counter = join_run()            # a script's own trio.run: counted from the next pass on
     if not _fast_step or counter is None or not counter.live or counter.runnable != 0:
         return False
-    try:
-        runner = task._runner
-    except AttributeError:
-        return False
+    if counter is own_counter():
+        runner = counter.runner
+    else:
+        try:
+            runner = task._runner
+        except AttributeError:
+            return False
     if counter.runner is not runner or not _quiet(counter, runner):
         return False
     cdef double due = _next_trio_deadline(runner, counter)
