@@ -34,6 +34,7 @@ import trio
 import trio.testing
 from trio._core import _run as _trio_run
 from cpython.pythread cimport PyThread_get_thread_ident
+from kernelsim._node cimport raise_readable
 
 _GRC = _trio_run.GLOBAL_RUN_CONTEXT
 
@@ -105,6 +106,7 @@ cdef class RunnableCounter:
 
     def after_run(self) -> None:
         global _live, _joining
+        raise_readable()
         if _joining is self:
             _joining = None
         self.live = False
@@ -119,6 +121,10 @@ cdef class RunnableCounter:
 
     def before_task_step(self, task) -> None:
         self.runnable -= 1
+        raise_readable()                # the task may look at a descriptor (see OpenFile)
+
+    def before_io_wait(self, timeout) -> None:
+        raise_readable()                # trio's epoll is about to look at them
 
 
 # -- a counter for a run started without one ----------------------------------------------
@@ -235,6 +241,7 @@ class EngineClock(trio.abc.Clock):
             gap = stats().seconds_to_next_deadline
             until = engine.now + gap if gap < math.inf else math.inf
             engine.run_until_stop(until)
+            raise_readable()            # a run without the counter has no hook to (see OpenFile)
             if engine.stop_requested:
                 continue
             if until < math.inf:

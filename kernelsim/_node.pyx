@@ -102,6 +102,20 @@ cdef class OpenFile:
     Each has a real eventfd whose readability follows the file's, so the fd number a
     process is given works with ``select``/``poll`` and trio's ``wait_readable`` in
     both time modes. Subclasses provide paths for read, write and release.
+
+    On a modeled node, within a trio call's kernel part, the eventfd follows the file
+    lazily. Only code outside the kernel can look at it -- the program once the call
+    returns, trio's I/O wait, another task -- and in a ping-pong the message a delivery
+    makes readable is read by the kernel's own read path before any of them runs:
+    raising the eventfd at the delivery and lowering it at the read were two system
+    calls per message for nobody. So while a call drives the engine
+    (`kernelsim._trio`: `defer_raising`) a delivery only marks the file (`_unraised`),
+    a read of a file still marked unmarks it, and `raise_readable` raises what is still
+    marked wherever control leaves the kernel: the call's return or error, its yield to
+    trio, a task it steps (and, as a safety net, trio's own hooks: the run's
+    `RunnableCounter` before a task step, an I/O wait and the run's end). Anywhere else
+    (a program driving the engine itself, `Node.run_now`, the clock's own drive) a file
+    is raised at once.
     """
 
     kind = "file"
@@ -110,6 +124,7 @@ cdef class OpenFile:
         self.node = node
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._readable = False
+        self._modeled = node.modeled
         self.nonblocking = False
         self.readers = WaitQueue(node.engine)
         self.writers = WaitQueue(node.engine)
@@ -124,8 +139,14 @@ cdef class OpenFile:
         self._readable = ready
         if ready:
             if self._efd >= 0:
-                eventfd_write(self._efd, 1)
+                if self._modeled and _deferring:
+                    self._unraised = True
+                    _unraised.append(self)
+                else:
+                    _raise_efd(self._efd)
             self.readers.engine.request_stop()     # a task may wait on the fd itself
+        elif self._unraised:
+            self._unraised = False                  # never raised: nothing to lower
         elif self._efd >= 0:
             eventfd_read(self._efd, &count)         # EAGAIN when already drained: nothing to undo
 
@@ -144,6 +165,46 @@ cdef class OpenFile:
         if self._efd >= 0:
             os.close(self._efd)
             self._efd = -1
+
+
+cdef list _unraised = []           # modeled files marked readable since the last raise
+cdef bint _deferring = False
+
+
+cdef long long _raises = 0
+
+
+cdef inline int _raise_efd(int efd) except -1:
+    global _raises
+    _raises += 1
+    eventfd_write(efd, 1)
+    return 0
+
+
+def readiness_raises() -> int:
+    """Open files' eventfds raised so far in this process (statistics: what the lazy
+    raise of modeled files saves shows here)."""
+    return _raises
+
+
+cdef bint defer_raising(bint on) noexcept:
+    global _deferring
+    cdef bint was = _deferring
+    _deferring = on
+    return was
+
+
+cdef int raise_readable() except -1:
+    cdef OpenFile f
+    if not _unraised:
+        return 0
+    for f in _unraised:
+        if f._unraised:
+            f._unraised = False
+            if f._efd >= 0:
+                _raise_efd(f._efd)
+    del _unraised[:]
+    return 0
 
 
 cdef class FdTable:
@@ -463,9 +524,12 @@ cdef class Node:
         """
         box = []
         (cpu or self.cpu).submit(LEVEL_PROC, path, lambda v, e: box.append((v, e)))
-        while not box:
-            if not self.engine.step():
-                raise OSError(errno.EDEADLK, "no pending event can complete this call")
+        try:
+            while not box:
+                if not self.engine.step():
+                    raise OSError(errno.EDEADLK, "no pending event can complete this call")
+        finally:
+            raise_readable()
         value, exc = box[0]
         if not self.modeled and not isinstance(exc, WouldBlock):
             self.engine.run()           # a path that must wait leaves its device work to the wait

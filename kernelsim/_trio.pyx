@@ -41,7 +41,7 @@ from kernelsim._clock cimport RunnableCounter, join_run, live_counter, own_count
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
 from kernelsim._waits cimport Waiter, WaitQueue
-from kernelsim._node cimport Node, OpenFile, Process, kernel_entry, poll_ports
+from kernelsim._node cimport Node, OpenFile, Process, kernel_entry, poll_ports, defer_raising, raise_readable
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -171,8 +171,13 @@ cdef object _wait_message(abort_func):
     return m
 
 
+cdef object _kernel_woken = None     # the task `_wake` woke last: it resumes in the kernel
+
+
 cdef int _wake(object task) except -1:
     """``trio.lowlevel.reschedule(task)``: runnable again, its wait returning None."""
+    global _kernel_woken
+    _kernel_woken = task
     try:
         runner = task._runner
     except AttributeError:
@@ -216,9 +221,20 @@ cdef int _task_scheduled(runner, dict hooks, task) except -1:
     return 0
 
 
+cdef object _to_trio(object checkpoint):
+    """`checkpoint()`, what a modeled call awaits to give trio's loop a pass: the files
+    made readable meanwhile raised first, since that loop may look at descriptors."""
+    raise_readable()
+    return checkpoint()
+
+
 cdef object _park(abort_func):
     """``_unwrap(await _park(abort))`` is ``await trio.lowlevel.wait_task_rescheduled(abort)``
     -- with trio's own bottom generator awaited directly, a coroutine less per park."""
+    if not _hosting:
+        # trio's loop looks at descriptors next (see OpenFile); a stepped task's park
+        # goes back to the task that steps it, still in the kernel.
+        raise_readable()
     if _fast_park:
         return _async_yield(_wait_message(abort_func))
     return _park_outcome(abort_func)
@@ -373,16 +389,26 @@ cdef bint _cancel_pending(task) except -1:
 
 
 cdef int _start_path(Engine engine, Cpu on, object path, _Completion done, task) except -1:
-    on.submit(LEVEL_PROC, path, done)
-    if done.done:
-        return _DONE
-    return _settle(engine, done, task, _drive(engine, done, task))
+    # Files made readable from here on are raised when the call leaves the kernel
+    # (`raise_readable` at its exits and yields): see OpenFile.
+    cdef bint was = defer_raising(True)
+    try:
+        on.submit(LEVEL_PROC, path, done)
+        if done.done:
+            return _DONE
+        return _settle(engine, done, task, _drive(engine, done, task))
+    finally:
+        defer_raising(was)
 
 
 cdef int _start_wait(Engine engine, WaitQueue queue, _Completion woken, task) except -1:
-    woken.queue = queue
-    queue.add(woken)
-    return _settle(engine, woken, task, _drive(engine, woken, task))
+    cdef bint was = defer_raising(True)
+    try:
+        woken.queue = queue
+        queue.add(woken)
+        return _settle(engine, woken, task, _drive(engine, woken, task))
+    finally:
+        defer_raising(was)
 
 
 cdef inline int _drive(Engine engine, _Completion done, task) except -1:
@@ -427,20 +453,25 @@ async def run_path(Node node, path, cpu=None):
     if not node.modeled:
         done = _try_real(on, engine, path)
         await checkpoint()
-    else:
-        task = _task()
-        done = _completion(engine)
+        if done.exc is not None:
+            raise done.exc
+        return done.value
+    task = _task()
+    done = _completion(engine)
+    try:
         how = _start_path(engine, on, path, done, task)
         if how == _INLINE:
             if _cancel_pending(task):
-                await _checkpoint_if_cancelled()
+                await _to_trio(_checkpoint_if_cancelled)
         elif how == _DONE:
-            await _checkpoint()
+            await _to_trio(_checkpoint)
         elif how == _PARK:
             done.task = task
             _unwrap(await _park(_refuse_abort))
         elif how == _WOKEN_AMONG:
-            await _shielded_checkpoint()
+            await _to_trio(_shielded_checkpoint)
+    finally:
+        raise_readable()                # control leaves the kernel (see OpenFile)
     if done.exc is not None:
         raise done.exc
     return done.value
@@ -453,17 +484,20 @@ async def wait_on(Node node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     if node.modeled:
         task = _task()
         woken = _completion(None)          # the queue's wake stops the engine itself
-        how = _start_wait(node.engine, queue, woken, task)
-        if how == _INLINE:
-            if _cancel_pending(task):
-                await _checkpoint_if_cancelled()
-        elif how == _DONE:
-            await _checkpoint()
-        elif how == _PARK:
-            woken.task = task
-            _unwrap(await _park(woken.abort_wait))
-        elif how == _WOKEN_AMONG:
-            await _shielded_checkpoint()
+        try:
+            how = _start_wait(node.engine, queue, woken, task)
+            if how == _INLINE:
+                if _cancel_pending(task):
+                    await _to_trio(_checkpoint_if_cancelled)
+            elif how == _DONE:
+                await _to_trio(_checkpoint)
+            elif how == _PARK:
+                woken.task = task
+                _unwrap(await _park(woken.abort_wait))
+            elif how == _WOKEN_AMONG:
+                await _to_trio(_shielded_checkpoint)
+        finally:
+            raise_readable()            # control leaves the kernel (see OpenFile)
         return
     cdef _Flag woken_flag = _Flag.__new__(_Flag)
     cdef list ports = node.real_ports
@@ -647,63 +681,66 @@ async def _blocking(Node node, _PathMaker maker, nonblocking, proc, fd, double w
     cdef int how
     if not node.modeled:
         return await _blocking_real(node, maker, nonblocking, proc, fd, spin_s, pool, first_wait)
-    task = _task()
-    if first_wait is not None and pool.count == 0:
-        if not _is_nonblocking(nonblocking, proc, fd):
-            # `wait_on` inlined (a coroutine less on the resume that ends the wait).
+    try:
+        task = _task()
+        if first_wait is not None and pool.count == 0:
+            if not _is_nonblocking(nonblocking, proc, fd):
+                # `wait_on` inlined (a coroutine less on the resume that ends the wait).
+                done = _completion(None)
+                how = _start_wait(node.engine, first_wait, done, task)
+                if how == _INLINE:
+                    if _cancel_pending(task):
+                        await _to_trio(_checkpoint_if_cancelled)
+                elif how == _DONE:
+                    await _to_trio(_checkpoint)
+                elif how == _PARK:
+                    done.task = task
+                    _unwrap(await _park(done.abort_wait))
+                elif how == _WOKEN_AMONG:
+                    await _to_trio(_shielded_checkpoint)
+                before = wake_cost
+        path = maker.make(True)
+        if before:
+            path = _lead(before, path)
+        engine = node.engine
+        on = node.cpu
+        while True:
+            done = _completion(engine)
+            how = _start_path(engine, on, path, done, task)
+            if how == _PARK:
+                done.task = task
+                _unwrap(await _park(_refuse_abort))
+            elif how == _DONE:
+                await _to_trio(_checkpoint)
+            elif how == _WOKEN_AMONG:
+                await _to_trio(_shielded_checkpoint)
+            if done.exc is None or not isinstance(done.exc, WouldBlock):
+                if how == _INLINE and _cancel_pending(task):
+                    await _to_trio(_checkpoint_if_cancelled)
+                if done.exc is not None:
+                    raise done.exc
+                return done.value
+            wb = done.exc
+            if _is_nonblocking(nonblocking, proc, fd):
+                if how == _INLINE and _cancel_pending(task):
+                    await _to_trio(_checkpoint_if_cancelled)
+                raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
+            # The wait is this call's checkpoint (it parks, or checks for cancellation).
             done = _completion(None)
-            how = _start_wait(node.engine, first_wait, done, task)
+            how = _start_wait(engine, (<WaitQueue?> wb.queue), done, task)
             if how == _INLINE:
                 if _cancel_pending(task):
-                    await _checkpoint_if_cancelled()
+                    await _to_trio(_checkpoint_if_cancelled)
             elif how == _DONE:
-                await _checkpoint()
+                await _to_trio(_checkpoint)
             elif how == _PARK:
                 done.task = task
                 _unwrap(await _park(done.abort_wait))
             elif how == _WOKEN_AMONG:
-                await _shielded_checkpoint()
-            before = wake_cost
-    path = maker.make(True)
-    if before:
-        path = _lead(before, path)
-    engine = node.engine
-    on = node.cpu
-    while True:
-        done = _completion(engine)
-        how = _start_path(engine, on, path, done, task)
-        if how == _PARK:
-            done.task = task
-            _unwrap(await _park(_refuse_abort))
-        elif how == _DONE:
-            await _checkpoint()
-        elif how == _WOKEN_AMONG:
-            await _shielded_checkpoint()
-        if done.exc is None or not isinstance(done.exc, WouldBlock):
-            if how == _INLINE and _cancel_pending(task):
-                await _checkpoint_if_cancelled()
-            if done.exc is not None:
-                raise done.exc
-            return done.value
-        wb = done.exc
-        if _is_nonblocking(nonblocking, proc, fd):
-            if how == _INLINE and _cancel_pending(task):
-                await _checkpoint_if_cancelled()
-            raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
-        # The wait is this call's checkpoint (it parks, or checks for cancellation).
-        done = _completion(None)
-        how = _start_wait(engine, (<WaitQueue?> wb.queue), done, task)
-        if how == _INLINE:
-            if _cancel_pending(task):
-                await _checkpoint_if_cancelled()
-        elif how == _DONE:
-            await _checkpoint()
-        elif how == _PARK:
-            done.task = task
-            _unwrap(await _park(done.abort_wait))
-        elif how == _WOKEN_AMONG:
-            await _shielded_checkpoint()
-        path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
+                await _to_trio(_shielded_checkpoint)
+            path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
+    finally:
+        raise_readable()                # control leaves the kernel (see OpenFile)
 
 
 def run_path_sync(Node node, path):
@@ -714,9 +751,12 @@ def wait_on_sync(Node node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     if node.modeled:
         woken = []
         queue.add(lambda: woken.append(True))
-        while not woken:
-            if not node.engine.step():
-                raise OSError(errno.EDEADLK, "modeled deadlock: nothing can ever wake this call")
+        try:
+            while not woken:
+                if not node.engine.step():
+                    raise OSError(errno.EDEADLK, "modeled deadlock: nothing can ever wake this call")
+        finally:
+            raise_readable()            # control leaves the kernel (see OpenFile)
         return
     _wait_real_sync(node, queue, spin_s)
 
@@ -992,15 +1032,21 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     send = other._next_send
     other._next_send_fn = other._next_send = None
     cdef _GivenBack given = None
+    global _kernel_woken
+    if other is not _kernel_woken:
+        raise_readable()                # it may resume outside the kernel (see OpenFile)
+    _kernel_woken = None
     _GRC.task = other
     _hosting = done.hosting = True
     task._abort_func = done.host_abort
+    cdef bint deferring = defer_raising(False)     # its own calls defer for themselves
     try:
         msg = other.context.run(send_fn, send)
     except BaseException as exc:
         given = _GivenBack.__new__(_GivenBack)
         given.exc = exc
     finally:
+        defer_raising(deferring)
         _hosting = done.hosting = False
         task._abort_func = None
         _GRC.task = task

@@ -554,3 +554,41 @@ def test_a_run_sizes_the_collectors_young_generation_for_the_cluster_and_restore
     c.run(look)
     assert seen[0][0] == max(before[0], YOUNG_GC_PER_NODE * 40) and seen[0][1:] == before[1:]
     assert gc.get_threshold() == before
+
+
+def test_a_file_made_readable_during_a_call_is_readable_when_the_call_returns():
+    """A message that lands on one endpoint while the process's call on another drives
+    the engine: once that call returns, ``select`` sees the first fd readable (the
+    modeled eventfd is raised lazily, but before control leaves the kernel)."""
+    c = Cluster(nodes=2)
+    a, b = c.process(0), c.process(1)
+
+    async def main():
+        fx, fy = await b.dp_open(5), await b.dp_open(6)
+        f1, f2 = await a.dp_open(5), await a.dp_open(6)
+        await a.dp_target(f1, 1, 5)
+        await a.dp_target(f2, 1, 6)
+        await a.dp_write(f1, b"first")
+        await a.dp_write(f2, b"second")
+        assert not _readable(fx)                 # both frames still on their way
+        assert await b.dp_read(fy, 100) == b"second"
+        assert _readable(fx)                     # landed while the read of fy drove the engine
+        assert not _readable(fy)
+        assert await b.dp_read(fx, 100) == b"first"
+        assert not _readable(fx)
+    c.run(main)
+
+
+def test_a_modeled_ping_pong_raises_no_eventfd_per_message():
+    """Each ping is read by the kernel's read path before anything outside the kernel
+    could look at the endpoint's fd: a ping-pong raises its eventfds a bounded number of
+    times, not once per message."""
+    from kernelsim._node import readiness_raises
+    from libdp import pingpong
+    counts = []
+    for iters in (20, 220):
+        c = Cluster(nodes=2)
+        before = readiness_raises()
+        c.run_spmd(pingpong, [1], iters, 0)
+        counts.append(readiness_raises() - before)
+    assert counts[1] - counts[0] < 10, counts
