@@ -123,9 +123,6 @@ cdef class RunnableCounter:
         self.runnable -= 1
         raise_readable()                # the task may look at a descriptor (see OpenFile)
 
-    def before_io_wait(self, timeout) -> None:
-        raise_readable()                # trio's epoll is about to look at them
-
 
 # -- a counter for a run started without one ----------------------------------------------
 

@@ -112,8 +112,8 @@ cdef class OpenFile:
     (`kernelsim._trio`: `defer_raising`) a delivery only marks the file (`_unraised`),
     a read of a file still marked unmarks it, and `raise_readable` raises what is still
     marked wherever control leaves the kernel: the call's return or error, its yield to
-    trio, a task it steps (and, as a safety net, trio's own hooks: the run's
-    `RunnableCounter` before a task step, an I/O wait and the run's end). Anywhere else
+    trio, a task it steps (and, as a safety net, the run's `RunnableCounter` before trio
+    steps a task and at the run's end). Anywhere else
     (a program driving the engine itself, `Node.run_now`, the clock's own drive) a file
     is raised at once.
     """
