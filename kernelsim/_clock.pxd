@@ -19,6 +19,9 @@ cdef class RunnableCounter:
     # this run (a C comparison where reading the calling task's runner was a lookup).
     cdef unsigned long thread
     cdef object _main_task          # the run's main task, once trio made it
+    # The task `kernelsim._trio` woke last from a kernel wait, until a task is stepped: a
+    # task stepped in its stead resumes in the kernel (see OpenFile's lazy raise).
+    cdef public object kernel_woken
 
     cdef bint _bind(self, runner) except -1
     cdef object main_task(self)

@@ -110,7 +110,7 @@ cdef class RunnableCounter:
         if _joining is self:
             _joining = None
         self.live = False
-        self.runner = self.runq = self.hooks = self.deadlines = self._main_task = None
+        self.runner = self.runq = self.hooks = self.deadlines = self._main_task = self.kernel_woken = None
         self.io_registered = self.entry_queue = None
         self.own_clock = False
         if _live is self:
@@ -121,6 +121,7 @@ cdef class RunnableCounter:
 
     def before_task_step(self, task) -> None:
         self.runnable -= 1
+        self.kernel_woken = None
         raise_readable()                # the task may look at a descriptor (see OpenFile)
 
 

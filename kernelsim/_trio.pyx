@@ -171,13 +171,8 @@ cdef object _wait_message(abort_func):
     return m
 
 
-cdef object _kernel_woken = None     # the task `_wake` woke last: it resumes in the kernel
-
-
 cdef int _wake(object task) except -1:
     """``trio.lowlevel.reschedule(task)``: runnable again, its wait returning None."""
-    global _kernel_woken
-    _kernel_woken = task
     try:
         runner = task._runner
     except AttributeError:
@@ -196,6 +191,7 @@ cdef int _wake(object task) except -1:
     if c is not None and c.runner is runner:
         runq = c.runq                   # the run's own, read once (`RunnableCounter.before_run`)
         hooks = c.hooks.get("task_scheduled")
+        c.kernel_woken = task           # it resumes in the kernel, parked there (`_step_woken`)
     else:
         runq = runner.runq
         hooks = runner.instruments.data.get("task_scheduled")
@@ -1032,10 +1028,9 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     send = other._next_send
     other._next_send_fn = other._next_send = None
     cdef _GivenBack given = None
-    global _kernel_woken
-    if other is not _kernel_woken:
+    if other is not counter.kernel_woken:
         raise_readable()                # it may resume outside the kernel (see OpenFile)
-    _kernel_woken = None
+    counter.kernel_woken = None
     _GRC.task = other
     _hosting = done.hosting = True
     task._abort_func = done.host_abort
