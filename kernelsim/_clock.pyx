@@ -239,7 +239,6 @@ class EngineClock(trio.abc.Clock):
             gap = stats().seconds_to_next_deadline
             until = engine.now + gap if gap < math.inf else math.inf
             engine.run_until_stop(until)
-            raise_readable()            # a run without the counter has no hook to (see OpenFile)
             if engine.stop_requested:
                 continue
             if until < math.inf:

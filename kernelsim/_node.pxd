@@ -15,7 +15,6 @@ cdef class OpenFile:
     cdef public object node
     cdef int _efd
     cdef bint _readable
-    cdef bint _modeled                  # on a modeled node: its eventfd is raised lazily
     cdef bint _unraised                 # readable, its eventfd not raised yet (raise_readable)
     cdef public bint nonblocking
     cdef public WaitQueue readers
@@ -25,10 +24,10 @@ cdef class OpenFile:
     cdef int set_readable(self, bint ready) except -1
 
 
-# Raise the eventfd of every modeled file made readable since the last call: before
+# Raise the eventfd of every file marked readable since the last call: before
 # anything outside the kernel's code can look at a descriptor (see OpenFile).
 cdef int raise_readable() except -1
-# Whether modeled files made readable from now on wait for `raise_readable` (a call's
+# Whether files made readable from now on wait for `raise_readable` (a modeled call's
 # kernel part, `kernelsim._trio`) or are raised at once; returns the previous setting.
 cdef bint defer_raising(bint on) noexcept
 

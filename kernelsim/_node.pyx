@@ -113,9 +113,8 @@ cdef class OpenFile:
     a read of a file still marked unmarks it, and `raise_readable` raises what is still
     marked wherever control leaves the kernel: the call's return or error, its yield to
     trio, a task it steps (and, as a safety net, the run's `RunnableCounter` before trio
-    steps a task and at the run's end). Anywhere else
-    (a program driving the engine itself, `Node.run_now`, the clock's own drive) a file
-    is raised at once.
+    steps a task and at the run's end). Anywhere else -- real time, a program driving
+    the engine itself, `Node.run_now`, the clock's own drive -- a file is raised at once.
     """
 
     kind = "file"
@@ -124,7 +123,6 @@ cdef class OpenFile:
         self.node = node
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._readable = False
-        self._modeled = node.modeled
         self.nonblocking = False
         self.readers = WaitQueue(node.engine)
         self.writers = WaitQueue(node.engine)
@@ -139,7 +137,7 @@ cdef class OpenFile:
         self._readable = ready
         if ready:
             if self._efd >= 0:
-                if self._modeled and _deferring:
+                if _deferring:
                     self._unraised = True
                     _unraised.append(self)
                 else:
@@ -167,10 +165,8 @@ cdef class OpenFile:
             self._efd = -1
 
 
-cdef list _unraised = []           # modeled files marked readable since the last raise
+cdef list _unraised = []           # files marked readable since the last raise
 cdef bint _deferring = False
-
-
 cdef long long _raises = 0
 
 
@@ -524,12 +520,9 @@ cdef class Node:
         """
         box = []
         (cpu or self.cpu).submit(LEVEL_PROC, path, lambda v, e: box.append((v, e)))
-        try:
-            while not box:
-                if not self.engine.step():
-                    raise OSError(errno.EDEADLK, "no pending event can complete this call")
-        finally:
-            raise_readable()
+        while not box:
+            if not self.engine.step():
+                raise OSError(errno.EDEADLK, "no pending event can complete this call")
         value, exc = box[0]
         if not self.modeled and not isinstance(exc, WouldBlock):
             self.engine.run()           # a path that must wait leaves its device work to the wait

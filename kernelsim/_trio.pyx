@@ -747,12 +747,9 @@ def wait_on_sync(Node node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
     if node.modeled:
         woken = []
         queue.add(lambda: woken.append(True))
-        try:
-            while not woken:
-                if not node.engine.step():
-                    raise OSError(errno.EDEADLK, "modeled deadlock: nothing can ever wake this call")
-        finally:
-            raise_readable()            # control leaves the kernel (see OpenFile)
+        while not woken:
+            if not node.engine.step():
+                raise OSError(errno.EDEADLK, "modeled deadlock: nothing can ever wake this call")
         return
     _wait_real_sync(node, queue, spin_s)
 
