@@ -95,13 +95,12 @@ async def am_bandwidth_program(dp, rank, size, op="store", mode="async", sizes=D
     am = await AM.open(dp)
     seg = am.segment(total)
     peer = 1 - rank
-    state = {"remote": None, "done": 0, "finished": 0, "arrived": 0, "bytes": 0}
+    state = {"remote": None, "done": 0, "finished": 0, "arrived": 0}
     am.set_handler(H_ADDR, lambda tok, addr: state.__setitem__("remote", addr))
     am.set_handler(H_DONE, lambda tok, k: state.__setitem__("finished", k))
 
     def data(tok, addr, nbytes, arg):             # store handler (rank 1) / get handler (rank 0)
         state["arrived"] += 1
-        state["bytes"] += nbytes
 
     am.set_handler(H_DATA, data)
     rows = []
@@ -150,8 +149,8 @@ async def _bw_size(am, state, op, mode, n, count, seg, total):
     t0 = dp.now()
     if op == "store":
         for i in range(count):
-            off = (i * n) % total
-            m = min(n, total - off)
+            off = i * n                          # (i * n) % total: i < count <= ceil(total / n)
+            m = n if off + n <= total else total - off
             if mode == "async":
                 await store_async(dest, base + off, remote + off, m, H_DATA, i, completed)
             else:

@@ -29,11 +29,11 @@ REQUEST, TRANSFER, WAIT, CLOSE = _REQUEST, _TRANSFER, _WAIT, _CLOSE
 
 cdef object _path(AmEndpoint ep, int what, a, b, bint wait, since):
     if what == _REQUEST:
-        return ep.request_path(a, b, since)
+        return AmEndpoint.request_path(ep, a, b, since)
     if what == _TRANSFER:
-        return ep.transfer_path(a, since, wait)
+        return AmEndpoint.transfer_path(ep, a, since, wait)
     if what == _WAIT:
-        return ep.wait_path(a, since)
+        return AmEndpoint.wait_path(ep, a, since)
     return ep.close_path(since)
 
 
@@ -49,8 +49,8 @@ async def call(AmEndpoint ep, dp, int what, a=None, b=None, bint wait=False):
         if r is not BLOCKED:
             return r
         since = node.engine.now if node.modeled else dp.now()     # `dp.now()`, less its frame
-        if not ep.ready():
-            ep.arm_timer()
+        if not AmEndpoint.ready(ep):
+            AmEndpoint.arm_timer(ep)
             await wait_on(node, ep.events, dp.spin_s)
 
 
@@ -66,14 +66,14 @@ async def poll_until(AmEndpoint ep, dp, pred):
     since = None
     while True:
         try:
-            r = await run_path(node, ep.wait_path(pred, since))
+            r = await run_path(node, AmEndpoint.wait_path(ep, pred, since))
         except WouldBlock:
             r = BLOCKED
         if r is not BLOCKED:
             return
         since = dp.now()
-        if not ep.ready():
-            ep.arm_timer()
+        if not AmEndpoint.ready(ep):
+            AmEndpoint.arm_timer(ep)
             await wait_on(node, ep.events, dp.spin_s)
 
 
@@ -90,16 +90,16 @@ cdef class _AmSpin(EngineSpin):
     cdef object pred
 
     cdef object poll_path(self, object since):
-        return self.ep.wait_path(self.pred, since)
+        return AmEndpoint.wait_path(self.ep, self.pred, since)
 
     cdef bint ends(self, object value) except -1:
         return value is not BLOCKED
 
     cdef bint ready(self) except -1:
-        return self.ep.ready()
+        return AmEndpoint.ready(self.ep)
 
     cdef int arm(self) except -1:
-        self.ep.arm_timer()
+        AmEndpoint.arm_timer(self.ep)
         return 0
 
 
@@ -111,24 +111,30 @@ async def _spin(AmEndpoint ep, node, pred, spin_s):
     await spin(s, node, spin_s)
 
 
-async def store_async(AmEndpoint ep, dp, dest, local_buf, remote_addr, nbytes, handler, arg, on_done, done_arg):
-    """`AM.am_store_async`: start the store and run its call (`call` inlined: a pipelined
-    sweep makes one of these per transfer)."""
+@cython.binding(True)
+async def am_store_async(am, dest, local_buf, remote_addr, nbytes, handler, arg=0, on_done=None, done_arg=None):
+    """Start an asynchronous store; the coroutine returns its `Transfer`.
+
+    `AM.am_store_async` itself (a method of `libdp.am.AM`, compiled): a pipelined sweep
+    makes one of these per transfer, so no interpreted frame forwards to it, and the
+    store is built (`Bulk.store`) and run (`call`, inlined) by C calls."""
+    cdef AmEndpoint ep = am.ep
+    dp = am.dp
     if ep.closed or ep._handler_depth:
         ep.check_caller("am_store_async")
-    x = ep.store(dest, local_buf, nbytes, remote_addr, handler, arg, on_done, done_arg)
+    x = ep.new_store(dest, local_buf, nbytes, remote_addr, handler, arg, on_done, done_arg, False)
     node = dp._node
     since = None
     while True:
         try:
-            r = await run_path(node, ep.transfer_path(x, since, False))
+            r = await run_path(node, AmEndpoint.transfer_path(ep, x, since, False))
         except WouldBlock:
             r = BLOCKED
         if r is not BLOCKED:
             return x
         since = node.engine.now if node.modeled else dp.now()     # `dp.now()`, less its frame
-        if not ep.ready():
-            ep.arm_timer()
+        if not AmEndpoint.ready(ep):
+            AmEndpoint.arm_timer(ep)
             await wait_on(node, ep.events, dp.spin_s)
 
 

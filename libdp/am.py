@@ -52,7 +52,8 @@ import errno
 
 from kernelsim import WouldBlock, run_path, wait_on_sync
 from libdp import _am_call
-from protocols.am.endpoint import HandlerRuleError, Segment, Token, Transfer
+from protocols.am.bulk import Transfer
+from protocols.am.endpoint import HandlerRuleError, Segment, Token
 from protocols.am.window import BLOCKED
 
 __all__ = ["AM", "SyncAM", "Segment", "Token", "Transfer", "HandlerRuleError", "am_open"]
@@ -154,10 +155,8 @@ class AM:
         x = self.ep.store(dest, local_buf, nbytes, remote_addr, handler, arg, blocking=True)
         return _am_call.call(self.ep, self.dp, _am_call.TRANSFER, x, None, True)
 
-    def am_store_async(self, dest, local_buf, remote_addr, nbytes, handler, arg=0, on_done=None, done_arg=None):
-        """Start an asynchronous store; the coroutine returns its `Transfer`."""
-        return _am_call.store_async(self.ep, self.dp, dest, local_buf, remote_addr, nbytes, handler, arg, on_done,
-                                    done_arg)
+    am_store_async = _am_call.am_store_async      # (am, dest, local_buf, remote_addr, nbytes, handler, arg=0,
+                                                  #  on_done=None, done_arg=None): compiled, see its docstring
 
     def am_get(self, dest, remote_addr, local_buf, nbytes, handler, arg=0):
         """Start a get; the coroutine returns its `Transfer`."""

@@ -84,7 +84,8 @@ import errno
 from kernelsim import Module, Param
 
 from protocols.am.costs import DEFAULT_POP_EVERY, derive
-from protocols.am.endpoint import AM_PROTO, AmEndpoint, HandlerRuleError, Segment, Token, Transfer
+from protocols.am.bulk import Transfer
+from protocols.am.endpoint import AM_PROTO, AmEndpoint, HandlerRuleError, Segment, Token
 from protocols.am.service import AmService, when_card_free
 
 __all__ = ["MODULE", "AM_PROTO", "AmEndpoint", "AmService", "HandlerRuleError", "Segment", "Token", "Transfer"]

@@ -9,6 +9,8 @@ cdef class Transfer:
 
 
 cdef class Bulk(KeepAlive):
+    cdef Transfer new_store(self, object dest, object src, object nbytes, object raddr, object handler, object arg,
+                            object on_done, object done_arg, bint blocking)
     cdef int _finish(self, object x) except -1
     cdef int _chunks(self, TxChannel ch, int kind, int handler, object read, long long nbytes, unsigned int addr,
                      unsigned int arg, object x, int flags=*) except -1

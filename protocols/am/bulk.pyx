@@ -37,6 +37,7 @@ from protocols.am._checks cimport check_count, check_remote, handler_index, pack
 from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg
 cimport cython
 from protocols.am.keepalive cimport KeepAlive
+from protocols.am.window cimport Window
 from protocols.am._codes cimport *
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from cpython.bytes cimport PyBytes_AS_STRING
@@ -87,7 +88,12 @@ cdef class Bulk(KeepAlive):
     # -- the initiator ---------------------------------------------------------------------
 
     def store(self, dest, src, nbytes, raddr, handler, arg, on_done=None, done_arg=None, blocking=False) -> Transfer:
-        cdef Peer peer = self.peer(dest)
+        return self.new_store(dest, src, nbytes, raddr, handler, arg, on_done, done_arg, blocking)
+
+    cdef Transfer new_store(self, object dest, object src, object nbytes, object raddr, object handler, object arg,
+                            object on_done, object done_arg, bint blocking):
+        """`store` for C callers (libdp._am_call): no argument parsing per transfer."""
+        cdef Peer peer = Window.peer(self, dest)
         cdef Transfer x
         check_count(nbytes)
         handler = handler_index(handler)
@@ -101,7 +107,7 @@ cdef class Bulk(KeepAlive):
                 raise OSError(errno.EFAULT, f"the source holds {len(data)} bytes, not {nbytes}")
             local = None
         else:
-            local = self.local_range(src, nbytes)
+            local = self._local_range(src, nbytes)
         x = Transfer.__new__(Transfer)
         x.kind, x.dest, x.nbytes, x.remote, x.local = "store", dest, nbytes, raddr, local
         x.handler, x.arg, x.on_done, x.done_arg, x.blocking = handler, arg, on_done, done_arg, blocking
@@ -121,12 +127,12 @@ cdef class Bulk(KeepAlive):
         return x
 
     def get(self, dest, raddr, lbuf, nbytes, handler, arg, blocking=False) -> Transfer:
-        peer = self.peer(dest)
+        peer = Window.peer(self, dest)
         check_count(nbytes)
         handler = handler_index(handler)
         arg = word(arg)
         check_remote(raddr, nbytes)
-        local = self.local_range(lbuf, nbytes)
+        local = self._local_range(lbuf, nbytes)
         x = Transfer("get", dest, nbytes, raddr, local, handler, arg, blocking=blocking)
         m = new_msg(K_GETREQ, 0, handler, pack_words((raddr, nbytes, local)), 1, 0, 0, 0, 0, x, False)
         peer.tx_req.pending.append(m)
@@ -164,10 +170,11 @@ cdef class Bulk(KeepAlive):
                                       arg if last else <unsigned int> end, off, x, False))
         return 0
 
-    cdef int _finish(self, object x) except -1:
+    cdef int _finish(self, object xfer) except -1:
         """The store's source may be reused: its last chunk is acknowledged (the data
         has landed and the remote handler has run), or, for a one-packet store, its
         data has been copied and handed over. Run the completion function."""
+        cdef Transfer x = <Transfer?> xfer
         x.done = True
         self.counts[S_STORES_COMPLETED] += 1
         if x.on_done is not None:
@@ -197,7 +204,7 @@ cdef class Bulk(KeepAlive):
 
     def _rx_getreq(self, peer, rx, h, data):
         raddr, nbytes, laddr = W.words_of(data)
-        if not self.in_segments(raddr, raddr + nbytes):
+        if not Window.in_segments(self, raddr, raddr + nbytes):
             self._refuse(peer, rx, 0, h.seq)
             return
         rx.advance(1)
@@ -210,7 +217,7 @@ cdef class Bulk(KeepAlive):
         written (the whole rest of the transfer at once), then placed by its offset.
         1 when the handler it ran replied (the caller sends the reply)."""
         cdef long long base, total
-        if not self.in_segments(h.chunk_base, h.end):
+        if not Window.in_segments(self, h.chunk_base, h.end):
             self._refuse(peer, rx, 0, h.seq)
             return 0
         if not self._accept_chunk_packet(rx, h, data):

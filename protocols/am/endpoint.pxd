@@ -11,3 +11,4 @@ cdef class AmEndpoint(Bulk):
     cpdef object wait_path(self, object pred, object since=*)
     cdef int _rx_packet(self, Peer peer, Header h, bytes data) except -1
     cdef int _run_handler(self, Peer peer, object fn, bint request, tuple args) except -1
+    cdef object _local_range(self, object buf, object nbytes)

@@ -36,12 +36,11 @@ from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import MAX_HANDLERS, U32
 from protocols.am._checks cimport handler_index, pack_words
-from protocols.am.bulk import Transfer
 from protocols.am.window import AM_PROTO, BLOCKED
 from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg, verify, words_of
-from protocols.am.bulk cimport Bulk
+from protocols.am.bulk cimport Bulk, Transfer
 from protocols.am._codes cimport *
-from protocols.am.window cimport Events, Pump
+from protocols.am.window cimport Events, Pump, Window
 from kernelsim._path cimport Path
 from cpython.ref cimport PyObject
 cimport cython
@@ -50,7 +49,7 @@ DEF H_STATUS = 28            # nic_drivers.tb2._model: the receive status word
 DEF RX_VALID = 0x80000000
 assert (hw.H_STATUS, hw.RX_VALID) == (H_STATUS, RX_VALID)
 
-__all__ = ["AmEndpoint", "Segment", "Token", "Transfer", "HandlerRuleError", "AM_PROTO", "MAX_HANDLERS",
+__all__ = ["AmEndpoint", "Segment", "Token", "HandlerRuleError", "AM_PROTO", "MAX_HANDLERS",
            "STAT_KEYS"]
 
 
@@ -89,6 +88,7 @@ class Segment:
         return f"<Segment {self.addr:#x}+{self.size} on node {self.ep.node.nid}>"
 
 
+@cython.freelist(8)
 @cython.freelist(8)
 cdef class Token:
     """Who sent the message a handler is running for; the handle for its reply."""
@@ -231,10 +231,13 @@ cdef class AmEndpoint(Bulk):
 
     def local_range(self, buf, nbytes: int) -> int:
         """The address of a local buffer (a Segment or an address in one); EFAULT if not ours."""
+        return self._local_range(buf, nbytes)
+
+    cdef object _local_range(self, object buf, object nbytes):
         addr = buf.addr if isinstance(buf, Segment) else buf
         if isinstance(buf, Segment) and (buf.ep is not self or not buf.live):
             raise OSError(errno.EFAULT, "the segment is not a live segment of this endpoint")
-        if not isinstance(addr, int) or isinstance(addr, bool) or not self.in_segments(addr, addr + nbytes):
+        if not isinstance(addr, int) or isinstance(addr, bool) or not Window.in_segments(self, addr, addr + nbytes):
             raise OSError(errno.EFAULT, f"local buffer {addr!r}+{nbytes} is not inside a registered segment")
         return addr
 
@@ -254,7 +257,7 @@ cdef class AmEndpoint(Bulk):
     # -- building messages (no modeled time: the paths charge it when they send) --------------
 
     def request_msg(self, dest: int, handler: int, args) -> tuple:
-        cdef Peer peer = self.peer(dest)
+        cdef Peer peer = Window.peer(self, dest)
         return peer, new_msg(K_REQ, 0, handler_index(handler), pack_words(args), 1, 0, 0, 0, 0, None, False)
 
     def reply(self, token, handler: int, args) -> None:
@@ -410,7 +413,14 @@ cdef class AmEndpoint(Bulk):
         tok.live = True
         self._handler_depth += 1
         try:
-            fn(tok, *args)
+            # Bulk handlers take three words and requests up to four: called with their
+            # arguments spread (a vectorcall), not as ``fn(tok, *args)``, which builds a tuple.
+            if len(args) == 3:
+                fn(tok, args[0], args[1], args[2])
+            elif len(args) == 1:
+                fn(tok, args[0])
+            else:
+                fn(tok, *args)
         finally:
             self._handler_depth -= 1
             tok.live = False
@@ -559,13 +569,13 @@ cdef class AmPath(Path):
                     self.state = ST_OWN_PUMP
                 elif self.what == A_TRANSFER:
                     self.state = ST_TRANSFER
-                    if self.a.kind == "store":
+                    if (<Transfer> self.a).kind == "store":
                         cost[0] = ep.c_request      # a get's request is charged as its GETREQ leaves
                         return 1
                 else:
                     self.state = ST_POLL
             elif self.state == ST_TRANSFER:
-                peer = <Peer> ep.peers[self.a.dest]
+                peer = <Peer> ep.peers[(<Transfer> self.a).dest]
                 ep._kick(peer)
                 self._pump(peer)
                 self.state = ST_OWN_PUMP

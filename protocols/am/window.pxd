@@ -51,6 +51,10 @@ cdef class Window(OpenFile):
     # bulk.pyx
     cdef public int chunk_packets, chunk_bytes
 
+    # C callers call the cpdef methods of this chain class-qualified (``Window.peer(self, d)``,
+    # ``AmEndpoint.ready(ep)``): an endpoint has a __dict__ (an open file's class has Python
+    # subclasses), so a plain call would look the name up in it first, for an override, and
+    # nothing overrides them.
     cpdef Peer peer(self, object dest)
     cdef int _kick(self, Peer peer) except -1
     cdef object blocked(self, str why)
@@ -62,6 +66,7 @@ cdef class Window(OpenFile):
     cdef int _keepalive_check(self) except -1
     cdef int _keepalive_due(self, Peer peer) except -1
     cdef int _finish(self, object x) except -1
+    cdef object _local_range(self, object buf, object nbytes)
     cdef int _run_handler(self, Peer peer, object fn, bint request, tuple args) except -1
 
 

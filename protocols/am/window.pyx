@@ -180,6 +180,9 @@ cdef class Window(OpenFile):
     cdef int _run_handler(self, Peer peer, object fn, bint request, tuple args) except -1:
         raise NotImplementedError
 
+    cdef object _local_range(self, object buf, object nbytes):
+        raise NotImplementedError
+
     def _nacked(self, Peer peer, Header h) -> None:
         """A NACK: everything before `h.seq` arrived; go back and resend from it."""
         self.counts[S_NACKS_RECEIVED] += 1
