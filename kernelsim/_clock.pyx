@@ -31,8 +31,8 @@ import errno
 import math
 
 import trio
-import trio.testing
-from trio._core import _run as _trio_run
+from trio._core import _run as _trio_run       # (trio.testing's wait_all_tasks_blocked too: importing
+                                              # trio.testing imports pytest, a tenth of a second per command)
 from cpython.pythread cimport PyThread_get_thread_ident
 from kernelsim._node cimport raise_readable
 
@@ -230,7 +230,7 @@ class EngineClock(trio.abc.Clock):
         engine = self.engine
         counter = self.counter
         stats = trio.lowlevel.current_statistics
-        wait_idle = trio.testing.wait_all_tasks_blocked
+        wait_idle = _trio_run.wait_all_tasks_blocked
         while True:
             if counter.live:
                 await self._until_idle()

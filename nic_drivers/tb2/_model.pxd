@@ -5,6 +5,15 @@ from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._physmem cimport PhysMem
 from nic_drivers._nic cimport NicModel
 
+# The receive status word's valid bit (_model.RX_VALID) as a C constant for the per-packet
+# tests of its owners: 0x80000000 fits neither a DEF (Cython keeps it a Python int, so each
+# test of it was Python arithmetic) nor an enum.
+cdef extern from *:
+    """
+    #define DP_TB2_RX_VALID 0x80000000u
+    """
+    const unsigned int RX_VALID_BIT "DP_TB2_RX_VALID"
+
 
 cdef class Tb2Port(EventTarget):
     # What an adapter's MSMU drives, by C call: `send` is `transmit(packet, t, ready)`

@@ -120,8 +120,9 @@ cdef enum:
     C_H_LEN = 6
     C_H_STATUS = 28
     C_CTL_ENABLE = 1
-assert (ENTRY_BYTES, HDR_BYTES, DATA_MAX, H_DST, H_SRC, H_LEN, H_STATUS, CTL_ENABLE) == \
-    (C_ENTRY_BYTES, C_HDR_BYTES, C_DATA_MAX, C_H_DST, C_H_SRC, C_H_LEN, C_H_STATUS, C_CTL_ENABLE)
+    C_INT_RX = 1
+assert (ENTRY_BYTES, HDR_BYTES, DATA_MAX, H_DST, H_SRC, H_LEN, H_STATUS, CTL_ENABLE, INT_RX, RX_VALID) == \
+    (C_ENTRY_BYTES, C_HDR_BYTES, C_DATA_MAX, C_H_DST, C_H_SRC, C_H_LEN, C_H_STATUS, C_CTL_ENABLE, C_INT_RX, RX_VALID_BIT)
 
 # What each engine event of the card is (EventTarget.on_event's `what`).
 cdef enum:
@@ -546,10 +547,10 @@ cdef class Tb2Adapter(NicModel):
             return
         addr = self.recv_base + entry * C_ENTRY_BYTES
         _copy_in(self.mem, addr, pkt)
-        self.mem.wr32(addr + C_H_STATUS, RX_VALID | <unsigned int> dlen)
+        self.mem.wr32(addr + C_H_STATUS, RX_VALID_BIT | <unsigned int> dlen)
         self.rx_packets += 1
         self.rx_bytes += dlen
-        self.int_status |= INT_RX
+        self.int_status |= C_INT_RX
         self._update_irq()
         if self.on_rx is not None:
             self.on_rx()

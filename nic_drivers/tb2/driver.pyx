@@ -30,7 +30,7 @@ from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim._path cimport Path
 from kernelsim._netdev cimport RxWalk
 from nic_drivers._nic cimport NicDriver
-from nic_drivers.tb2._model cimport Tb2Adapter
+from nic_drivers.tb2._model cimport RX_VALID_BIT, Tb2Adapter
 from nic_drivers.tb2.fifos cimport HostFifos
 from kernelsim import LEVEL_IRQ, WouldBlock
 
@@ -47,7 +47,6 @@ DEF H_PROTO = 8
 DEF H_STATUS = 28
 DEF DATA_MAX = 224
 DEF LEN_UNIT = 4
-DEF RX_VALID = 0x80000000
 DEF REG_LEN = 0x000
 DEF REG_INT_ENABLE = 0x408
 DEF REG_INT_STATUS = 0x40C
@@ -55,7 +54,7 @@ DEF INT_RX = 1
 assert (hw.HDR_BYTES, hw.H_DST, hw.H_ROUTE, hw.H_LEN, hw.H_PROTO, hw.H_STATUS, hw.DATA_MAX, hw.LEN_UNIT,
         hw.RX_VALID, hw.REG_LEN, hw.REG_INT_ENABLE, hw.REG_INT_STATUS, hw.INT_RX) == \
     (HDR_BYTES, H_DST, H_ROUTE, H_LEN, H_PROTO, H_STATUS, DATA_MAX, LEN_UNIT,
-     RX_VALID, REG_LEN, REG_INT_ENABLE, REG_INT_STATUS, INT_RX)
+     RX_VALID_BIT, REG_LEN, REG_INT_ENABLE, REG_INT_STATUS, INT_RX)
 
 
 cdef class Tb2NetDevice(NicDriver):
@@ -347,7 +346,7 @@ cdef class _Tb2Irq(RxWalk):
                     yield pending + c.mem_miss          # the status line: DMA'd, not in the cache
                     pending = 0.0
                     status = mem.rd32(addr + H_STATUS)
-                    if not status & RX_VALID:
+                    if not status & RX_VALID_BIT:
                         break
                     n = status & 0xFFFF
                     if n > DATA_MAX:
@@ -379,7 +378,7 @@ cdef class _Tb2Irq(RxWalk):
                 pending = 0.0
                 self.dev.reg_write(REG_INT_STATUS, INT_RX, 4)
                 yield c.mem_miss
-                if not mem.rd32(f.recv_entry(f.rx_head) + H_STATUS) & RX_VALID:
+                if not mem.rd32(f.recv_entry(f.rx_head) + H_STATUS) & RX_VALID_BIT:
                     return 0.0
 
     A protocol registered as an `RxHandler` (DP's MDR) is handed its packet by a C call
@@ -411,7 +410,7 @@ cdef class _Tb2Irq(RxWalk):
                 self.pending = 0.0
                 mem = f.mem
                 status = mem.rd32(self.addr + H_STATUS)
-                if not status & RX_VALID:
+                if not status & RX_VALID_BIT:
                     self.state = IRQ_EMPTY
                     continue
                 self.n = status & 0xFFFF
@@ -453,7 +452,7 @@ cdef class _Tb2Irq(RxWalk):
                 self.state = IRQ_RECHECK
                 return 1
             elif self.state == IRQ_RECHECK:
-                if not f.mem.rd32(f.recv_entry(f.rx_head) + H_STATUS) & RX_VALID:
+                if not f.mem.rd32(f.recv_entry(f.rx_head) + H_STATUS) & RX_VALID_BIT:
                     self.state = IRQ_OVER
                     self.value = 0.0
                     return 0

@@ -31,6 +31,7 @@ import errno
 from kernelsim import WouldBlock
 
 from nic_drivers.tb2 import _model as hw
+from nic_drivers.tb2._model cimport RX_VALID_BIT
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from libc.string cimport memcpy, memset
 cimport cython
@@ -48,13 +49,12 @@ DEF ENTRY_BYTES = 256
 DEF H_STATUS = 28
 DEF H_SRC = 4
 DEF DATA_MAX = 224
-DEF RX_VALID = 0x80000000
 DEF REG_LEN = 0x000
 DEF REG_RX_POP = 0x404
 assert (hw.HDR_BYTES, hw.H_DST, hw.H_ROUTE, hw.H_LEN, hw.H_PROTO, hw.H_USER, hw.USER_BYTES, hw.LEN_UNIT,
         hw.ENTRY_BYTES, hw.H_STATUS, hw.H_SRC, hw.DATA_MAX, hw.RX_VALID, hw.REG_LEN, hw.REG_RX_POP) == \
     (HDR_BYTES, H_DST, H_ROUTE, H_LEN, H_PROTO, H_USER, USER_BYTES, LEN_UNIT,
-     ENTRY_BYTES, H_STATUS, H_SRC, DATA_MAX, RX_VALID, REG_LEN, REG_RX_POP)
+     ENTRY_BYTES, H_STATUS, H_SRC, DATA_MAX, RX_VALID_BIT, REG_LEN, REG_RX_POP)
 
 __all__ = ["HostFifos", "UserFifos", "Packet", "open_fifos", "DEFAULT_POP_EVERY"]
 
@@ -455,7 +455,7 @@ cdef class UserFifos(OpenFile):
             self._check_open()
         if spun_since is None:
             return self.c_poll
-        spun = <long long> ((self.arrivals.engine.now - spun_since) / self.c_poll) if self.c_poll > 0 else 0
+        spun = <long long> ((self.arrivals.engine.now - <double> spun_since) / self.c_poll) if self.c_poll > 0 else 0
         self.polls += spun
         self.empty_polls += spun
         return 0.5 * self.c_poll
@@ -471,7 +471,7 @@ cdef class UserFifos(OpenFile):
         self.polls += 1
         addr = f.recv_entry(f.rx_head)
         status = mem.rd32(addr + H_STATUS)
-        if not status & RX_VALID:
+        if not status & RX_VALID_BIT:
             self.empty_polls += 1
             return None
         n = status & 0xFFFF

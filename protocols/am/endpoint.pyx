@@ -30,6 +30,7 @@ from collections import deque
 
 from kernelsim import WouldBlock
 from kernelsim._waits cimport WaitQueue
+from nic_drivers.tb2._model cimport RX_VALID_BIT
 from nic_drivers.tb2.fifos cimport HostFifos, Packet, UserFifos
 
 from nic_drivers.tb2 import _model as hw
@@ -42,12 +43,11 @@ from protocols.am.bulk cimport Bulk, Transfer
 from protocols.am._codes cimport *
 from protocols.am.window cimport Events, Pump, Window
 from kernelsim._path cimport Path
-from cpython.ref cimport PyObject
+from cpython.ref cimport PyObject, Py_REFCNT
 cimport cython
 
 DEF H_STATUS = 28            # nic_drivers.tb2._model: the receive status word
-DEF RX_VALID = 0x80000000
-assert (hw.H_STATUS, hw.RX_VALID) == (H_STATUS, RX_VALID)
+assert (hw.H_STATUS, hw.RX_VALID) == (H_STATUS, RX_VALID_BIT)
 
 __all__ = ["AmEndpoint", "Segment", "Token", "HandlerRuleError", "AM_PROTO", "MAX_HANDLERS",
            "STAT_KEYS"]
@@ -184,7 +184,7 @@ cdef class AmEndpoint(Bulk):
         send-FIFO room appeared, while its last path was still busy sending: a spinning
         program sees it at once, so the caller must not wait for the next event.)"""
         cdef HostFifos f = self.uf.fifos
-        if f.recv_base and self.mem.rd32(f.recv_entry(f.rx_head) + H_STATUS) & RX_VALID:
+        if f.recv_base and self.mem.rd32(f.recv_entry(f.rx_head) + H_STATUS) & RX_VALID_BIT:
             return True
         if self.tx_need and f.send_count - ((f.tx_next - self.adapter.tx_done) & U32) >= self.tx_need:
             self.tx_need = 0
@@ -234,10 +234,15 @@ cdef class AmEndpoint(Bulk):
         return self._local_range(buf, nbytes)
 
     cdef object _local_range(self, object buf, object nbytes):
-        addr = buf.addr if isinstance(buf, Segment) else buf
-        if isinstance(buf, Segment) and (buf.ep is not self or not buf.live):
-            raise OSError(errno.EFAULT, "the segment is not a live segment of this endpoint")
-        if not isinstance(addr, int) or isinstance(addr, bool) or not Window.in_segments(self, addr, addr + nbytes):
+        addr = buf
+        if type(buf) is not int:            # (an address is the common case: it skips the
+            if isinstance(buf, Segment):    # isinstance of a Python class, a slow one)
+                if buf.ep is not self or not buf.live:
+                    raise OSError(errno.EFAULT, "the segment is not a live segment of this endpoint")
+                addr = buf.addr
+            if not isinstance(addr, int) or isinstance(addr, bool):
+                raise OSError(errno.EFAULT, f"local buffer {addr!r}+{nbytes} is not inside a registered segment")
+        if not Window.in_segments(self, addr, addr + nbytes):
             raise OSError(errno.EFAULT, f"local buffer {addr!r}+{nbytes} is not inside a registered segment")
         return addr
 
@@ -436,6 +441,7 @@ cdef class AmEndpoint(Bulk):
             return
         self.closed = True
         self._cancel_timer()
+        self._spare_path = None         # (it refers back to us)
         for p in self.peers.values():
             for ch in (p.tx_req, p.tx_rep):
                 self.counts[S_ABANDONED] += len(ch.unacked) + len(ch.pending)
@@ -509,7 +515,20 @@ cdef int _AM_PROTO = AM_PROTO
 
 
 cdef AmPath _call_path(AmEndpoint ep, int what, object since, object a, object b, bint raise_errors, bint wait):
-    cdef AmPath p = AmPath.__new__(AmPath)
+    # A pipelined sweep makes a call, so a path, per transfer. The endpoint keeps the last
+    # path and hands it out again once nothing else holds it (the CPU drops a path when its
+    # call ends): a new path and its pump cost more than a short transfer's own sending.
+    cdef AmPath p = <AmPath> ep._spare_path
+    if p is None or Py_REFCNT(p) > 2:           # 2: the endpoint's reference and ours
+        p = AmPath.__new__(AmPath)
+        ep._spare_path = p
+    else:
+        p.value = None
+        p.n = p.limit = p.pump_return = 0
+        p.c = 0.0
+        p.pkt = None
+        p.data = None
+        p.peer = None
     p.ep = ep
     p.what = what
     p.since = since
