@@ -13,6 +13,7 @@ cdef class RunnableCounter:
     # descriptor trio itself always waits on (that queue's wake-up socket).
     cdef object io_registered
     cdef object entry_queue
+    cdef object entry_jobs, entry_once     # its two queues (trio never replaces them: a digest in _trio checks)
     cdef int wakeup_fd
     cdef readonly bint own_clock    # the run's clock is the EngineClock this counter belongs to
     # The thread the run is in: one trio run per thread, so a call made in it is a call of
@@ -22,6 +23,10 @@ cdef class RunnableCounter:
     # The task `kernelsim._trio` woke last from a kernel wait, until a task is stepped: a
     # task stepped in its stead resumes in the kernel (see OpenFile's lazy raise).
     cdef public object kernel_woken
+    # The task being stepped (trio's GLOBAL_RUN_CONTEXT.task, a thread-local whose read costs
+    # about 500 instructions): set by the step hook and by `_trio`'s hand-over, which sets
+    # trio's too. None until the first step the counter sees.
+    cdef public object stepping
 
     cdef bint _bind(self, runner) except -1
     cdef object main_task(self)

@@ -88,13 +88,16 @@ cdef class RunnableCounter:
         try:
             self.io_registered = runner.io_manager._registered
             self.entry_queue = runner.entry_queue
+            self.entry_jobs = runner.entry_queue.queue
+            self.entry_once = runner.entry_queue.idempotent_queue
             self.wakeup_fd = runner.entry_queue.wakeup.wakeup_sock.fileno()
         except AttributeError:          # no hand-over of the turn (`_trio._step_woken`)
-            self.io_registered = self.entry_queue = None
+            self.io_registered = self.entry_queue = self.entry_jobs = self.entry_once = None
             self.wakeup_fd = -1
         self.runner = runner
         self.thread = PyThread_get_thread_ident()
         self._main_task = None
+        self.stepping = None
         clock = runner.clock
         self.own_clock = isinstance(clock, EngineClock) and clock.counter is self
         return True
@@ -111,7 +114,8 @@ cdef class RunnableCounter:
             _joining = None
         self.live = False
         self.runner = self.runq = self.hooks = self.deadlines = self._main_task = self.kernel_woken = None
-        self.io_registered = self.entry_queue = None
+        self.stepping = None
+        self.io_registered = self.entry_queue = self.entry_jobs = self.entry_once = None
         self.own_clock = False
         if _live is self:
             _live = None
@@ -121,6 +125,7 @@ cdef class RunnableCounter:
 
     def before_task_step(self, task) -> None:
         self.runnable -= 1
+        self.stepping = task
         self.kernel_woken = None
         raise_readable()                # the task may look at a descriptor (see OpenFile)
 

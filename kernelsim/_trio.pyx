@@ -35,6 +35,7 @@ import outcome
 import trio
 from trio._core import _run as _trio_run
 from trio._core import _traps as _trio_traps
+from trio._core import _entry_queue as _trio_entry_queue
 
 from kernelsim._clock import EngineClock
 from kernelsim._clock cimport RunnableCounter, join_run, live_counter, own_counter
@@ -70,6 +71,9 @@ _GRC = _trio_run.GLOBAL_RUN_CONTEXT
 
 
 cdef object _task():
+    cdef RunnableCounter counter = own_counter()
+    if counter is not None and counter.stepping is not None:
+        return counter.stepping         # (trio's thread-local, kept by the counter's step hook)
     try:
         return _GRC.task
     except AttributeError:
@@ -119,8 +123,13 @@ try:
 except AttributeError:
     _REPLICATED_DEADLINE = None
 try:
+    # (EntryQueue's methods: none replaces its run_sync_soon queues, so a counter keeps them,
+    # and `_quiet` looks at them on every hand-over.)
     _REPLICATED_STEP = {_trio_run.unrolled_run: "9226ba6956c1ca77",
-                        _trio_run.Task._attempt_delivery_of_any_pending_cancel: "16a19fcafc86d89c"}
+                        _trio_run.Task._attempt_delivery_of_any_pending_cancel: "16a19fcafc86d89c",
+                        _trio_entry_queue.EntryQueue.task: "a103cdf1cec6dc15",
+                        _trio_entry_queue.EntryQueue.close: "b3e9a7f2a55f19b5",
+                        _trio_entry_queue.EntryQueue.run_sync_soon: "162b61ce686b3a8a"}
 except AttributeError:
     _REPLICATED_STEP = None
 cdef bint _fast_deadline = _matches(_REPLICATED_DEADLINE)
@@ -985,8 +994,7 @@ cdef bint _quiet(RunnableCounter counter, runner) except -1:
     cdef Py_ssize_t n = len(registered)
     if n > 1 or (n == 1 and counter.wakeup_fd not in registered):
         return False
-    queue = counter.entry_queue
-    if queue.queue or queue.idempotent_queue:
+    if counter.entry_jobs or counter.entry_once:
         return False
     hooks = counter.hooks
     if hooks.get("after_task_step"):
@@ -1028,7 +1036,7 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     if other is not counter.kernel_woken:
         raise_readable()                # it may resume outside the kernel (see OpenFile)
     counter.kernel_woken = None
-    _GRC.task = other
+    _GRC.task = counter.stepping = other
     _hosting = done.hosting = True
     task._abort_func = done.host_abort
     cdef bint deferring = defer_raising(False)     # its own calls defer for themselves
@@ -1041,7 +1049,7 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
         defer_raising(deferring)
         _hosting = done.hosting = False
         task._abort_func = None
-        _GRC.task = task
+        _GRC.task = counter.stepping = task
     if given is None:
         if type(msg) is _WaitTaskRescheduled:
             # Parked again: trio's handling of the message.
