@@ -22,7 +22,8 @@ cimport cython
 from libc.math cimport INFINITY
 from cpython.dict cimport PyDict_Next
 from cpython.object cimport PyObject_GenericSetAttr
-from cpython.ref cimport PyObject, Py_XDECREF
+from cpython.list cimport PyList_GET_ITEM
+from cpython.ref cimport PyObject, Py_REFCNT, Py_XDECREF
 import errno
 import hashlib
 import inspect
@@ -305,10 +306,33 @@ cdef class _Completion(Completion):
         return _ABORT_FAILED
 
 
+# Completions come from a small pool: a modeled round trip makes six, and a freelist cannot
+# serve them (_Completion's bases are in other modules). An entry nothing holds but the pool
+# (its call is over: no task, queue or CPU job refers to it) is reset and handed out again.
+cdef enum:
+    _POOL = 8
+cdef list _pool = [None] * _POOL
+
+
 cdef _Completion _completion(Engine engine):
     """A completion that stops `engine` when it completes (None: a wait's, whose queue's
     wake stops the engine itself)."""
-    cdef _Completion c = _Completion.__new__(_Completion)
+    cdef _Completion c
+    cdef Py_ssize_t i
+    cdef object o
+    for i in range(_POOL):
+        o = <object> PyList_GET_ITEM(_pool, i)
+        if o is None:
+            c = _Completion.__new__(_Completion)
+            _pool[i] = c
+            break
+        if Py_REFCNT(o) == 2:                   # the pool's and ours
+            c = <_Completion> o
+            c.done = c.hosting = False
+            c.value = c.exc = c.task = c.raise_cancel = c.queue = None
+            break
+    else:
+        c = _Completion.__new__(_Completion)
     c.engine = engine
     return c
 
