@@ -337,6 +337,16 @@ cdef _Completion _completion(Engine engine):
     return c
 
 
+cdef object _outcome(_Completion done):
+    """The call's value, or its error raised; the completion lets go of both (it goes back
+    to the pool, where it would keep them alive until its next use)."""
+    value, exc = done.value, done.exc
+    done.value = done.exc = None
+    if exc is not None:
+        raise exc
+    return value
+
+
 def _refuse_abort(_):
     # A kernel path cannot be abandoned half-way: cancellation is delivered at the
     # next checkpoint, once the path has returned.
@@ -482,9 +492,7 @@ async def run_path(Node node, path, cpu=None):
     if not node.modeled:
         done = _try_real(on, engine, path)
         await checkpoint()
-        if done.exc is not None:
-            raise done.exc
-        return done.value
+        return _outcome(done)
     task = _task()
     done = _completion(engine)
     try:
@@ -501,9 +509,7 @@ async def run_path(Node node, path, cpu=None):
             await _to_trio(_shielded_checkpoint)
     finally:
         raise_readable()                # control leaves the kernel (see OpenFile)
-    if done.exc is not None:
-        raise done.exc
-    return done.value
+    return _outcome(done)
 
 
 async def wait_on(Node node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
@@ -746,10 +752,9 @@ async def _blocking(Node node, _PathMaker maker, nonblocking, proc, fd, double w
             if done.exc is None or not isinstance(done.exc, WouldBlock):
                 if how == _INLINE and _cancel_pending(task):
                     await _to_trio(_checkpoint_if_cancelled)
-                if done.exc is not None:
-                    raise done.exc
-                return done.value
+                return _outcome(done)
             wb = done.exc
+            done.exc = None
             if _is_nonblocking(nonblocking, proc, fd):
                 if how == _INLINE and _cancel_pending(task):
                     await _to_trio(_checkpoint_if_cancelled)
@@ -869,7 +874,7 @@ cdef object _run_real_sync(Node node, _PathMaker maker, nonblocking, proc, fd, d
         if step == _REAL_WAIT:
             _wait_real_sync(node, done.exc.queue, spin_s)
         elif step != _REAL_RETRY:
-            return _real_result(done)
+            return _outcome(done)
         path = maker.make(False)
 
 
@@ -896,19 +901,19 @@ async def _blocking_real(Node node, _PathMaker maker, nonblocking, proc, fd, spi
         elif step != _REAL_RETRY:
             if not checked:
                 await checkpoint()
-            return _real_result(done)
+            return _outcome(done)
         path = maker.make(False)
 
 
 cdef enum:
-    _REAL_FINISHED = 0      # the try returned or raised: `_real_result`
+    _REAL_FINISHED = 0      # the try returned or raised: `_outcome`
     _REAL_WAIT = 1          # it would block: wait on its queue, then try again
     _REAL_RETRY = 2         # non-blocking, and polling the devices took frames: try again
 
 
 cdef int _after_real_try(_Completion done, Node node, Engine engine, nonblocking, proc, fd, bint* polled) except -1:
     """What a real-time call does after a try. A non-blocking call polls the devices once
-    before it says EAGAIN (`_real_result` then raises BlockingIOError)."""
+    before it says EAGAIN (`_outcome` then raises the BlockingIOError it sets)."""
     if not isinstance(done.exc, WouldBlock):
         return _REAL_FINISHED
     if not _is_nonblocking(nonblocking, proc, fd):
@@ -918,12 +923,6 @@ cdef int _after_real_try(_Completion done, Node node, Engine engine, nonblocking
         return _REAL_FINISHED
     polled[0] = True
     return _REAL_RETRY
-
-
-cdef object _real_result(_Completion done):
-    if done.exc is not None:
-        raise done.exc
-    return done.value
 
 
 cdef _Completion _try_real(Cpu on, Engine engine, path):

@@ -422,3 +422,42 @@ def test_sleep_until_readable_sleeps_where_trio_would_and_wakes_for_what_trio_wo
     out = trio.run(main, instruments=[passes])
     assert out == {"readable": True, "passes_while_asleep": 0, "with_other_task": False,
                    "deadline": False, "thread_job": (False, True), "cancel_pending": False, "counted": True}
+
+
+def test_a_call_s_value_and_error_are_not_kept_once_it_has_returned(binding):
+    # Completions are pooled (kernelsim._trio): one back in the pool must not keep the last
+    # call's value or error alive.
+    import gc
+    import weakref
+
+    from kernelsim import run_path
+
+    class Value:
+        pass
+
+    class Failure(OSError):
+        pass
+
+    def returns():
+        yield 1e-6
+        return Value()
+
+    def raises():
+        yield 1e-6
+        raise Failure(errno.EIO, "path failed")
+
+    async def program(dp, rank, size):
+        if rank:
+            return None
+        node = dp._node
+        value = await run_path(node, returns())
+        kept = [weakref.ref(value)]
+        del value
+        try:
+            await run_path(node, raises())
+        except Failure as exc:
+            kept.append(weakref.ref(exc))
+        gc.collect()
+        return [ref() is None for ref in kept]
+
+    assert Cluster(nodes=2).run_spmd(program)[0] == [True, True]
