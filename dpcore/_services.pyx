@@ -29,7 +29,7 @@ from kernelsim import WouldBlock
 from kernelsim._node cimport KernelRoutine, OpenFile, Process
 from kernelsim._path cimport Path, RxHandler
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
-from kernelsim._path cimport step_any
+from kernelsim._path cimport reuse, step_any
 from kernelsim._netdev cimport NetDevice
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_AS_STRING
@@ -367,7 +367,9 @@ cdef class DirectedPoint:
             tbp.release(slot)
             return data
         """
-        cdef _ReadPath path = _ReadPath.__new__(_ReadPath)
+        cdef _ReadPath path = <_ReadPath> reuse(_reads, _ReadPath)
+        path.value = None
+        path.state = path.slot = 0
         path.dp = self
         path.e = e
         path.nbytes = nbytes
@@ -454,7 +456,11 @@ cdef class Mdr(RxHandler):
         return 0
 
 
-@cython.freelist(8)
+# Spare read and write paths (`kernelsim._path.reuse`): a round trip makes two of each.
+cdef list _reads = [None] * 4
+cdef list _writes = [None] * 4
+
+
 cdef class _ReadPath(Path):
     """`DirectedPoint.read_path`: its first step takes a slot (at the instant the path
     starts, as the generator's body would), its second copies nothing more: the
@@ -491,7 +497,6 @@ cdef class _ReadPath(Path):
         return 0
 
 
-@cython.freelist(8)
 cdef class _WritePath(Path):
     """`DirectedPoint.write_path` (its docstring has the generator it replaces)."""
     cdef DirectedPoint dp
@@ -593,7 +598,9 @@ cdef int _copy_in(unsigned char* dst, object data, Py_ssize_t n) except -1:
 
 
 cdef _WritePath _write_path(DirectedPoint dp, Endpoint e, data):
-    cdef _WritePath path = _WritePath.__new__(_WritePath)
+    cdef _WritePath path = <_WritePath> reuse(_writes, _WritePath)
+    path.value = path.cur = path.blocked = None
+    path.state = path.n = 0
     path.dp = dp
     path.e = e
     path.data = data

@@ -249,7 +249,7 @@ cdef class Process:
         return f"<Process {self.pid} {self.name!r} on node {self.node.nid}>"
 
 
-from kernelsim._path cimport Path, step_any
+from kernelsim._path cimport Path, reuse, step_any
 
 
 cdef class KernelRoutine:
@@ -347,8 +347,12 @@ cdef object callgate_entry(object callgates, Costs costs, object proc, object na
     return _entry(callgates, "call gate", costs.callgate, proc, name, args, True)
 
 
+cdef list _entries = [None] * 4
+
+
 cdef inline object _entry(object table, str what, double cost, object proc, object name, object args, bint entry):
-    cdef _Entry e = _Entry.__new__(_Entry)
+    cdef _Entry e = <_Entry> reuse(_entries, _Entry)
+    e.value = e.cur = None
     e.table = table
     e.what = what
     e.cost = cost

@@ -1,7 +1,8 @@
 # A kernel path as a C state machine: what the CPU (and the paths that run other
 # paths: the interrupt path, the kernel entries) step with a C call instead of a
 # generator resume. `_path.pyx` says why and how.
-from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.list cimport PyList_GET_ITEM
+from cpython.ref cimport PyObject, Py_INCREF, Py_REFCNT, Py_XDECREF
 from kernelsim._pyiter cimport resume
 
 
@@ -41,3 +42,24 @@ cdef inline int step_any(object path, double* cost, PyObject** res) except -1:
         res[0] = NULL
         cost[0] = <double> v
     return r
+
+
+cdef inline object reuse(list pool, type cls):
+    """A spare instance of `cls` from `pool` -- one that nothing but the pool holds any
+    more, its call over -- or a new one, kept in the pool while it has room (None marks a
+    free place). The caller sets every field: a spare holds what its last use left.
+
+    The per-call objects of a modeled call (paths, completions) are made and dropped
+    several times per round trip; a Cython freelist cannot serve them, as their bases
+    live in other modules."""
+    cdef Py_ssize_t i
+    cdef object o
+    for i in range(len(pool)):
+        o = <object> PyList_GET_ITEM(pool, i)
+        if o is None:
+            o = cls.__new__(cls)
+            pool[i] = o
+            return o
+        if Py_REFCNT(o) == 2:                   # the pool's reference and ours
+            return o
+    return cls.__new__(cls)

@@ -22,8 +22,8 @@ cimport cython
 from libc.math cimport INFINITY
 from cpython.dict cimport PyDict_Next
 from cpython.object cimport PyObject_GenericSetAttr
-from cpython.list cimport PyList_GET_ITEM
-from cpython.ref cimport PyObject, Py_REFCNT, Py_XDECREF
+from cpython.ref cimport PyObject, Py_XDECREF
+from kernelsim._path cimport reuse
 import errno
 import hashlib
 import inspect
@@ -306,33 +306,15 @@ cdef class _Completion(Completion):
         return _ABORT_FAILED
 
 
-# Completions come from a small pool: a modeled round trip makes six, and a freelist cannot
-# serve them (_Completion's bases are in other modules). An entry nothing holds but the pool
-# (its call is over: no task, queue or CPU job refers to it) is reset and handed out again.
-cdef enum:
-    _POOL = 8
-cdef list _pool = [None] * _POOL
+cdef list _completions = [None] * 8     # spares (`kernelsim._path.reuse`): six per round trip
 
 
 cdef _Completion _completion(Engine engine):
     """A completion that stops `engine` when it completes (None: a wait's, whose queue's
     wake stops the engine itself)."""
-    cdef _Completion c
-    cdef Py_ssize_t i
-    cdef object o
-    for i in range(_POOL):
-        o = <object> PyList_GET_ITEM(_pool, i)
-        if o is None:
-            c = _Completion.__new__(_Completion)
-            _pool[i] = c
-            break
-        if Py_REFCNT(o) == 2:                   # the pool's and ours
-            c = <_Completion> o
-            c.done = c.hosting = False
-            c.value = c.exc = c.task = c.raise_cancel = c.queue = None
-            break
-    else:
-        c = _Completion.__new__(_Completion)
+    cdef _Completion c = <_Completion> reuse(_completions, _Completion)
+    c.done = c.hosting = False
+    c.value = c.exc = c.task = c.raise_cancel = c.queue = None
     c.engine = engine
     return c
 
@@ -376,7 +358,6 @@ def after(cost: float, path):
 from kernelsim._path cimport Path, step_any
 
 
-@cython.freelist(8)
 cdef class _Lead(Path):
     """`after(cost, path)` as a C state machine, for the calls of this module: no Python
     frame between the CPU and the path on each of the path's resumes."""
@@ -394,12 +375,18 @@ cdef class _Lead(Path):
             return 1
         out = <object> res
         Py_XDECREF(res)
+        self.path = None                # (a spare keeps nothing of its call)
         self.value = out
         return 0
 
 
+cdef list _leads = [None] * 4
+
+
 cdef _Lead _lead(double cost, object path):
-    cdef _Lead lead = _Lead.__new__(_Lead)
+    cdef _Lead lead = <_Lead> reuse(_leads, _Lead)
+    lead.value = None
+    lead.led = False
     lead.cost = cost
     lead.path = path
     return lead

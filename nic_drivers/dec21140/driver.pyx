@@ -18,7 +18,7 @@ from kernelsim._node cimport Costs
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from libc.string cimport memcpy
 from kernelsim._waits cimport WaitQueue
-from kernelsim._path cimport Path
+from kernelsim._path cimport Path, reuse
 from kernelsim._netdev cimport RxWalk
 from nic_drivers._nic cimport NicDriver
 
@@ -30,6 +30,9 @@ cdef enum:
     RX_BUF_BYTES = 1536
     ETH_HLEN = 14
     FCS = 4
+
+
+cdef list _commits = [None] * 4     # spare `_TulipCommit`s (kernelsim._path.reuse)
 
 
 cdef class TulipNetDevice(NicDriver):
@@ -134,7 +137,9 @@ cdef class TulipNetDevice(NicDriver):
             fill the next descriptor (length, FS|LS, IC at the half-ring point, near full
             and at the ring's end), OWN last; cur_tx += 1; transmit poll demand
         """
-        cdef _TulipCommit path = _TulipCommit.__new__(_TulipCommit)
+        cdef _TulipCommit path = <_TulipCommit> reuse(_commits, _TulipCommit)
+        path.value = None
+        path.state = 0
         path.nd = self
         path.payload_bytes = payload_bytes
         path.pending = pending
