@@ -5,7 +5,6 @@ from protocols.am.bulk cimport Bulk
 
 
 cdef class AmEndpoint(Bulk):
-    cdef object _spare_path     # the last call's AmPath, handed out again once free (endpoint.pyx)
     cpdef bint ready(self) except -1
     cpdef object request_path(self, object peer, object msg, object since=*)
     cpdef object transfer_path(self, object x, object since=*, bint wait=*)

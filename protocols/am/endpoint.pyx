@@ -42,8 +42,8 @@ from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg
 from protocols.am.bulk cimport Bulk, Transfer
 from protocols.am._codes cimport *
 from protocols.am.window cimport Events, Pump, Window
-from kernelsim._path cimport Path
-from cpython.ref cimport PyObject, Py_REFCNT
+from kernelsim._path cimport Path, reuse
+from cpython.ref cimport PyObject
 cimport cython
 
 DEF H_STATUS = 28            # nic_drivers.tb2._model: the receive status word
@@ -441,7 +441,6 @@ cdef class AmEndpoint(Bulk):
             return
         self.closed = True
         self._cancel_timer()
-        self._spare_path = None         # (it refers back to us)
         for p in self.peers.values():
             for ch in (p.tx_req, p.tx_rep):
                 self.counts[S_ABANDONED] += len(ch.unacked) + len(ch.pending)
@@ -514,21 +513,19 @@ cdef enum:
 cdef int _AM_PROTO = AM_PROTO
 
 
+cdef list _paths = [None] * 4           # spare AmPaths (`kernelsim._path.reuse`)
+
+
 cdef AmPath _call_path(AmEndpoint ep, int what, object since, object a, object b, bint raise_errors, bint wait):
-    # A pipelined sweep makes a call, so a path, per transfer. The endpoint keeps the last
-    # path and hands it out again once nothing else holds it (the CPU drops a path when its
-    # call ends): a new path and its pump cost more than a short transfer's own sending.
-    cdef AmPath p = <AmPath> ep._spare_path
-    if p is None or Py_REFCNT(p) > 2:           # 2: the endpoint's reference and ours
-        p = AmPath.__new__(AmPath)
-        ep._spare_path = p
-    else:
-        p.value = None
-        p.n = p.limit = p.pump_return = 0
-        p.c = 0.0
-        p.pkt = None
-        p.data = None
-        p.peer = None
+    # A pipelined sweep makes a call, so a path, per transfer: a spare one (with its pump)
+    # costs less than a new one, more than a short transfer's own sending.
+    cdef AmPath p = <AmPath> reuse(_paths, AmPath)
+    p.value = None
+    p.n = p.limit = p.pump_return = 0
+    p.c = 0.0
+    p.pkt = None
+    p.data = None
+    p.peer = None
     p.ep = ep
     p.what = what
     p.since = since
