@@ -264,7 +264,6 @@ cdef class KernelRoutine:
         return self.start(proc, args)
 
 
-@cython.freelist(8)
 cdef class _Entry(Path):
     """A kernel entry's path as a C iterator: the entry cost, then the routine's own path.
 

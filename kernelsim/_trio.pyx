@@ -250,7 +250,6 @@ async def _park_outcome(abort_func):
     return outcome.Value(await _wait_task_rescheduled(abort_func))
 
 
-@cython.freelist(8)
 cdef class _Completion(Completion):
     """A path's `on_done` (and a wait queue's waiter): records, stops the engine, wakes.
 
@@ -587,51 +586,44 @@ cdef class _PortSleep:
         self.parked = set()
 
 
+cdef enum:
+    _MAKE_CALLABLE = 0      # ``fn(first)``
+    _MAKE_ENTRY = 1         # a kernel entry (system call or call gate) into the routine `name`
+    _MAKE_USER = 2          # user-level work on mapped kernel memory: ``fn(*args)``, every try
+
+
+@cython.final
+@cython.freelist(8)
 cdef class _PathMaker:
     """Builds a blocking call's path: ``make(True)`` for the first try, ``make(False)``
-    for the continuation after a wait (no second kernel entry)."""
+    for the continuation after a wait (no second kernel entry). One class for the three
+    kinds, not a subclass each: Cython keeps a freelist only for a class that is no
+    subclass, and a round trip makes four makers."""
+    cdef int kind
+    cdef bint gate
+    cdef Node node
+    cdef object fn, proc, name, args
+
     cdef object make(self, bint first):
-        raise NotImplementedError
-
-
-@cython.freelist(8)
-cdef class _CallableMaker(_PathMaker):
-    cdef object fn
-
-    cdef object make(self, bint first):
+        if self.kind == _MAKE_ENTRY:
+            # what the node's ``syscall_path``/``callgate_path`` make, without a closure
+            # or a Python call per call
+            return kernel_entry(self.node, self.gate, self.proc, self.name, self.args, first)
+        if self.kind == _MAKE_USER:
+            return self.fn(*self.args)
         return self.fn(first)
 
 
-@cython.freelist(8)
-cdef class _EntryMaker(_PathMaker):
-    """A kernel entry (system call or call gate) into the routine `name`: what the node's
-    ``syscall_path``/``callgate_path`` make, without a closure or a Python call per call."""
-    cdef Node node
-    cdef object proc, name, args
-    cdef bint gate
-
-    cdef object make(self, bint first):
-        return kernel_entry(self.node, self.gate, self.proc, self.name, self.args, first)
-
-
-@cython.freelist(8)
-cdef class _UserMaker(_PathMaker):
-    """User-level work on mapped kernel memory: ``fn(*args)``, the same path every try."""
-    cdef object fn
-    cdef tuple args
-
-    cdef object make(self, bint first):
-        return self.fn(*self.args)
-
-
-cdef _CallableMaker _callable_maker(object fn):
-    cdef _CallableMaker maker = _CallableMaker.__new__(_CallableMaker)
+cdef _PathMaker _callable_maker(object fn):
+    cdef _PathMaker maker = _PathMaker.__new__(_PathMaker)
+    maker.kind = _MAKE_CALLABLE
     maker.fn = fn
     return maker
 
 
-cdef _EntryMaker _entry_maker(Node node, object proc, bint gate, object name, object args):
-    cdef _EntryMaker maker = _EntryMaker.__new__(_EntryMaker)
+cdef _PathMaker _entry_maker(Node node, object proc, bint gate, object name, object args):
+    cdef _PathMaker maker = _PathMaker.__new__(_PathMaker)
+    maker.kind = _MAKE_ENTRY
     maker.node = node
     maker.gate = gate
     maker.proc = proc
@@ -640,8 +632,9 @@ cdef _EntryMaker _entry_maker(Node node, object proc, bint gate, object name, ob
     return maker
 
 
-cdef _UserMaker _user_maker(object fn, tuple args):
-    cdef _UserMaker maker = _UserMaker.__new__(_UserMaker)
+cdef _PathMaker _user_maker(object fn, tuple args):
+    cdef _PathMaker maker = _PathMaker.__new__(_PathMaker)
+    maker.kind = _MAKE_USER
     maker.fn = fn
     maker.args = args
     return maker
