@@ -28,7 +28,7 @@ from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim import WouldBlock
 from kernelsim._node cimport KernelRoutine, OpenFile, Process
 from kernelsim._path cimport Path, RxHandler
-from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF, Py_REFCNT
 from kernelsim._path cimport step_any
 from kernelsim._netdev cimport NetDevice
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
@@ -491,7 +491,6 @@ cdef class _ReadPath(Path):
         return 0
 
 
-@cython.freelist(8)
 cdef class _WritePath(Path):
     """`DirectedPoint.write_path` (its docstring has the generator it replaces)."""
     cdef DirectedPoint dp
@@ -503,6 +502,20 @@ cdef class _WritePath(Path):
     cdef int state              # 0: not started, 1: in `cur`, then done; 2: blocked; 3: local; 4: over
 
     cdef int step(self, double* cost) except -1:
+        # Once over (returned or raised, as the generator it replaces would be), the path
+        # holds nothing: a spare one (`_write_path`) keeps no endpoint or node alive.
+        cdef int r
+        try:
+            r = self._step(cost)
+        except BaseException:
+            self.state = 4
+            self.dp = self.e = self.data = self.cur = self.blocked = None
+            raise
+        if r == 0:
+            self.dp = self.e = self.data = self.cur = self.blocked = None
+        return r
+
+    cdef int _step(self, double* cost) except -1:
         cdef DirectedPoint dp = self.dp
         cdef Endpoint e = self.e
         cdef PhysMem mem
@@ -592,8 +605,23 @@ cdef int _copy_in(unsigned char* dst, object data, Py_ssize_t n) except -1:
     return 0
 
 
+# The last write path made, made again once nothing else holds it (see `_write_path`).
+cdef _WritePath _spare_write = None
+
+
 cdef _WritePath _write_path(DirectedPoint dp, Endpoint e, data):
-    cdef _WritePath path = _WritePath.__new__(_WritePath)
+    # A path per message: the last one is reused once only this module holds it
+    # (`Py_REFCNT`: the spare's reference and this local's), every field set again as a
+    # new one's would be -- Cython's freelist does not apply to a subclass of `Path`.
+    global _spare_write
+    cdef _WritePath path = _spare_write
+    if path is not None and Py_REFCNT(path) == 2:
+        path.value = None
+        path.n = 0
+        path.state = 0
+    else:
+        path = _WritePath.__new__(_WritePath)
+        _spare_write = path
     path.dp = dp
     path.e = e
     path.data = data

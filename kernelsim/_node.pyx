@@ -30,7 +30,7 @@ from kernelsim._cpu import LEVEL_PROC
 from kernelsim._irq import IrqController
 from kernelsim._modules import ModuleTable
 from kernelsim._physmem import PhysMem
-from cpython.ref cimport PyObject, Py_XDECREF
+from cpython.ref cimport PyObject, Py_XDECREF, Py_REFCNT
 from kernelsim._waits cimport WaitQueue
 from kernelsim._engine cimport Engine
 from kernelsim.media.backend cimport DevicePort
@@ -264,7 +264,6 @@ cdef class KernelRoutine:
         return self.start(proc, args)
 
 
-@cython.freelist(8)
 cdef class _Entry(Path):
     """A kernel entry's path as a C iterator: the entry cost, then the routine's own path.
 
@@ -298,11 +297,18 @@ cdef class _Entry(Path):
             fn = self.table.get(self.name)
             if fn is None:
                 self.state = 3
-                raise OSError(errno.ENOSYS, f"no {self.what} {self.name}")
-            if isinstance(fn, KernelRoutine) and type(self.args) is tuple:
-                self.cur = (<KernelRoutine> fn).start(self.proc, <tuple> self.args)
-            else:
-                self.cur = fn(self.proc, *self.args)
+                msg = f"no {self.what} {self.name}"
+                self.table = self.name = self.proc = self.args = None
+                raise OSError(errno.ENOSYS, msg)
+            try:
+                if isinstance(fn, KernelRoutine) and type(self.args) is tuple:
+                    self.cur = (<KernelRoutine> fn).start(self.proc, <tuple> self.args)
+                else:
+                    self.cur = fn(self.proc, *self.args)
+            except BaseException:
+                self.table = self.name = self.proc = self.args = None
+                self.state = 3          # over, as the generator it replaces would be
+                raise
             self.state = 2
             self.proc = None
             self.args = None
@@ -312,14 +318,14 @@ cdef class _Entry(Path):
         try:
             r = step_any(self.cur, cost, &res)
         except BaseException:
-            self.cur = None
+            self.cur = self.table = self.name = None
             self.state = 3
             raise
         if r == 1:
             return 1
         out = <object> res
         Py_XDECREF(res)
-        self.cur = None
+        self.cur = self.table = self.name = None    # a spare entry holds nothing (`_entry`)
         self.state = 3
         self.value = out
         return 0
@@ -347,8 +353,23 @@ cdef object callgate_entry(object callgates, Costs costs, object proc, object na
     return _entry(callgates, "call gate", costs.callgate, proc, name, args, True)
 
 
+# The last entry made, made again once nothing else holds it (see `_entry`).
+cdef _Entry _spare_entry = None
+
+
 cdef inline object _entry(object table, str what, double cost, object proc, object name, object args, bint entry):
-    cdef _Entry e = _Entry.__new__(_Entry)
+    # An entry per call, per message: the last one is reused once only this module holds
+    # it (`Py_REFCNT`: the spare's reference and this local's), every field set again as
+    # a new one's would be -- Cython's freelist does not apply to a subclass of `Path`
+    # (its base's allocation and free, about 390 instructions a call).
+    global _spare_entry
+    cdef _Entry e = _spare_entry
+    if e is not None and Py_REFCNT(e) == 2:
+        e.value = None
+        e.cur = None
+    else:
+        e = _Entry.__new__(_Entry)
+        _spare_entry = e
     e.table = table
     e.what = what
     e.cost = cost

@@ -68,6 +68,7 @@ from __future__ import annotations
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.string cimport memcmp
+from cpython.ref cimport Py_REFCNT
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
 from kernelsim._node cimport Costs, callgate_entry, poll_ports
@@ -891,16 +892,31 @@ cdef class _Done(Completion):
         return 0
 
 
+# The last `_Done` made, made again once nothing else holds it (see `_run_now`).
+cdef _Done _spare_done = None
+
+
 cdef tuple _run_now(Engine engine, Cpu cpu, object path):
     """`NodeServer._run` for a gate entry, by C calls: no closure and no list per entry."""
-    cdef _Done done = _Done.__new__(_Done)
+    global _spare_done
+    # One per entry: the last one is reused once only this module holds it (`Py_REFCNT`:
+    # the spare's reference and this local's); it gives its outcome up as it returns it,
+    # so a spare holds nothing. (Cython's freelist does not apply to a subclass.)
+    cdef _Done done = _spare_done
+    if done is not None and Py_REFCNT(done) == 2:
+        done.done = False
+    else:
+        done = _Done.__new__(_Done)
+        _spare_done = done
     cpu.submit(_LEVEL_PROC, path, done)
     while not done.done:
         if not engine.step():
             return None, OSError(errno.EDEADLK, "no event can complete this call")
     if done.exc is None or not isinstance(done.exc, WouldBlock):
         engine.run()        # else once the caller is parked: no wake-up is lost (see _loop)
-    return done.value, done.exc
+    value, exc = done.value, done.exc
+    done.value = done.exc = None
+    return value, exc
 
 
 def _same_file(fd_a: int, fd_b: int) -> bool:

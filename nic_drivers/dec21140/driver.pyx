@@ -17,6 +17,7 @@ and physical memory through typed C calls; set-up and tear-down stay plain.
 from kernelsim._node cimport Costs
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from libc.string cimport memcpy
+from cpython.ref cimport Py_REFCNT
 from kernelsim._waits cimport WaitQueue
 from kernelsim._path cimport Path
 from kernelsim._netdev cimport RxWalk
@@ -39,6 +40,9 @@ cdef class TulipNetDevice(NicDriver):
     cdef public list rx_bufs
     cdef bytes _hdr_dst, _hdr               # the last link header built (a ping-pong's only one)
     cdef int _hdr_proto
+    # The last commit and interrupt paths made, made again once nothing else holds them
+    # (`tx_commit`, `irq_path`: one of each per frame).
+    cdef object _spare_commit, _spare_irq
 
     kind = "ether"
     link_header_bytes = ETH_HLEN
@@ -134,7 +138,16 @@ cdef class TulipNetDevice(NicDriver):
             fill the next descriptor (length, FS|LS, IC at the half-ring point, near full
             and at the ring's end), OWN last; cur_tx += 1; transmit poll demand
         """
-        cdef _TulipCommit path = _TulipCommit.__new__(_TulipCommit)
+        # Reused once only this device holds it (`Py_REFCNT`: the spare's reference and this
+        # local's), every field set again as a new one's would be: Cython's freelist does
+        # not apply to a subclass of `Path` (its base's allocation and free per frame).
+        cdef _TulipCommit path = <_TulipCommit> self._spare_commit
+        if path is not None and Py_REFCNT(path) == 2:
+            path.value = None
+            path.state = 0
+        else:
+            path = _TulipCommit.__new__(_TulipCommit)
+            self._spare_commit = path
         path.nd = self
         path.payload_bytes = payload_bytes
         path.pending = pending
@@ -151,7 +164,15 @@ cdef class TulipNetDevice(NicDriver):
         return self.irq_path(pending)
 
     cdef object irq_path(self, double pending):
-        cdef _TulipIrq path = _TulipIrq.__new__(_TulipIrq)
+        cdef _TulipIrq path = <_TulipIrq> self._spare_irq      # reused as in `tx_commit`
+        if path is not None and Py_REFCNT(path) == 2:
+            path.value = None
+            path.proto_path = None
+            path.passes = path.walked = path.d = path.give_back = 0
+            path.csr5 = 0
+        else:
+            path = _TulipIrq.__new__(_TulipIrq)
+            self._spare_irq = path
         path.nd = self
         path.dev = <Dec21140> self.dev
         path.mem = self.host_mem
