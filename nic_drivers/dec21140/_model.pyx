@@ -234,19 +234,24 @@ cdef class Dec21140(NicModel):
             self._raise(TI if des1 & TDES1_IC else 0)
             self._tx_advance(d, self.engine.now)
             return
-        # The frame as it leaves, padded to the minimum: one bytes object, made here.
+        # The frame as it leaves, padded to the minimum: one bytes object, made here --
+        # unless it needs no padding and the port takes it from memory (`send_raw`: a
+        # real transport copies it from there; a modeled medium gets the same bytes).
         if not span_ok(buf, length, self.mem.size):
             span_check(buf, length, self.mem.size, "physical memory")
-        frame = PyBytes_FromStringAndSize(NULL, padded)
-        out = PyBytes_AS_STRING(frame)
-        memcpy(out, &self.mem.buf[buf], length)
-        if padded > length:
-            memset(out + length, 0, padded - length)
         port = self.port
-        if isinstance(port, FramePort):     # a medium's end or a real transport: a C call
-            (<FramePort> port).send_frame(frame, self.engine.now, &start, &end)
+        if padded == length and isinstance(port, FramePort):
+            (<FramePort> port).send_raw(&self.mem.buf[buf], length, self.engine.now, &start, &end)
         else:
-            start, end = port.transmit(frame, self.engine.now)
+            frame = PyBytes_FromStringAndSize(NULL, padded)
+            out = PyBytes_AS_STRING(frame)
+            memcpy(out, &self.mem.buf[buf], length)
+            if padded > length:
+                memset(out + length, 0, padded - length)
+            if isinstance(port, FramePort):     # a medium's end or a real transport: a C call
+                (<FramePort> port).send_frame(frame, self.engine.now, &start, &end)
+            else:
+                start, end = port.transmit(frame, self.engine.now)
         self.tx_frames += 1
         self.tx_bytes += length
         # The FIFO holds one frame beyond the one on the wire: fetch the next one as
