@@ -40,6 +40,8 @@ DEF DM_HEADER = 8
 __all__ = ["DP_ETHERTYPE", "DirectedPoint", "Endpoint", "Nart", "Token"]
 
 DP_ETHERTYPE = 0x88B5          # HW-ETH: IEEE 802 local experimental EtherType
+cdef enum:
+    C_DP_ETHERTYPE = 0x88B5     # the same for C calls (a module global is a dict lookup per frame)
 MAX_ENDPOINT = 0xFFFF
 MAX_NID = 0xFFFF               # node ids are 16-bit in the Directed Message header
 
@@ -543,7 +545,7 @@ cdef class _WritePath(Path):
                     self.state = 2
                     cost[0] = dp.c_xmit
                     return 1
-                at = nd.tx_header(buf, hw, DP_ETHERTYPE)
+                at = nd.tx_header(buf, hw, C_DP_ETHERTYPE)
                 mem = dp.mem
                 if not span_ok(at, DM_HEADER + n, mem.size):
                     span_check(at, DM_HEADER + n, mem.size, "DP transmit buffer")
@@ -560,7 +562,7 @@ cdef class _WritePath(Path):
             self.cur = None
             self.state = 4
             e.sent += 1
-            self.value = self.n
+            self.value = _sent_bytes(self.n)
             return 0
         if self.state == 3:
             if step_any(self.cur, cost, &res):
@@ -603,6 +605,20 @@ cdef int _copy_in(unsigned char* dst, object data, Py_ssize_t n) except -1:
     finally:
         PyBuffer_Release(&view)
     return 0
+
+
+# What a write path returns, the message's length as a Python int: the last one made, again
+# (a stream's messages have one length; an int above 256 is an allocation).
+cdef object _sent_obj = None
+cdef Py_ssize_t _sent_n = -1
+
+
+cdef inline object _sent_bytes(Py_ssize_t n):
+    global _sent_obj, _sent_n
+    if n != _sent_n or _sent_obj is None:
+        _sent_obj = n
+        _sent_n = n
+    return _sent_obj
 
 
 # The last write path made, made again once nothing else holds it (see `_write_path`).
