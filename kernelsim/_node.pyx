@@ -285,6 +285,10 @@ cdef class _Entry(Path):
     cdef object proc, name, cur, args
     cdef double cost
     cdef int state          # 0: entry cost owed, 1: routine not called yet, 2: running it
+    # Run by a real-time CPU, which spends no modeled time: it steps a path again at once
+    # after each yield (`Cpu._advance`), so the entry goes on itself -- the same steps in
+    # the same order, without a return to the CPU per yield (a gate entry, per message).
+    cdef bint real
 
     cdef int step(self, double* cost) except -1:
         cdef PyObject* res = NULL
@@ -292,7 +296,8 @@ cdef class _Entry(Path):
         if self.state == 0:
             self.state = 1
             cost[0] = self.cost
-            return 1
+            if not self.real:
+                return 1
         if self.state == 1:
             fn = self.table.get(self.name)
             if fn is None:
@@ -315,14 +320,17 @@ cdef class _Entry(Path):
         elif self.state != 2:
             self.value = None
             return 0
-        try:
-            r = step_any(self.cur, cost, &res)
-        except BaseException:
-            self.cur = self.table = self.name = None
-            self.state = 3
-            raise
-        if r == 1:
-            return 1
+        while True:
+            try:
+                r = step_any(self.cur, cost, &res)
+            except BaseException:
+                self.cur = self.table = self.name = None
+                self.state = 3
+                raise
+            if r == 0:
+                break
+            if not self.real:
+                return 1
         out = <object> res
         Py_XDECREF(res)
         self.cur = self.table = self.name = None    # a spare entry holds nothing (`_entry`)
@@ -350,7 +358,11 @@ cdef Py_ssize_t poll_ports(list ports, Engine engine) except -1:
 
 
 cdef object callgate_entry(object callgates, Costs costs, object proc, object name, object args):
-    return _entry(callgates, "call gate", costs.callgate, proc, name, args, True)
+    cdef _Entry e = <_Entry> _entry(callgates, "call gate", costs.callgate, proc, name, args, True)
+    # A process's paths run on its CPU (real time, or modeled, as all of its node's CPUs).
+    e.real = isinstance(proc, Process) and (<Process> proc).cpu is not None \
+        and not (<Process> proc).cpu.modeled
+    return e
 
 
 # The last entry made, made again once nothing else holds it (see `_entry`).
@@ -367,6 +379,7 @@ cdef inline object _entry(object table, str what, double cost, object proc, obje
     if e is not None and Py_REFCNT(e) == 2:
         e.value = None
         e.cur = None
+        e.real = False
     else:
         e = _Entry.__new__(_Entry)
         _spare_entry = e
