@@ -40,6 +40,8 @@ DEF DM_HEADER = 8
 __all__ = ["DP_ETHERTYPE", "DirectedPoint", "Endpoint", "Nart", "Token"]
 
 DP_ETHERTYPE = 0x88B5          # HW-ETH: IEEE 802 local experimental EtherType
+cdef enum:
+    C_DP_ETHERTYPE = 0x88B5     # the same for C calls (a module global is a dict lookup per frame)
 MAX_ENDPOINT = 0xFFFF
 MAX_NID = 0xFFFF               # node ids are 16-bit in the Directed Message header
 
@@ -508,6 +510,20 @@ cdef class _WritePath(Path):
     cdef int state              # 0: not started, 1: in `cur`, then done; 2: blocked; 3: local; 4: over
 
     cdef int step(self, double* cost) except -1:
+        # Once over (returned or raised, as the generator it replaces would be), the path
+        # holds nothing: a spare one (`_write_path`) keeps no endpoint or node alive.
+        cdef int r
+        try:
+            r = self._step(cost)
+        except BaseException:
+            self.state = 4
+            self.dp = self.e = self.data = self.cur = self.blocked = None
+            raise
+        if r == 0:
+            self.dp = self.e = self.data = self.cur = self.blocked = None
+        return r
+
+    cdef int _step(self, double* cost) except -1:
         cdef DirectedPoint dp = self.dp
         cdef Endpoint e = self.e
         cdef PhysMem mem
@@ -535,7 +551,7 @@ cdef class _WritePath(Path):
                     self.state = 2
                     cost[0] = dp.c_xmit
                     return 1
-                at = nd.tx_header(buf, hw, DP_ETHERTYPE)
+                at = nd.tx_header(buf, hw, C_DP_ETHERTYPE)
                 mem = dp.mem
                 if not span_ok(at, DM_HEADER + n, mem.size):
                     span_check(at, DM_HEADER + n, mem.size, "DP transmit buffer")
@@ -552,7 +568,7 @@ cdef class _WritePath(Path):
             self.cur = None
             self.state = 4
             e.sent += 1
-            self.value = self.n
+            self.value = _sent_bytes(self.n)
             return 0
         if self.state == 3:
             if step_any(self.cur, cost, &res):
@@ -595,6 +611,20 @@ cdef int _copy_in(unsigned char* dst, object data, Py_ssize_t n) except -1:
     finally:
         PyBuffer_Release(&view)
     return 0
+
+
+# What a write path returns, the message's length as a Python int: the last one made, again
+# (a stream's messages have one length; an int above 256 is an allocation).
+cdef object _sent_obj = None
+cdef Py_ssize_t _sent_n = -1
+
+
+cdef inline object _sent_bytes(Py_ssize_t n):
+    global _sent_obj, _sent_n
+    if n != _sent_n or _sent_obj is None:
+        _sent_obj = n
+        _sent_n = n
+    return _sent_obj
 
 
 cdef _WritePath _write_path(DirectedPoint dp, Endpoint e, data):

@@ -39,7 +39,7 @@ cdef class EventTarget:
         raise NotImplementedError
 
 
-cdef inline void _put(list table, Py_ssize_t i, object value):
+cdef inline void _put(list table, Py_ssize_t i, object value) noexcept:
     """``table[i] = value`` for a slot that exists: the slot tables are lists (so the
     collector sees what they hold) written several times per event, without the checks."""
     cdef PyObject* old = PyList_GET_ITEM(table, i)
@@ -52,7 +52,7 @@ cdef inline bint _empty(list table, Py_ssize_t i) noexcept:
     return PyList_GET_ITEM(table, i) == <PyObject*> None
 
 
-cdef inline bint _less(_Key* a, _Key* b):
+cdef inline bint _less(_Key* a, _Key* b) noexcept:
     if a.time != b.time:
         return a.time < b.time
     if a.prio != b.prio:
@@ -173,7 +173,7 @@ cdef class Engine:
         _put(self._args, slot, None)
         return True
 
-    cpdef double peek(self):
+    cpdef double peek(self) noexcept:
         """Time of the next live event, or +inf."""
         cdef int slot
         while self._size:
@@ -183,7 +183,7 @@ cdef class Engine:
             self._pop_dead()
         return INFINITY
 
-    cdef void _pop_dead(self):
+    cdef void _pop_dead(self) noexcept:
         cdef int slot = self._heap[0].slot
         self._release(slot)
         self._size -= 1
@@ -191,7 +191,7 @@ cdef class Engine:
             self._heap[0] = self._heap[self._size]
             self._sift_down(0)
 
-    cdef void _release(self, int slot):
+    cdef void _release(self, int slot) noexcept:
         self._gen[slot] = (self._gen[slot] + 1) & 0x7fffffff
         self._free[self._nfree] = slot
         self._nfree += 1
@@ -305,7 +305,7 @@ cdef class Engine:
         return {"now_s": self.now, "events_run": self.events_run, "pending": len(self),
                 "advances": self.advances}
 
-    cdef void _sift_up(self, Py_ssize_t i):
+    cdef void _sift_up(self, Py_ssize_t i) noexcept:
         cdef _Key item = self._heap[i]
         cdef Py_ssize_t parent
         while i > 0:
@@ -317,7 +317,7 @@ cdef class Engine:
                 break
         self._heap[i] = item
 
-    cdef void _sift_down(self, Py_ssize_t i):
+    cdef void _sift_down(self, Py_ssize_t i) noexcept:
         cdef _Key item = self._heap[i]
         cdef Py_ssize_t child, n = self._size
         while True:

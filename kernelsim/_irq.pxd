@@ -14,6 +14,7 @@ cdef class _IrqPath(Path):
     cdef object cur                     # the running handler's path
     cdef double pending, exit_s
     cdef bint exited
+    cdef bint real                      # its CPU runs in real time (see `_IrqPath.step`)
 
 
 cdef class _Line(Completion):

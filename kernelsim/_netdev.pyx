@@ -37,6 +37,12 @@ class PciDevice:
         self.driver = None
 
 
+# `hand_over`'s last protocol number as a Python int (an EtherType is above 256: an
+# allocation per frame otherwise).
+cdef object _proto_key = None
+cdef unsigned int _proto_val = 0
+
+
 cdef class NetDevice(IrqHandler):
     # A driver sets these (class attributes of its subclass):
     link_header_bytes = 0       # bytes the driver's link header takes at the buffer start
@@ -156,7 +162,11 @@ cdef class NetDevice(IrqHandler):
         """`deliver_path` for a driver's C receive path: 0 with the CPU time the protocol
         spent in ``cost[0]`` (no protocol, or an `RxHandler` that did all its work at
         once), or 1 with a new reference to the path to run in ``cont[0]``."""
-        handler = self.protocols.get(proto)
+        global _proto_key, _proto_val
+        if proto != _proto_val or _proto_key is None:   # the EtherType as a dict key: the last one made, again
+            _proto_key = proto
+            _proto_val = proto
+        handler = self.protocols.get(_proto_key)
         if handler is None:
             self.rx_dropped_proto += 1
             cost[0] = 0.0

@@ -285,6 +285,10 @@ cdef class _Entry(Path):
     cdef object proc, name, cur, args
     cdef double cost
     cdef int state          # 0: entry cost owed, 1: routine not called yet, 2: running it
+    # Run by a real-time CPU, which spends no modeled time: it steps a path again at once
+    # after each yield (`Cpu._advance`), so the entry goes on itself -- the same steps in
+    # the same order, without a return to the CPU per yield (a gate entry, per message).
+    cdef bint real
 
     cdef int step(self, double* cost) except -1:
         cdef PyObject* res = NULL
@@ -292,33 +296,44 @@ cdef class _Entry(Path):
         if self.state == 0:
             self.state = 1
             cost[0] = self.cost
-            return 1
+            if not self.real:
+                return 1
         if self.state == 1:
             fn = self.table.get(self.name)
             if fn is None:
                 self.state = 3
-                raise OSError(errno.ENOSYS, f"no {self.what} {self.name}")
-            if isinstance(fn, KernelRoutine) and type(self.args) is tuple:
-                self.cur = (<KernelRoutine> fn).start(self.proc, <tuple> self.args)
-            else:
-                self.cur = fn(self.proc, *self.args)
+                msg = f"no {self.what} {self.name}"
+                self.table = self.name = self.proc = self.args = None
+                raise OSError(errno.ENOSYS, msg)
+            try:
+                if isinstance(fn, KernelRoutine) and type(self.args) is tuple:
+                    self.cur = (<KernelRoutine> fn).start(self.proc, <tuple> self.args)
+                else:
+                    self.cur = fn(self.proc, *self.args)
+            except BaseException:
+                self.table = self.name = self.proc = self.args = None
+                self.state = 3          # over, as the generator it replaces would be
+                raise
             self.state = 2
             self.proc = None
             self.args = None
         elif self.state != 2:
             self.value = None
             return 0
-        try:
-            r = step_any(self.cur, cost, &res)
-        except BaseException:
-            self.cur = None
-            self.state = 3
-            raise
-        if r == 1:
-            return 1
+        while True:
+            try:
+                r = step_any(self.cur, cost, &res)
+            except BaseException:
+                self.cur = self.table = self.name = None
+                self.state = 3
+                raise
+            if r == 0:
+                break
+            if not self.real:
+                return 1
         out = <object> res
         Py_XDECREF(res)
-        self.cur = None
+        self.cur = self.table = self.name = None    # a spare entry holds nothing (`_entry`)
         self.state = 3
         self.value = out
         return 0
@@ -343,7 +358,11 @@ cdef Py_ssize_t poll_ports(list ports, Engine engine) except -1:
 
 
 cdef object callgate_entry(object callgates, Costs costs, object proc, object name, object args):
-    return _entry(callgates, "call gate", costs.callgate, proc, name, args, True)
+    cdef _Entry e = <_Entry> _entry(callgates, "call gate", costs.callgate, proc, name, args, True)
+    # A process's paths run on its CPU (real time, or modeled, as all of its node's CPUs).
+    e.real = isinstance(proc, Process) and (<Process> proc).cpu is not None \
+        and not (<Process> proc).cpu.modeled
+    return e
 
 
 cdef list _entries = [None] * 4
@@ -352,6 +371,7 @@ cdef list _entries = [None] * 4
 cdef inline object _entry(object table, str what, double cost, object proc, object name, object args, bint entry):
     cdef _Entry e = <_Entry> reuse(_entries, _Entry)
     e.value = e.cur = None
+    e.real = False
     e.table = table
     e.what = what
     e.cost = cost

@@ -68,6 +68,7 @@ from __future__ import annotations
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.string cimport memcmp
+from kernelsim._path cimport reuse
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
 from kernelsim._node cimport Costs, callgate_entry, poll_ports
@@ -91,6 +92,9 @@ __all__ = ["NodeServer", "GATE_CALL", "GATE_FILEOP", "GATE_SLOTS", "GATE_SLOT_BY
 
 GATE_CALL = 1           # entry: kind, name length, gate name, payload -> node.callgate_path
 GATE_FILEOP = 2         # entry: kind, payload -> the file's export.ring_op
+cdef enum:
+    C_GATE_CALL = 1         # the same as C constants: the gate drain compares an entry's kind
+    C_GATE_FILEOP = 2       # by C (a module global is a dict lookup and a boxed compare)
 GATE_SLOTS = 256
 GATE_SLOT_BYTES = 8192  # any NIC's largest DP message fits
 ERROR_WORD_OFFSET = ring_bytes(GATE_SLOTS, GATE_SLOT_BYTES)     # u32 errno after the ring
@@ -788,10 +792,14 @@ class NodeServer:
 cdef Py_ssize_t _poll_gates(object server, list gates) except -1:
     """A pass over the node's gates: the entries waiting in each ring that is not blocked."""
     cdef Gate gate
+    cdef ShmRing ring
     cdef Py_ssize_t n = 0
     for gate in gates:
-        if gate.blocked is None and gate.ring.pending():
-            n += _drain_gate(server, gate, GATE_BUDGET)
+        if gate.blocked is None:
+            ring = gate.ring
+            # By C while the ring is mapped; else its method raises what it always has.
+            if ring.pending_raw() if ring is not None and ring._base != NULL else ring.pending():
+                n += _drain_gate(server, gate, GATE_BUDGET)
     return n
 
 
@@ -820,8 +828,8 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
     payload are taken out of it as bytes, nothing else is made per entry."""
     cdef int kind = p[0] if k > 0 else 0
     cdef Py_ssize_t ln
-    cdef object name, value, exc
-    if kind == GATE_FILEOP:                         # a pool's slots given back, per read
+    cdef object name, exc
+    if kind == C_GATE_FILEOP:                       # a pool's slots given back, per read
         try:
             if isinstance(gate.export, RingExport):     # DP's endpoint: by C, from the buffer
                 (<RingExport> gate.export).ring_op_raw(p + 1, k - 1)
@@ -832,7 +840,7 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
         except Exception:   # noqa: BLE001 - a process's bad entry never stops the node
             gate.set_error(errno.EINVAL)
         return True
-    if kind != GATE_CALL or k < 2 or 2 + <Py_ssize_t> p[1] > k:
+    if kind != C_GATE_CALL or k < 2 or 2 + <Py_ssize_t> p[1] > k:
         return server._gate_entry(gate, p[:k])     # anything malformed: refused there
     ln = p[1]
     raw = gate._name_raw
@@ -848,9 +856,9 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
     if gate._cpu is None:
         _bind(server, gate)
     try:
-        value, exc = _run_now(gate._engine, gate._cpu,
-                              callgate_entry(gate._callgates, gate._costs, gate._proc, name,
-                                             (gate.node_fd, p[2 + ln:k])))
+        exc = _run_now(gate._engine, gate._cpu,
+                       callgate_entry(gate._callgates, gate._costs, gate._proc, name,
+                                      (gate.node_fd, p[2 + ln:k])))
         if exc is not None:
             if isinstance(exc, WouldBlock):
                 server._block(gate, p[:k], exc.queue)
@@ -891,16 +899,26 @@ cdef class _Done(Completion):
         return 0
 
 
-cdef tuple _run_now(Engine engine, Cpu cpu, object path):
-    """`NodeServer._run` for a gate entry, by C calls: no closure and no list per entry."""
-    cdef _Done done = _Done.__new__(_Done)
+cdef list _dones = [None] * 2           # spare `_Done`s (`kernelsim._path.reuse`)
+
+
+cdef object _run_now(Engine engine, Cpu cpu, object path):
+    """`NodeServer._run` for a gate entry, by C calls: no closure and no list per entry.
+    What the call raised is returned (None if nothing); what it returned is dropped, as
+    a gate entry has no reply (no tuple per entry)."""
+    # One per entry, a spare (it gives its outcome up as it returns it: a spare holds nothing).
+    cdef _Done done = <_Done> reuse(_dones, _Done)
+    done.done = False
+    done.value = done.exc = None
     cpu.submit(_LEVEL_PROC, path, done)
     while not done.done:
         if not engine.step():
-            return None, OSError(errno.EDEADLK, "no event can complete this call")
+            return OSError(errno.EDEADLK, "no event can complete this call")
     if done.exc is None or not isinstance(done.exc, WouldBlock):
         engine.run()        # else once the caller is parked: no wake-up is lost (see _loop)
-    return done.value, done.exc
+    exc = done.exc
+    done.value = done.exc = None
+    return exc
 
 
 def _same_file(fd_a: int, fd_b: int) -> bool:

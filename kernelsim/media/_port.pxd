@@ -13,6 +13,11 @@ cdef class FramePort(EventTarget):
     # padded as the device sends it) on the medium no earlier than `t`; the medium's
     # (start, end) in `start[0]`, `end[0]`.
     cdef int send_frame(self, object frame, double t, double* start, double* end) except -1
+    # The same for a frame still in the sender's memory (`n` bytes at `p`, padded already):
+    # a real transport's port sends it from there (no bytes object per frame); the default
+    # makes the bytes and calls send_frame.
+    cdef int send_raw(self, const unsigned char* p, Py_ssize_t n, double t, double* start,
+                      double* end) except -1
     # The device model this port delivers to (the `device` property sets both).
     cdef object _device
     cdef FrameSink _sink                # the same, when it takes frames by C call; else None

@@ -11,6 +11,8 @@ Every port delivers received frames to one device model, its ``device``; a model
 a `FrameSink` takes them by C call (``frame_in``), so the port keeps it typed as well.
 """
 
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
 __all__ = ["FramePort", "FrameSink"]
 
 
@@ -30,6 +32,10 @@ cdef class FramePort(EventTarget):
         start[0] = s
         end[0] = e
         return 0
+
+    cdef int send_raw(self, const unsigned char* p, Py_ssize_t n, double t, double* start,
+                      double* end) except -1:
+        return self.send_frame(PyBytes_FromStringAndSize(<const char*> p, n), t, start, end)
 
     @property
     def device(self):

@@ -30,6 +30,7 @@ from kernelsim._engine cimport Engine
 from kernelsim.media._port cimport FramePort
 from kernelsim.media._shmring cimport RING_EMPTY, ShmRing, packet_recv_raw, packet_send_raw
 from libc.errno cimport EAGAIN, ENOBUFS
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from kernelsim.media.mesh cimport MeshSender
 from kernelsim.media.packet import PacketPort
 
@@ -75,6 +76,36 @@ cdef class PortTx(FramePort):
                 sent = transport.send(frame)    # raises what the port raises for it (EMSGSIZE: ValueError)
         else:
             sent = transport.send(frame)
+        if sent:
+            self.tx_frames += 1
+        else:
+            self.tx_dropped += 1          # transport full: lost, as on a congested wire
+        start[0] = t                      # real time: the medium's (start, end) are both now
+        end[0] = t
+        return 0
+
+    cdef int send_raw(self, const unsigned char* p, Py_ssize_t n, double t, double* start,
+                      double* end) except -1:
+        """`send_frame` for a frame still in the device's memory: to a mesh or an AF_PACKET
+        socket straight from there, no bytes object made per frame (the mesh makes one
+        only if its router or an error needs it); to anything else through send_frame."""
+        cdef bint sent
+        cdef int err = 0
+        transport = self.transport
+        if transport is not self._looked_up_for:
+            self._look_up()
+        if isinstance(transport, MeshSender):
+            sent = (<MeshSender> transport).send_c(None, p, n)
+        elif self._packet_fd >= 0:
+            sent = packet_send_raw(self._packet_fd, p, n, &err) >= 0     # never blocks: keeps the GIL
+            if sent:
+                transport._sent += 1
+            elif err == EAGAIN or err == ENOBUFS:
+                transport._dropped += 1         # the queue is full: lost, as PacketPort.send counts it
+            else:
+                sent = transport.send(PyBytes_FromStringAndSize(<const char*> p, n))    # raises as send_frame's
+        else:
+            return self.send_frame(PyBytes_FromStringAndSize(<const char*> p, n), t, start, end)
         if sent:
             self.tx_frames += 1
         else:

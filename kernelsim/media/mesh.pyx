@@ -31,6 +31,7 @@ import time
 from kernelsim.media._shmring import ShmRing
 from kernelsim.media.real import UdpPort
 from kernelsim.media._shmring cimport ShmRing as CShmRing, RING_OK, RING_FULL
+from cpython.bytes cimport PyBytes_FromStringAndSize
 
 __all__ = ["ShmMesh", "UdpMesh", "OnlyPeer", "mesh_ring_name", "MESH_PREFIX"]
 
@@ -61,12 +62,15 @@ cdef class MeshSender:
     peer's ring, the copy into its next slot; what `DevicePort` calls for every frame."""
 
     cdef int send_c(self, object frame, const unsigned char* p, Py_ssize_t n) except -1:
-        """Send `frame` (its bytes at `p`, `n` long): 1 if it is in the peer's ring, 0 if
-        dropped (and counted); the ring's errors (too large, closed) raised as `send` does."""
+        """Send `frame` (its bytes at `p`, `n` long; None: made from them only if a router
+        or an error needs it): 1 if it is in the peer's ring, 0 if dropped (and counted);
+        the ring's errors (too large, closed) raised as `send` does."""
         cdef int r
         if type(self.dest_of) is OnlyPeer:
             dst = (<OnlyPeer> self.dest_of).nid
         else:
+            if frame is None:
+                frame = PyBytes_FromStringAndSize(<const char*> p, n)
             dst = self.dest_of(frame)
         if dst is None or dst == self.nid:
             self.tx_no_station += 1
@@ -80,8 +84,11 @@ cdef class MeshSender:
         r = (<CShmRing?> ring)._publish(p, <size_t> n, True)
         if r == RING_OK:
             return 1
-        if r != RING_FULL and ring.send(frame):     # raises what went wrong, as the ring's own send
-            return 1
+        if r != RING_FULL:
+            if frame is None:
+                frame = PyBytes_FromStringAndSize(<const char*> p, n)
+            if ring.send(frame):                    # raises what went wrong, as the ring's own send
+                return 1
         self.tx_full += 1
         return 0
 

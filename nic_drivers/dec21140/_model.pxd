@@ -95,6 +95,7 @@ cdef class Dec21140(NicModel):
     cdef RxDma* _rxq
     cdef Py_ssize_t _rxq_cap, _rxq_head, _rxq_len, _rxq_live
     cdef int _rxq_tag                     # the last record's tag
+    cdef list _d_boxes                    # transmit descriptors' addresses as event args (`_boxed`)
     cdef readonly bytes hwaddr
     # statistics
     cdef readonly long long tx_frames, rx_frames, rx_missed, rx_crc_errors, rx_too_long
@@ -110,6 +111,7 @@ cdef class Dec21140(NicModel):
     cdef Py_ssize_t _next_desc(self, Py_ssize_t cur, unsigned int des1, unsigned int end_bit,
                                unsigned int chain_bit, Py_ssize_t base) except? -1
     cdef int on_event(self, int what, object arg) except -1
+    cdef object _boxed(self, Py_ssize_t d)
     cdef _tx_fetched(self)
     cdef _tx_setup_done(self, Py_ssize_t d)
     cdef _tx_loaded(self, Py_ssize_t d)

@@ -15,6 +15,7 @@ from kernelsim._engine cimport Engine
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim.media._port cimport FramePort
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython.list cimport PyList_GET_ITEM
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memset
 from nic_drivers._nic cimport NicModel
@@ -51,6 +52,7 @@ cdef class Dec21140(NicModel):
         self._rxq = NULL
         self._rxq_cap = self._rxq_head = self._rxq_len = 0
         self._rxq_tag = 0
+        self._d_boxes = [None] * 64
         self._reset()
 
     def __dealloc__(self):
@@ -175,6 +177,17 @@ cdef class Dec21140(NicModel):
             self._tx_setup_done(<Py_ssize_t> arg)
         return 0
 
+    cdef object _boxed(self, Py_ssize_t d):
+        """Descriptor address `d` as the Python int an event carries: made once per
+        descriptor (direct-mapped by its 16-byte index; a ring's are consecutive), not
+        twice per frame (an address is above 256: an allocation)."""
+        cdef Py_ssize_t i = (d >> 4) & 63
+        o = <object> PyList_GET_ITEM(self._d_boxes, i)
+        if o is None or <Py_ssize_t> o != d:
+            o = d
+            self._d_boxes[i] = o
+        return o
+
     cdef _tx_fetched(self):
         cdef Py_ssize_t d = self.tx_cur
         cdef unsigned int des0 = self.mem.rd32(d)
@@ -196,12 +209,12 @@ cdef class Dec21140(NicModel):
         self.tx_state = TS_READING
         if des1 & TDES1_SET:
             # Setup frame: loads the address filter; we accept and complete it.
-            self.engine.post(self.engine.now + self.dma_time(length), self, TX_SETUP_DONE, d)
+            self.engine.post(self.engine.now + self.dma_time(length), self, TX_SETUP_DONE, self._boxed(d))
             return
         # Store and forward waits for the whole frame; otherwise the wire starts once
         # the FIFO holds the transmit threshold (128 bytes at 100 Mb/s).
         self.engine.post(self.engine.now + self.dma_time(length if self.csr[6] & SF else min(length, 128)),
-                         self, TX_LOADED, d)
+                         self, TX_LOADED, self._boxed(d))
 
     cdef _tx_setup_done(self, Py_ssize_t d):
         """Load the 16-entry perfect filter: each address in three longwords' low halves."""
@@ -234,24 +247,29 @@ cdef class Dec21140(NicModel):
             self._raise(TI if des1 & TDES1_IC else 0)
             self._tx_advance(d, self.engine.now)
             return
-        # The frame as it leaves, padded to the minimum: one bytes object, made here.
+        # The frame as it leaves, padded to the minimum: one bytes object, made here --
+        # unless it needs no padding and the port takes it from memory (`send_raw`: a
+        # real transport copies it from there; a modeled medium gets the same bytes).
         if not span_ok(buf, length, self.mem.size):
             span_check(buf, length, self.mem.size, "physical memory")
-        frame = PyBytes_FromStringAndSize(NULL, padded)
-        out = PyBytes_AS_STRING(frame)
-        memcpy(out, &self.mem.buf[buf], length)
-        if padded > length:
-            memset(out + length, 0, padded - length)
         port = self.port
-        if isinstance(port, FramePort):     # a medium's end or a real transport: a C call
-            (<FramePort> port).send_frame(frame, self.engine.now, &start, &end)
+        if padded == length and isinstance(port, FramePort):
+            (<FramePort> port).send_raw(&self.mem.buf[buf], length, self.engine.now, &start, &end)
         else:
-            start, end = port.transmit(frame, self.engine.now)
+            frame = PyBytes_FromStringAndSize(NULL, padded)
+            out = PyBytes_AS_STRING(frame)
+            memcpy(out, &self.mem.buf[buf], length)
+            if padded > length:
+                memset(out + length, 0, padded - length)
+            if isinstance(port, FramePort):     # a medium's end or a real transport: a C call
+                (<FramePort> port).send_frame(frame, self.engine.now, &start, &end)
+            else:
+                start, end = port.transmit(frame, self.engine.now)
         self.tx_frames += 1
         self.tx_bytes += length
         # The FIFO holds one frame beyond the one on the wire: fetch the next one as
         # this one starts, complete this one when its last bit has left.
-        self.engine.post(end, self, TX_WIRE_DONE, d)
+        self.engine.post(end, self, TX_WIRE_DONE, self._boxed(d))
         self._tx_advance(d, start)
 
     cdef _tx_wire_done(self, Py_ssize_t d):

@@ -32,7 +32,8 @@ cdef enum:
     FCS = 4
 
 
-cdef list _commits = [None] * 4     # spare `_TulipCommit`s (kernelsim._path.reuse)
+cdef list _commits = [None] * 4     # spare `_TulipCommit`s and interrupt paths (kernelsim._path.reuse)
+cdef list _irqs = [None] * 4
 
 
 cdef class TulipNetDevice(NicDriver):
@@ -42,6 +43,8 @@ cdef class TulipNetDevice(NicDriver):
     cdef public list rx_bufs
     cdef bytes _hdr_dst, _hdr               # the last link header built (a ping-pong's only one)
     cdef int _hdr_proto
+    # The last commit and interrupt paths made, made again once nothing else holds them
+    # (`tx_commit`, `irq_path`: one of each per frame).
 
     kind = "ether"
     link_header_bytes = ETH_HLEN
@@ -156,7 +159,11 @@ cdef class TulipNetDevice(NicDriver):
         return self.irq_path(pending)
 
     cdef object irq_path(self, double pending):
-        cdef _TulipIrq path = _TulipIrq.__new__(_TulipIrq)
+        cdef _TulipIrq path = <_TulipIrq> reuse(_irqs, _TulipIrq)
+        path.value = None
+        path.proto_path = None
+        path.passes = path.walked = path.d = path.give_back = 0
+        path.csr5 = 0
         path.nd = self
         path.dev = <Dec21140> self.dev
         path.mem = self.host_mem
