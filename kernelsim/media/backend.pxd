@@ -17,6 +17,8 @@ cdef class PortTx(FramePort):
     cdef int _packet_fd                 # its AF_PACKET socket, when it is a PacketPort; else -1
 
     cdef int _look_up(self) except -1
+    cdef int _send(self, object frame, const unsigned char* p, Py_ssize_t n, double t, double* start,
+                   double* end) except -1
 
 
 cdef class DevicePort(PortTx):

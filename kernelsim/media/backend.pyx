@@ -55,57 +55,39 @@ cdef class PortTx(FramePort):
         return 0
 
     cdef int send_frame(self, object frame, double t, double* start, double* end) except -1:
-        cdef bint sent
-        cdef int err = 0
-        cdef const unsigned char* data
-        cdef Py_ssize_t n
-        transport = self.transport
-        if transport is not self._looked_up_for:
-            self._look_up()
-        if isinstance(transport, MeshSender) and isinstance(frame, bytes):
-            sent = (<MeshSender> transport).send_c(frame, <const unsigned char*> (<bytes> frame), len(<bytes> frame))
-        elif self._packet_fd >= 0 and isinstance(frame, bytes):
-            data = <const unsigned char*> (<bytes> frame)
-            n = len(<bytes> frame)
-            sent = packet_send_raw(self._packet_fd, data, n, &err) >= 0     # never blocks: keeps the GIL
-            if sent:
-                transport._sent += 1
-            elif err == EAGAIN or err == ENOBUFS:
-                transport._dropped += 1         # the queue is full: lost, as PacketPort.send counts it
-            else:
-                sent = transport.send(frame)    # raises what the port raises for it (EMSGSIZE: ValueError)
-        else:
-            sent = transport.send(frame)
-        if sent:
-            self.tx_frames += 1
-        else:
-            self.tx_dropped += 1          # transport full: lost, as on a congested wire
-        start[0] = t                      # real time: the medium's (start, end) are both now
-        end[0] = t
-        return 0
+        if isinstance(frame, bytes):
+            return self._send(frame, <const unsigned char*> (<bytes> frame), len(<bytes> frame), t, start, end)
+        return self._send(frame, NULL, 0, t, start, end)
 
     cdef int send_raw(self, const unsigned char* p, Py_ssize_t n, double t, double* start,
                       double* end) except -1:
         """`send_frame` for a frame still in the device's memory: to a mesh or an AF_PACKET
         socket straight from there, no bytes object made per frame (the mesh makes one
-        only if its router or an error needs it); to anything else through send_frame."""
+        only if its router or an error needs it)."""
+        return self._send(None, p, n, t, start, end)
+
+    cdef int _send(self, object frame, const unsigned char* p, Py_ssize_t n, double t, double* start,
+                   double* end) except -1:
+        """One frame to the transport: `frame`, or, where it is None, the `n` bytes at `p`
+        (made a bytes object only for a transport that needs one); `p` NULL: a frame that
+        is no bytes object, for the transport's ``send``."""
         cdef bint sent
         cdef int err = 0
         transport = self.transport
         if transport is not self._looked_up_for:
             self._look_up()
-        if isinstance(transport, MeshSender):
-            sent = (<MeshSender> transport).send_c(None, p, n)
-        elif self._packet_fd >= 0:
+        if p != NULL and isinstance(transport, MeshSender):
+            sent = (<MeshSender> transport).send_c(frame, p, n)
+        elif p != NULL and self._packet_fd >= 0:
             sent = packet_send_raw(self._packet_fd, p, n, &err) >= 0     # never blocks: keeps the GIL
             if sent:
                 transport._sent += 1
             elif err == EAGAIN or err == ENOBUFS:
                 transport._dropped += 1         # the queue is full: lost, as PacketPort.send counts it
-            else:
-                sent = transport.send(PyBytes_FromStringAndSize(<const char*> p, n))    # raises as send_frame's
+            else:                               # raises what the port raises for it (EMSGSIZE: ValueError)
+                sent = transport.send(frame if frame is not None else PyBytes_FromStringAndSize(<const char*> p, n))
         else:
-            return self.send_frame(PyBytes_FromStringAndSize(<const char*> p, n), t, start, end)
+            sent = transport.send(frame if frame is not None or p == NULL else PyBytes_FromStringAndSize(<const char*> p, n))
         if sent:
             self.tx_frames += 1
         else:
