@@ -1,5 +1,6 @@
 # The discrete-event core: a binary heap of (time, priority, sequence) keys in C,
 # callbacks kept in a slot table so that no Python tuple is built per event.
+cimport cython
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 
@@ -22,6 +23,9 @@ cdef class EventTarget:
     cdef int on_event(self, int what, object arg) except -1
 
 
+# Final: nothing subclasses the engine, so its cdef methods are direct C calls (gcc may
+# inline the heap's) and its cpdef ones skip the check for a Python override.
+@cython.final
 cdef class Engine:
     cdef public double now
     cdef _Key* _heap
@@ -53,6 +57,9 @@ cdef class Engine:
     cpdef double peek(self) noexcept
     cpdef bint step(self) except -1
     cdef bint _step(self) except -1
+    cdef bint _live_top(self) noexcept
+    cdef bint _due(self, double until) noexcept
+    cdef int _run_top(self) except -1
     cpdef long long run(self, double until=*) except -1
     cpdef long long run_until_stop(self, double until) except -1
     cpdef bint advance(self, double t) except -1

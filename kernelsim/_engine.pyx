@@ -175,13 +175,15 @@ cdef class Engine:
 
     cpdef double peek(self) noexcept:
         """Time of the next live event, or +inf."""
-        cdef int slot
+        return self._heap[0].time if self._live_top() else INFINITY
+
+    cdef bint _live_top(self) noexcept:
+        """Drop cancelled keys off the top of the heap: True if a live event is left there."""
         while self._size:
-            slot = self._heap[0].slot
-            if not _empty(self._fns, slot):
-                return self._heap[0].time
+            if not _empty(self._fns, self._heap[0].slot):
+                return True
             self._pop_dead()
-        return INFINITY
+        return False
 
     cdef void _pop_dead(self) noexcept:
         cdef int slot = self._heap[0].slot
@@ -206,43 +208,44 @@ cdef class Engine:
             self._until = saved
 
     cdef bint _step(self) except -1:
-        cdef int slot, what
-        cdef object fn, arg
-        while self._size:
-            slot = self._heap[0].slot
-            if _empty(self._fns, slot):
-                self._pop_dead()
-                continue
-            fn = <object> PyList_GET_ITEM(self._fns, slot)
-            self.now = wall_now() if self.realtime else self._heap[0].time
-            arg = <object> PyList_GET_ITEM(self._args, slot)
-            what = self._whats[slot]
-            _put(self._fns, slot, None)
-            _put(self._args, slot, None)
-            self._pop_dead()
-            self.events_run += 1
-            self._look = not self.realtime and not self.stop_requested
-            try:
-                if what >= 0:
-                    (<EventTarget> fn).on_event(what, arg)
-                else:
-                    fn(arg)
-            finally:
-                self._look = False
-            return True
-        return False
+        if not self._live_top():
+            return False
+        self._run_top()
+        return True
+
+    cdef bint _due(self, double until) noexcept:
+        """A live event is next, and it comes at or before `until` (an event at +inf never does)."""
+        return self._live_top() and self._heap[0].time <= until and self._heap[0].time != INFINITY
+
+    cdef int _run_top(self) except -1:
+        """Run the event on top of the heap, which `_live_top` has found live."""
+        cdef int slot = self._heap[0].slot
+        cdef int what = self._whats[slot]
+        cdef object fn = <object> PyList_GET_ITEM(self._fns, slot)
+        cdef object arg = <object> PyList_GET_ITEM(self._args, slot)
+        self.now = wall_now() if self.realtime else self._heap[0].time
+        _put(self._fns, slot, None)
+        _put(self._args, slot, None)
+        self._pop_dead()
+        self.events_run += 1
+        self._look = not self.realtime and not self.stop_requested
+        try:
+            if what >= 0:
+                (<EventTarget> fn).on_event(what, arg)
+            else:
+                fn(arg)
+        finally:
+            self._look = False
+        return 0
 
     cpdef long long run(self, double until=INFINITY) except -1:
         """Run every event up to and including time `until`; return how many ran."""
         cdef long long n = 0
-        cdef double t, saved = self._until
+        cdef double saved = self._until
         self._until = until
         try:
-            while True:
-                t = self.peek()
-                if t == INFINITY or t > until:
-                    break
-                self._step()
+            while self._due(until):
+                self._run_top()
                 n += 1
         finally:
             self._until = saved
@@ -253,15 +256,12 @@ cdef class Engine:
     cpdef long long run_until_stop(self, double until) except -1:
         """Run events with time <= `until` until one of them calls `request_stop()`."""
         cdef long long n = 0
-        cdef double t, saved = self._until
+        cdef double saved = self._until
         self.stop_requested = False
         self._until = until
         try:
-            while not self.stop_requested:
-                t = self.peek()
-                if t == INFINITY or t > until:
-                    break
-                self._step()
+            while not self.stop_requested and self._due(until):
+                self._run_top()
                 n += 1
         finally:
             self._until = saved
