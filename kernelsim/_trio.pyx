@@ -22,10 +22,11 @@ cimport cython
 from libc.math cimport INFINITY
 from cpython.dict cimport PyDict_Next
 from cpython.object cimport PyObject_GenericSetAttr
-from cpython.ref cimport PyObject, Py_XDECREF
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport reuse
 import errno
 import hashlib
+from heapq import heappop
 import inspect
 import math
 import os
@@ -156,21 +157,127 @@ def replicates_trio(on=None) -> bool:
     return _fast_wake and _fast_park and _fast_deadline and _fast_step
 
 
+# -- trio's fields, read and written where their slots are ----------------------------
+#
+# trio's Task, Runner and CancelStatus and outcome's Value keep their fields in slots
+# (attrs' slots=True). Reading one by name looks the name up through the type's MRO and
+# calls its member descriptor: ~120 instructions, some fifty times per modeled round trip
+# (the wakes, parks and hand-overs of this module). A `_Field` does what the descriptor
+# does -- the object pointer at the slot's offset -- once it has checked, at import, that
+# the name is a writable object slot of that class and that the class does not intercept
+# setattr (Value is frozen: the replicas set its fields as its own methods do, with
+# object.__setattr__). An object of any other type, or a trio where the name is not such
+# a slot, goes through getattr and setattr.
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+        int flags
+    enum:
+        T_OBJECT_EX
+        READONLY
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+
+@cython.final
+cdef class _Field:
+    cdef object cls                 # a class (trio's have their own metaclass)
+    cdef str name
+    cdef Py_ssize_t offset          # -1: by name
+    cdef bint frozen                # set with object.__setattr__, as the class's own code does
+
+    cdef inline object get(self, object o):
+        cdef PyObject* v
+        if type(o) is self.cls and self.offset >= 0:
+            v = (<PyObject**> ((<char*> <PyObject*> o) + self.offset))[0]
+            if v != NULL:
+                return <object> v
+        return getattr(o, self.name)
+
+    cdef inline int set(self, object o, object value) except -1:
+        cdef PyObject** slot
+        cdef PyObject* old
+        if type(o) is self.cls and self.offset >= 0:
+            slot = <PyObject**> ((<char*> <PyObject*> o) + self.offset)
+            old = slot[0]
+            Py_INCREF(value)
+            slot[0] = <PyObject*> value
+            Py_XDECREF(old)
+        elif self.frozen:
+            PyObject_GenericSetAttr(o, self.name, value)
+        else:
+            setattr(o, self.name, value)
+        return 0
+
+
+cdef _Field _field(object cls, str name, bint frozen=False):
+    cdef _Field f = _Field.__new__(_Field)
+    cdef PyMemberDef* member
+    f.cls, f.name, f.frozen, f.offset = cls, name, frozen, -1
+    descr = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
+    if type(descr) is _MemberDescriptor and (frozen or cls.__setattr__ is object.__setattr__):
+        member = (<PyMemberDescrObject*> <PyObject*> descr).d_member
+        if member.type == T_OBJECT_EX and not (member.flags & READONLY):
+            f.offset = member.offset
+    return f
+
+_MemberDescriptor = type(_trio_run.Task._runner)
+_Task, _Runner, _CancelStatus = _trio_run.Task, _trio_run.Runner, _trio_run.CancelStatus
+cdef _Field _task_runner = _field(_Task, "_runner")
+cdef _Field _task_send_fn = _field(_Task, "_next_send_fn")
+cdef _Field _task_send = _field(_Task, "_next_send")
+cdef _Field _task_abort_func = _field(_Task, "_abort_func")
+cdef _Field _task_sleep_data = _field(_Task, "custom_sleep_data")
+cdef _Field _task_coro = _field(_Task, "coro")
+cdef _Field _task_context = _field(_Task, "context")
+cdef _Field _task_cancel_status = _field(_Task, "_cancel_status")
+cdef _Field _task_schedule_points = _field(_Task, "_schedule_points")
+cdef _Field _task_cancel_points = _field(_Task, "_cancel_points")
+cdef _Field _status_cancelled = _field(_CancelStatus, "effectively_cancelled")
+cdef _Field _runner_ki_pending = _field(_Runner, "ki_pending")
+cdef _Field _runner_main_task = _field(_Runner, "main_task")
+cdef _Field _value_unwrapped = _field(_Value, "_unwrapped", True)
+cdef _Field _value_value = _field(_Value, "value", True)
+cdef _Field _deadlines_heap = _field(_trio_run.Deadlines, "_heap")
+cdef _Field _scope_deadline = _field(_trio_run.CancelScope, "_registered_deadline")
+cdef tuple _FIELDS = (_task_runner, _task_send_fn, _task_send, _task_abort_func, _task_sleep_data, _task_coro,
+                      _task_context, _task_cancel_status, _task_schedule_points, _task_cancel_points,
+                      _status_cancelled, _runner_ki_pending, _runner_main_task, _value_unwrapped, _value_value,
+                      _deadlines_heap, _scope_deadline)
+
+
+def _read_fields(objs):
+    """For each field of this module whose class one of `objs` is: (class name, field,
+    read at its slot?, what it reads, what getattr reads) -- for the tests."""
+    cdef _Field f
+    rows = []
+    for f in _FIELDS:
+        for o in objs:
+            if type(o) is f.cls:
+                rows.append((f.cls.__name__, f.name, f.offset >= 0, f.get(o), getattr(o, f.name)))
+    return rows
+
+
 cdef object _value_none():
     """``outcome.Value(None)``: its generated __init__, two attribute stores, done in C."""
     v = _Value.__new__(_Value)
-    PyObject_GenericSetAttr(v, "_unwrapped", False)
-    PyObject_GenericSetAttr(v, "value", None)
+    _value_unwrapped.set(v, False)
+    _value_value.set(v, None)
     return v
 
 
 cdef object _unwrap(o):
     """``o.unwrap()`` for the outcome a park returns: a Value's, done in C."""
     if _fast_park and type(o) is _Value:
-        if o._unwrapped:
+        if _value_unwrapped.get(o):
             raise outcome.AlreadyUsedError
-        PyObject_GenericSetAttr(o, "_unwrapped", True)
-        return o.value
+        _value_unwrapped.set(o, True)
+        return _value_value.get(o)
     return o.unwrap()
 
 
@@ -184,19 +291,19 @@ cdef object _wait_message(abort_func):
 cdef int _wake(object task) except -1:
     """``trio.lowlevel.reschedule(task)``: runnable again, its wait returning None."""
     try:
-        runner = task._runner
+        runner = _task_runner.get(task)
     except AttributeError:
         _reschedule(task)
         return 0
     if not _fast_wake:
         runner.reschedule(task)
         return 0
-    if task._next_send_fn is not None:
+    if _task_send_fn.get(task) is not None:
         raise RuntimeError(f"{task!r} is not parked")       # trio's assert
-    task._next_send_fn = task.coro.send
-    task._next_send = _value_none()
-    task._abort_func = None
-    task.custom_sleep_data = None
+    _task_send_fn.set(task, _task_coro.get(task).send)
+    _task_send.set(task, _value_none())
+    _task_abort_func.set(task, None)
+    _task_sleep_data.set(task, None)
     cdef RunnableCounter c = live_counter()
     if c is not None and c.runner is runner:
         runq = c.runq                   # the run's own, read once (`RunnableCounter.before_run`)
@@ -401,14 +508,14 @@ cdef bint _cancel_pending(task) except -1:
     no coroutine at all."""
     cdef RunnableCounter counter
     try:
-        if task._cancel_status.effectively_cancelled:
+        if _status_cancelled.get(_task_cancel_status.get(task)):
             return True
         # A KeyboardInterrupt is delivered to the main task only: asked of it alone.
         counter = own_counter()
         if counter is not None:
-            return task is counter.main_task() and counter.runner.ki_pending
-        runner = task._runner
-        return runner.ki_pending and task is runner.main_task
+            return task is counter.main_task() and _runner_ki_pending.get(counter.runner)
+        runner = _task_runner.get(task)
+        return _runner_ki_pending.get(runner) and task is _runner_main_task.get(runner)
     except AttributeError:              # another trio's internals: let trio decide
         return True
 
@@ -992,7 +1099,7 @@ cdef class _GivenBack:
 cdef bint _quiet(RunnableCounter counter, runner) except -1:
     """Nothing for trio's next pass to attend to but its runnable tasks."""
     registered = counter.io_registered
-    if registered is None or runner.ki_pending:
+    if registered is None or _runner_ki_pending.get(runner):
         return False
     cdef Py_ssize_t n = len(registered)
     if n > 1 or (n == 1 and counter.wakeup_fd not in registered):
@@ -1024,8 +1131,8 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     if len(runq) != 1:
         return 0
     other = runq[0]
-    send_fn = other._next_send_fn
-    if other is task or type(send_fn) is _GivenBack or task._runner is not runner:
+    send_fn = _task_send_fn.get(other)
+    if other is task or type(send_fn) is _GivenBack or _task_runner.get(task) is not runner:
         return 0
     if not _quiet(counter, runner) or engine.now >= _next_trio_deadline(runner, counter):
         return 0
@@ -1033,40 +1140,41 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     runq.pop()
     counter.runnable -= 1
     counter.stepped += 1
-    send = other._next_send
-    other._next_send_fn = other._next_send = None
+    send = _task_send.get(other)
+    _task_send_fn.set(other, None)
+    _task_send.set(other, None)
     cdef _GivenBack given = None
     if other is not counter.kernel_woken:
         raise_readable()                # it may resume outside the kernel (see OpenFile)
     counter.kernel_woken = None
     _GRC.task = counter.stepping = other
     _hosting = done.hosting = True
-    task._abort_func = done.host_abort
+    _task_abort_func.set(task, done.host_abort)
     cdef bint deferring = defer_raising(False)     # its own calls defer for themselves
     try:
-        msg = other.context.run(send_fn, send)
+        msg = _task_context.get(other).run(send_fn, send)
     except BaseException as exc:
         given = _GivenBack.__new__(_GivenBack)
         given.exc = exc
     finally:
         defer_raising(deferring)
         _hosting = done.hosting = False
-        task._abort_func = None
+        _task_abort_func.set(task, None)
         _GRC.task = counter.stepping = task
     if given is None:
         if type(msg) is _WaitTaskRescheduled:
             # Parked again: trio's handling of the message.
-            other._schedule_points += 1
-            other._cancel_points += 1
-            other._abort_func = msg.abort_func
-            if runner.ki_pending and other is runner.main_task:
+            _task_schedule_points.set(other, _task_schedule_points.get(other) + 1)
+            _task_cancel_points.set(other, _task_cancel_points.get(other) + 1)
+            _task_abort_func.set(other, msg.abort_func)
+            if _runner_ki_pending.get(runner) and other is _runner_main_task.get(runner):
                 other._attempt_delivery_of_pending_ki()
-            if other._cancel_status.effectively_cancelled:     # the method's own first test, asked first
+            if _status_cancelled.get(_task_cancel_status.get(other)):   # the method's own first test, asked first
                 other._attempt_delivery_of_any_pending_cancel()
             return 1
         given = _GivenBack.__new__(_GivenBack)
         given.msg = msg
-    other._next_send_fn = given
+    _task_send_fn.set(other, given)
     runq.append(other)
     hooks = counter.hooks.get("task_scheduled")
     if hooks:
@@ -1249,9 +1357,17 @@ cdef double _next_trio_deadline(runner, RunnableCounter counter) except? -1.0:
         if runner is None:
             runner = _GRC.runner
         deadlines = counter.deadlines if counter.runner is runner else runner.deadlines
-        if _fast_deadline and not deadlines._heap:
-            return INFINITY
-        return deadlines.next_deadline()
+        if not _fast_deadline:
+            return deadlines.next_deadline()
+        # `Deadlines.next_deadline`, replicated: the first entry whose scope still has
+        # that deadline, the stale ones dropped.
+        heap = _deadlines_heap.get(deadlines)
+        while heap:
+            deadline, _, scope = <tuple> heap[0]
+            if deadline == _scope_deadline.get(scope):
+                return deadline
+            heappop(heap)
+        return INFINITY
     except AttributeError:
         gap = trio.lowlevel.current_statistics().seconds_to_next_deadline
         return trio.current_time() + gap if gap < math.inf else math.inf

@@ -461,3 +461,30 @@ def test_a_call_s_value_and_error_are_not_kept_once_it_has_returned(binding):
         return [ref() is None for ref in kept]
 
     assert Cluster(nodes=2).run_spmd(program)[0] == [True, True]
+
+
+def test_trio_s_fields_are_read_and_written_at_their_slots_as_getattr_would():
+    """The wakes, parks and hand-overs read trio's task, runner and cancel status fields at
+    their slots (`kernelsim._trio._Field`). On the trio installed, every one of them must
+    be such a slot -- else those calls silently go back to getattr -- and read what
+    getattr reads, from a live task inside a run."""
+    from kernelsim import _trio as binding
+    from trio._core import _run
+
+    rows = []
+
+    async def main():
+        await trio.sleep(0)
+        task = trio.lowlevel.current_task()
+        runner = _run.GLOBAL_RUN_CONTEXT.runner
+        with trio.move_on_after(10) as scope:
+            rows.extend(binding._read_fields([task, runner, task._cancel_status, runner.deadlines, scope]))
+
+    trio.run(main)
+    read = {(cls, name) for cls, name, *_ in rows}
+    assert {("Task", "_next_send_fn"), ("Task", "_runner"), ("Task", "context"), ("Runner", "ki_pending"),
+            ("CancelStatus", "effectively_cancelled"), ("Deadlines", "_heap"),
+            ("CancelScope", "_registered_deadline")} <= read
+    for cls, name, at_slot, got, expected in rows:
+        assert at_slot, f"{cls}.{name} is not an object slot in this trio"
+        assert got is expected, (cls, name, got, expected)
