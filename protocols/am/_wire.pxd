@@ -8,6 +8,8 @@ cpdef unsigned int checksum(int src, int dst, const unsigned char[::1] user, con
                             Py_ssize_t n)
 cpdef bytes trailer(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data)
 cpdef bint verify(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data)
+cdef bytes trailer_of(int src, int dst, bytes user, bytes data)
+cdef bint verify_of(int src, int dst, bytes user, bytes data)
 
 
 cdef class Header:

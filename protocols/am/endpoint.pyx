@@ -38,7 +38,7 @@ from protocols.am import _wire as W
 from protocols.am._checks import MAX_HANDLERS, U32
 from protocols.am._checks cimport handler_index, pack_words
 from protocols.am.window import AM_PROTO, BLOCKED
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg, verify, words_of
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg, verify_of, words_of
 from protocols.am.bulk cimport Bulk, Transfer
 from protocols.am._codes cimport *
 from protocols.am.window cimport Events, Pump, Window
@@ -669,7 +669,7 @@ cdef class AmPath(Path):
                     cost[0] = ep.c_sum_packet + ep.c_sum_byte * (AM_HDR + len(self.data))
                     return 1
             elif self.state == ST_RX_SUM:
-                if not verify(self.pkt.src, ep.node.nid, self.pkt.user, self.data):
+                if not verify_of(self.pkt.src, ep.node.nid, <bytes> self.pkt.user, self.data):
                     ep.counts[S_CHECKSUM_ERRORS] += 1
                     self.state = ST_LOOK
                     continue
@@ -723,11 +723,10 @@ cdef class AmPath(Path):
                 ep._keepalive_check()
                 self.state = ST_PUMP_NEXT
             elif self.state == ST_PUMP_NEXT:
-                work = ep.work
-                if not work:
+                if not ep.work:
                     self.state = ST_END
                     continue
-                peer = <Peer> work.popleft()
+                peer = <Peer> ep.work.pop(0)
                 peer.queued = False
                 self._pump(peer)
                 self.peer = peer
@@ -741,7 +740,7 @@ cdef class AmPath(Path):
                 if not self.pump.value:
                     if not peer.queued:
                         peer.queued = True
-                        ep.work.appendleft(peer)
+                        ep.work.insert(0, peer)
                     self.state = ST_END
             else:
                 return self._end()

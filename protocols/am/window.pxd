@@ -40,7 +40,7 @@ cdef class Window(OpenFile):
     # window.pyx
     cdef public int req_window, rep_window, ack_div, tx_need
     cdef public dict peers                     # node id -> Peer, made on first contact
-    cdef public object work                    # collections.deque of Peer with something to send
+    cdef public list work                      # Peer with something to send, in the order they got it
     # keepalive.pyx
     cdef public bint wall_clock
     cdef public double _opened_at, _ka_due

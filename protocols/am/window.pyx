@@ -35,7 +35,7 @@ from kernelsim import WouldBlock
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import U32
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, pack, trailer
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, pack, trailer_of
 from protocols.am._codes cimport *
 from kernelsim._path cimport Path
 cimport cython
@@ -78,7 +78,10 @@ cdef class Window(OpenFile):
         self.rep_window = params["reply_window"]
         self.ack_div = params["ack_div"]
         self.peers = {}                         # made on first contact (see `peer`)
-        self.work = deque()                     # peers with something to send, in the order they got it
+        # Peers with something to send, in the order they got it: a list, not a deque -- a
+        # peer is on it at most once (`Peer.queued`), so it is short, and a list's append and
+        # pop are C calls where a deque's are method calls.
+        self.work = []
         self.tx_need = 0
 
     cdef object blocked(self, str why):
@@ -264,7 +267,7 @@ cdef class Window(OpenFile):
         pkts = [packet(i) for i in range(k)]
         if self.checksum:                          # the end-to-end trailer (_wire.pyx), summed as it is built
             me = self.node.nid
-            pkts = [(h, trailer(me, dest, h, d)) for h, d in pkts]
+            pkts = [(h, trailer_of(me, dest, h, d)) for h, d in pkts]
             sum_byte = self.c_sum_byte
             each += self.c_sum_packet + sum_byte * W.AM_HDR
         units = [(HDR_BYTES + len(d) + LEN_UNIT - 1) // LEN_UNIT for _h, d in pkts]
@@ -440,7 +443,7 @@ cdef class Pump(Path):
         cdef Py_ssize_t n
         cdef bytes data = self.data
         if ep.checksum:                            # the end-to-end trailer (_wire.pyx), summed as it is built
-            data = trailer(ep.node.nid, self.peer.nid, self.hdr, data)
+            data = trailer_of(ep.node.nid, self.peer.nid, self.hdr, data)
             sum_byte = ep.c_sum_byte
             each += ep.c_sum_packet + sum_byte * AM_HDR
         self.idx = f.tx_next % f.send_count
