@@ -187,6 +187,16 @@ cdef _TxJob _tx_job(unsigned int epoch, int entry, Py_ssize_t nbytes, int slot, 
     return job
 
 
+@cython.freelist(16)
+cdef class _RxJob:
+    """One arriving packet on its way through the i860 and the receive DMA (the argument
+    of its two engine events, as `_TxJob` is of a send's)."""
+    cdef unsigned int epoch
+    cdef bytes pkt                  # the packet, header and data
+    cdef Py_ssize_t dlen            # its data bytes
+    cdef Py_ssize_t entry           # the receive entry it goes to (once the i860 has taken it)
+
+
 cdef class Tb2Adapter(NicModel):
     """One TB2 adapter on one node's MicroChannel."""
 
@@ -507,6 +517,7 @@ cdef class Tb2Adapter(NicModel):
         """`rx_frame` of the `n` bytes at `frame` (`whole`: the same bytes as an object, or None)."""
         cdef Py_ssize_t dlen
         cdef double t
+        cdef _RxJob job
         if not self.control & C_CTL_ENABLE:
             self.rx_disabled += 1
             return
@@ -531,14 +542,18 @@ cdef class Tb2Adapter(NicModel):
         self.i860_free = t + self.i860_rx_s
         if whole is None or C_HDR_BYTES + dlen != n:
             whole = PyBytes_FromStringAndSize(<const char*> frame, C_HDR_BYTES + dlen)
-        self.engine.post(t, self, EV_RX_TAKE, (self.epoch, whole, dlen))
+        job = _RxJob.__new__(_RxJob)
+        job.epoch = self.epoch
+        job.pkt = whole
+        job.dlen = dlen
+        self.engine.post(t, self, EV_RX_TAKE, job)
 
     cdef _rx_take(self, arg):
         """The i860 takes the packet: a free receive entry, or the packet is lost."""
-        cdef unsigned int epoch
-        cdef Py_ssize_t dlen, entry, nbytes
+        cdef _RxJob job = <_RxJob?> arg
+        cdef unsigned int epoch = job.epoch
+        cdef Py_ssize_t dlen = job.dlen, entry, nbytes
         cdef double start, t
-        epoch, pkt, dlen = arg
         if epoch != self.epoch or not self.control & C_CTL_ENABLE:
             self.rx_disabled += 1
             return
@@ -555,17 +570,17 @@ cdef class Tb2Adapter(NicModel):
         t = start + self.dma_time(nbytes)      # the packet
         t += self.dma_time(4)                 # then the status word, its own transaction
         self.dma_rx_free = t
-        self.engine.post(t, self, EV_RX_COMMIT, (epoch, entry, pkt, dlen))
+        job.entry = entry
+        self.engine.post(t, self, EV_RX_COMMIT, job)
 
     cdef _rx_commit(self, arg):
-        cdef unsigned int epoch
-        cdef Py_ssize_t entry, dlen, addr
-        epoch, entry, pkt, dlen = arg
-        if epoch != self.epoch:
+        cdef _RxJob job = <_RxJob?> arg
+        cdef Py_ssize_t dlen = job.dlen, addr
+        if job.epoch != self.epoch:
             self.rx_disabled += 1             # reset while the DMA ran: lost, but counted
             return
-        addr = self.recv_base + entry * C_ENTRY_BYTES
-        _copy_in(self.mem, addr, pkt)
+        addr = self.recv_base + job.entry * C_ENTRY_BYTES
+        _copy_in(self.mem, addr, job.pkt)
         self.mem.wr32(addr + C_H_STATUS, RX_VALID_BIT | <unsigned int> dlen)
         self.rx_packets += 1
         self.rx_bytes += dlen

@@ -71,6 +71,7 @@ cdef class Peer:
     cdef public object gets           # collections.deque of my am_gets to this node, in the order it serves them
     cdef public long long in_base, in_total, mark
     cdef public bint queued           # on the endpoint's work queue
+    cdef Peer next_work               # the peer after it on that queue (Window.work_head)
 
     cpdef bint unacked(self)
     cpdef bint busy(self)

@@ -173,8 +173,11 @@ cdef class Bulk(KeepAlive):
     cdef int _finish(self, object xfer) except -1:
         """The store's source may be reused: its last chunk is acknowledged (the data
         has landed and the remote handler has run), or, for a one-packet store, its
-        data has been copied and handed over. Run the completion function."""
+        data has been copied and handed over. Run the completion function (nothing if
+        the transfer is already done: the callers in window.pyx see no Transfer's fields)."""
         cdef Transfer x = <Transfer?> xfer
+        if x.done:
+            return 0
         x.done = True
         self.counts[S_STORES_COMPLETED] += 1
         if x.on_done is not None:
@@ -217,7 +220,7 @@ cdef class Bulk(KeepAlive):
         written (the whole rest of the transfer at once), then placed by its offset.
         1 when the handler it ran replied (the caller sends the reply)."""
         cdef long long base, total
-        if not Window.in_segments(self, h.chunk_base, h.end):
+        if not self.in_segments_c(h.chunk_base, h.end):
             self._refuse(peer, rx, 0, h.seq)
             return 0
         if not self._accept_chunk_packet(rx, h, data):

@@ -723,11 +723,10 @@ cdef class AmPath(Path):
                 ep._keepalive_check()
                 self.state = ST_PUMP_NEXT
             elif self.state == ST_PUMP_NEXT:
-                if not ep.work:
+                peer = ep._next_work()
+                if peer is None:
                     self.state = ST_END
                     continue
-                peer = <Peer> ep.work.pop(0)
-                peer.queued = False
                 self._pump(peer)
                 self.peer = peer
                 self.state = ST_PUMP_RUN
@@ -738,9 +737,7 @@ cdef class AmPath(Path):
                 self.peer = None
                 self.state = ST_PUMP_NEXT
                 if not self.pump.value:
-                    if not peer.queued:
-                        peer.queued = True
-                        ep.work.insert(0, peer)
+                    ep._work_first(peer)
                     self.state = ST_END
             else:
                 return self._end()

@@ -78,10 +78,11 @@ cdef class Window(OpenFile):
         self.rep_window = params["reply_window"]
         self.ack_div = params["ack_div"]
         self.peers = {}                         # made on first contact (see `peer`)
-        # Peers with something to send, in the order they got it: a list, not a deque -- a
-        # peer is on it at most once (`Peer.queued`), so it is short, and a list's append and
-        # pop are C calls where a deque's are method calls.
-        self.work = []
+        # Peers with something to send, in the order they got it (`_kick`, `_next_work`): a
+        # queue linked through the peers (`Peer.next_work`; a peer is on it at most once), so
+        # queueing and taking one are C field stores -- a deque's are method calls, and a
+        # list that empties frees its storage each time.
+        self.work_head = self.work_tail = None
         self.tx_need = 0
 
     cdef object blocked(self, str why):
@@ -122,7 +123,33 @@ cdef class Window(OpenFile):
         """`peer` has something to send: the next pump visits it."""
         if not peer.queued:
             peer.queued = True
-            self.work.append(peer)
+            peer.next_work = None
+            if self.work_tail is None:
+                self.work_head = peer
+            else:
+                self.work_tail.next_work = peer
+            self.work_tail = peer
+        return 0
+
+    cdef Peer _next_work(self):
+        """The first peer on the work queue, taken off it; None when it is empty."""
+        cdef Peer peer = self.work_head
+        if peer is not None:
+            self.work_head = peer.next_work
+            if self.work_head is None:
+                self.work_tail = None
+            peer.next_work = None
+            peer.queued = False
+        return peer
+
+    cdef int _work_first(self, Peer peer) except -1:
+        """`peer` goes back to the front of the queue (the send FIFO filled while it was pumped)."""
+        if not peer.queued:
+            peer.queued = True
+            peer.next_work = self.work_head
+            self.work_head = peer
+            if self.work_tail is None:
+                self.work_tail = peer
         return 0
 
     # -- memory ---------------------------------------------------------------------------
@@ -145,6 +172,25 @@ cdef class Window(OpenFile):
         end = self._ends[a - 1]
         return hi <= end and lo <= end
 
+    cdef bint in_segments_c(self, long long lo, long long hi) except -1:
+        """`in_segments` of C values (a received header's range: nothing boxed, no Python
+        compare). The segments lie below 2**32 (endpoint.segment), so their bounds unbox."""
+        cdef list starts = self._starts
+        cdef Py_ssize_t a = 0, b = len(starts), mid
+        cdef long long end
+        if hi < lo:
+            return False
+        while a < b:
+            mid = (a + b) >> 1
+            if lo < <long long> starts[mid]:
+                b = mid
+            else:
+                a = mid + 1
+        if a == 0:
+            return False
+        end = <long long> self._ends[a - 1]
+        return hi <= end and lo <= end
+
     # -- acknowledgements, NACKs, refusals on the sending side ---------------------------------
 
     cdef int _acked(self, Peer peer, TxChannel ch, int cum) except -1:
@@ -159,7 +205,7 @@ cdef class Window(OpenFile):
             self._kick(peer)                        # the window has room again
         for m in done:
             x = m.xfer
-            if x is not None and m.kind == K_STORE and m.flags & F_LAST and not x.done:
+            if x is not None and m.kind == K_STORE and m.flags & F_LAST:
                 self._finish(x)
         return 0
 
@@ -488,7 +534,7 @@ cdef class Pump(Path):
         """A message is sent (and its bookkeeping paid): on to the next."""
         cdef Msg m = self.m
         if m is not None:
-            if self.first and m.kept and m.kind == K_STORE and m.xfer is not None and not m.xfer.done:
+            if self.first and m.kept and m.kind == K_STORE and m.xfer is not None:
                 self.ep._finish(m.xfer)             # its data is copied: the source is free
             self.ch.resend += 1
         self.ss = S_IDLE
