@@ -44,6 +44,8 @@ cdef class TxChannel:
     cdef public long long retransmitted, goback
 
     cpdef bint can_send(self, int npkts)
+    cdef int queue(self, Msg m) except -1
+    cdef Msg next_pending(self)
     cpdef assign(self, Msg m)
     cpdef list ack(self, int cum)
     cpdef int go_back(self, int seq)

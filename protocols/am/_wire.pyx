@@ -368,6 +368,12 @@ cdef Msg new_msg(int kind, int flags, int handler, object data, int npkts, int t
     return m
 
 
+# The deque's methods, found once: a call of ``pending.append(m)`` from C looks the method
+# up by name on every message (about twice the instructions of the call itself).
+cdef object _deque_append = deque.append
+cdef object _deque_popleft = deque.popleft
+
+
 cdef class TxChannel:
     """The sending end of one channel to one node."""
 
@@ -383,6 +389,15 @@ cdef class TxChannel:
 
     cpdef bint can_send(self, int npkts):
         return self.inflight + npkts <= self.window
+
+    cdef int queue(self, Msg m) except -1:
+        """``pending.append(m)``: a message waits for its sequence number."""
+        _deque_append(self.pending, m)
+        return 0
+
+    cdef Msg next_pending(self):
+        """``pending.popleft()``: the oldest waiting message, to be sent."""
+        return <Msg> _deque_popleft(self.pending)
 
     cpdef assign(self, Msg m):
         """Give `m` the next sequence number; it is now in the window (sent or not)."""

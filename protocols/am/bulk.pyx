@@ -115,7 +115,7 @@ cdef class Bulk(KeepAlive):
         if nbytes <= self.pkt_data:
             # One packet: not bulk -- its data copied now (`_chunks`), read straight from the source.
             kept = data[:nbytes] if local is None else self.mem.read(local, nbytes)
-            peer.tx_req.pending.append(new_msg(K_STORE, F_FIRST | F_LAST, handler, kept, 1, nbytes, raddr, arg, 0, x,
+            peer.tx_req.queue(new_msg(K_STORE, F_FIRST | F_LAST, handler, kept, 1, nbytes, raddr, arg, 0, x,
                                                True))
         else:
             if local is None:
@@ -127,7 +127,7 @@ cdef class Bulk(KeepAlive):
         return x
 
     def get(self, dest, raddr, lbuf, nbytes, handler, arg, blocking=False) -> Transfer:
-        peer = Window.peer(self, dest)
+        cdef Peer peer = Window.peer(self, dest)
         check_count(nbytes)
         handler = handler_index(handler)
         arg = word(arg)
@@ -135,7 +135,7 @@ cdef class Bulk(KeepAlive):
         local = self._local_range(lbuf, nbytes)
         x = Transfer("get", dest, nbytes, raddr, local, handler, arg, blocking=blocking)
         m = new_msg(K_GETREQ, 0, handler, pack_words((raddr, nbytes, local)), 1, 0, 0, 0, 0, x, False)
-        peer.tx_req.pending.append(m)
+        peer.tx_req.queue(m)
         peer.gets.append(x)
         self.counts[S_GETS] += 1
         return x
@@ -154,7 +154,7 @@ cdef class Bulk(KeepAlive):
         cdef int pkt = self.pkt_data, npk, f
         cdef bint last
         if nbytes <= pkt:
-            ch.pending.append(new_msg(kind, flags | F_FIRST | F_LAST, handler, read(0, nbytes), 1, <int> nbytes, addr,
+            ch.queue(new_msg(kind, flags | F_FIRST | F_LAST, handler, read(0, nbytes), 1, <int> nbytes, addr,
                                       arg, 0, x, True))
             return 0
         cb = self.chunk_bytes
@@ -166,7 +166,7 @@ cdef class Bulk(KeepAlive):
             npk = <int> (-(-c // pkt))
             last = j == count - 1
             f = flags | (F_FIRST if j == 0 else 0) | (F_LAST if last else 0)
-            ch.pending.append(new_msg(kind, f, handler, read, npk, <int> (c - (npk - 1) * pkt), <unsigned int> (addr + off),
+            ch.queue(new_msg(kind, f, handler, read, npk, <int> (c - (npk - 1) * pkt), <unsigned int> (addr + off),
                                       arg if last else <unsigned int> end, off, x, False))
         return 0
 

@@ -280,7 +280,7 @@ cdef class AmEndpoint(Bulk):
         if tok.replied:
             raise HandlerRuleError(errno.EINVAL, "a request handler replies at most once")
         m = new_msg(K_REP, 0, handler_index(handler), pack_words(args), 1, 0, 0, 0, 0, None, False)
-        (<Peer> self.peers[tok.src]).tx_rep.pending.append(m)
+        (<Peer> self.peers[tok.src]).tx_rep.queue(m)
         tok.replied = True
 
     # -- paths: the calls ---------------------------------------------------------------------
@@ -578,7 +578,7 @@ cdef class AmPath(Path):
                     self.state = ST_POLL
                 elif self.what == A_REQUEST:
                     peer = <Peer> self.a
-                    peer.tx_req.pending.append(self.b)
+                    peer.tx_req.queue(<Msg> self.b)
                     ep.counts[S_REQUESTS] += 1
                     ep._kick(peer)
                     self._pump(peer)

@@ -455,7 +455,7 @@ cdef class Pump(Path):
                 ch = peer.tx_rep if self.phase == P_REP_NEW else peer.tx_req
                 pending = ch.pending
                 if pending and ch.can_send((<Msg> pending[0]).npkts):
-                    m = <Msg> pending.popleft()
+                    m = ch.next_pending()
                     if not peer.unacked():
                         ep._unsettled(peer)
                     if not ch.unacked:
