@@ -110,7 +110,8 @@ LEN_ARRAY_MAX = 256      # bytes of adapter memory given to the length array
 LEN_UNIT = 4             # a length byte counts 32-bit words of header + data
 MAX_FIFO_SLOTS = 64      # bound of the MSMU FIFO model (packets)
 
-# The same layout as C constants, for the per-packet code below.
+# The same layout and registers as C constants, for the per-packet code below (a module's
+# Python name is a dictionary lookup and a boxed compare on every use).
 cdef enum:
     C_ENTRY_BYTES = 256
     C_HDR_BYTES = 32
@@ -121,8 +122,26 @@ cdef enum:
     C_H_STATUS = 28
     C_CTL_ENABLE = 1
     C_INT_RX = 1
+    C_LEN_ARRAY_MAX = 256
+    C_LEN_UNIT = 4
+    C_REG_LEN = 0x000
+    C_REG_TX_DONE = 0x400
+    C_REG_RX_POP = 0x404
+    C_REG_INT_ENABLE = 0x408
+    C_REG_INT_STATUS = 0x40C
+    C_REG_SEND_BASE = 0x410
+    C_REG_SEND_COUNT = 0x414
+    C_REG_RECV_BASE = 0x418
+    C_REG_RECV_COUNT = 0x41C
+    C_REG_CONTROL = 0x420
+    C_REG_NODE_ID = 0x424
+    C_REG_RX_USED = 0x428
 assert (ENTRY_BYTES, HDR_BYTES, DATA_MAX, H_DST, H_SRC, H_LEN, H_STATUS, CTL_ENABLE, INT_RX, RX_VALID) == \
     (C_ENTRY_BYTES, C_HDR_BYTES, C_DATA_MAX, C_H_DST, C_H_SRC, C_H_LEN, C_H_STATUS, C_CTL_ENABLE, C_INT_RX, RX_VALID_BIT)
+assert (LEN_ARRAY_MAX, LEN_UNIT, REG_LEN, REG_TX_DONE, REG_RX_POP, REG_INT_ENABLE, REG_INT_STATUS, REG_SEND_BASE,
+        REG_SEND_COUNT, REG_RECV_BASE, REG_RECV_COUNT, REG_CONTROL, REG_NODE_ID, REG_RX_USED) == \
+    (C_LEN_ARRAY_MAX, C_LEN_UNIT, C_REG_LEN, C_REG_TX_DONE, C_REG_RX_POP, C_REG_INT_ENABLE, C_REG_INT_STATUS,
+     C_REG_SEND_BASE, C_REG_SEND_COUNT, C_REG_RECV_BASE, C_REG_RECV_COUNT, C_REG_CONTROL, C_REG_NODE_ID, C_REG_RX_USED)
 
 # What each engine event of the card is (EventTarget.on_event's `what`).
 cdef enum:
@@ -166,6 +185,16 @@ cdef _TxJob _tx_job(unsigned int epoch, int entry, Py_ssize_t nbytes, int slot, 
     job.slot = slot
     job.end = end
     return job
+
+
+@cython.freelist(16)
+cdef class _RxJob:
+    """One arriving packet on its way through the i860 and the receive DMA (the argument
+    of its two engine events, as `_TxJob` is of a send's)."""
+    cdef unsigned int epoch
+    cdef bytes pkt                  # the packet, header and data
+    cdef Py_ssize_t dlen            # its data bytes
+    cdef Py_ssize_t entry           # the receive entry it goes to (once the i860 has taken it)
 
 
 cdef class Tb2Adapter(NicModel):
@@ -227,27 +256,27 @@ cdef class Tb2Adapter(NicModel):
 
     cpdef unsigned int reg_read(self, unsigned int off):
         self.reg_reads += 1
-        if off == REG_TX_DONE:
+        if off == C_REG_TX_DONE:
             return self.tx_done
-        if off == REG_INT_STATUS:
+        if off == C_REG_INT_STATUS:
             return self.int_status
-        if off == REG_INT_ENABLE:
+        if off == C_REG_INT_ENABLE:
             return self.int_enable
-        if off == REG_SEND_BASE:
+        if off == C_REG_SEND_BASE:
             return <unsigned int> self.send_base
-        if off == REG_SEND_COUNT:
+        if off == C_REG_SEND_COUNT:
             return <unsigned int> self.send_count
-        if off == REG_RECV_BASE:
+        if off == C_REG_RECV_BASE:
             return <unsigned int> self.recv_base
-        if off == REG_RECV_COUNT:
+        if off == C_REG_RECV_COUNT:
             return <unsigned int> self.recv_count
-        if off == REG_CONTROL:
+        if off == C_REG_CONTROL:
             return self.control
-        if off == REG_NODE_ID:
+        if off == C_REG_NODE_ID:
             return <unsigned int> self.nid
-        if off == REG_RX_USED:
+        if off == C_REG_RX_USED:
             return <unsigned int> self.rx_used
-        if off < LEN_ARRAY_MAX:
+        if off < C_LEN_ARRAY_MAX:
             return self.lengths[off]
         return 0xFFFFFFFF
 
@@ -255,34 +284,34 @@ cdef class Tb2Adapter(NicModel):
         """One MicroChannel store of `width` bytes (1, 2 or 4, aligned) at `off`."""
         cdef int k
         self.reg_writes += 1
-        if off < LEN_ARRAY_MAX:
+        if off < C_LEN_ARRAY_MAX:
             # Byte enables: a halfword or word store writes 2 or 4 lengths at once,
             # most significant byte at the lowest address (the bus is big-endian).
-            if width not in (1, 2, 4) or off % width or off + width > LEN_ARRAY_MAX:
+            if width not in (1, 2, 4) or off % width or off + width > C_LEN_ARRAY_MAX:
                 return
             for k in range(width):
                 self.lengths[off + k] = (value >> (8 * (width - 1 - k))) & 0xFF
             self._tx_check()
-        elif off == REG_RX_POP:
+        elif off == C_REG_RX_POP:
             self._pop(value)
-        elif off == REG_INT_ENABLE:
-            self.int_enable = value & INT_RX
+        elif off == C_REG_INT_ENABLE:
+            self.int_enable = value & C_INT_RX
             self._update_irq()
-        elif off == REG_INT_STATUS:
+        elif off == C_REG_INT_STATUS:
             self.int_status &= ~value
             self._update_irq()
-        elif off == REG_SEND_BASE:
+        elif off == C_REG_SEND_BASE:
             self.send_base = value
-        elif off == REG_SEND_COUNT:
-            self.send_count = min(<int> value, LEN_ARRAY_MAX)
-        elif off == REG_RECV_BASE:
+        elif off == C_REG_SEND_COUNT:
+            self.send_count = min(<int> value, C_LEN_ARRAY_MAX)
+        elif off == C_REG_RECV_BASE:
             self.recv_base = value
-        elif off == REG_RECV_COUNT:
+        elif off == C_REG_RECV_COUNT:
             self.recv_count = <int> value
-        elif off == REG_CONTROL:
-            if value & CTL_ENABLE:
-                if not self.control & CTL_ENABLE and self._fifos_valid():
-                    self.control = CTL_ENABLE
+        elif off == C_REG_CONTROL:
+            if value & C_CTL_ENABLE:
+                if not self.control & C_CTL_ENABLE and self._fifos_valid():
+                    self.control = C_CTL_ENABLE
                     self._tx_check()
             else:
                 self._reset()
@@ -291,8 +320,8 @@ cdef class Tb2Adapter(NicModel):
         """The firmware refuses to start on FIFOs outside host memory."""
         cdef Py_ssize_t size = self.mem.size
         return (self.send_count > 0 and self.recv_count > 0 and self.send_base > 0 and self.recv_base > 0
-                and self.send_base + <Py_ssize_t> self.send_count * ENTRY_BYTES <= size
-                and self.recv_base + <Py_ssize_t> self.recv_count * ENTRY_BYTES <= size)
+                and self.send_base + <Py_ssize_t> self.send_count * C_ENTRY_BYTES <= size
+                and self.recv_base + <Py_ssize_t> self.recv_count * C_ENTRY_BYTES <= size)
 
     cdef _pop(self, unsigned int n):
         if n > <unsigned int> self.rx_used:
@@ -310,7 +339,7 @@ cdef class Tb2Adapter(NicModel):
 
     cdef _tx_check(self):
         """A length may have become non-zero: wake the i860 if it is idle."""
-        if self.tx_active or not self.control & CTL_ENABLE:
+        if self.tx_active or not self.control & C_CTL_ENABLE:
             return
         if self.lengths[self.tx_head] == 0:
             return
@@ -348,7 +377,7 @@ cdef class Tb2Adapter(NicModel):
         if epoch != self.epoch:
             return
         entry = self.tx_head
-        nbytes = self.lengths[entry] * LEN_UNIT
+        nbytes = self.lengths[entry] * C_LEN_UNIT
         if nbytes == 0:                       # cannot happen: only non-zero lengths wake it
             self.tx_active = False
             return
@@ -357,7 +386,7 @@ cdef class Tb2Adapter(NicModel):
             t = self.i860_free
         self.i860_free = t + self.i860_tx_s
         self.tx_head = (entry + 1) % self.send_count
-        if nbytes < HDR_BYTES or nbytes > ENTRY_BYTES:
+        if nbytes < C_HDR_BYTES or nbytes > C_ENTRY_BYTES:
             # A length no packet can have: the firmware skips the entry and counts it.
             self.engine.post(self.i860_free, self, EV_TX_SKIP, (epoch, entry))
             return
@@ -402,7 +431,7 @@ cdef class Tb2Adapter(NicModel):
         """The i860 is done with one entry: on to the next if its length is there."""
         if epoch != self.epoch:
             return
-        if self.control & CTL_ENABLE and self.lengths[self.tx_head] != 0:
+        if self.control & C_CTL_ENABLE and self.lengths[self.tx_head] != 0:
             self._tx_take(epoch)
         else:
             self.tx_active = False
@@ -488,6 +517,7 @@ cdef class Tb2Adapter(NicModel):
         """`rx_frame` of the `n` bytes at `frame` (`whole`: the same bytes as an object, or None)."""
         cdef Py_ssize_t dlen
         cdef double t
+        cdef _RxJob job
         if not self.control & C_CTL_ENABLE:
             self.rx_disabled += 1
             return
@@ -512,14 +542,18 @@ cdef class Tb2Adapter(NicModel):
         self.i860_free = t + self.i860_rx_s
         if whole is None or C_HDR_BYTES + dlen != n:
             whole = PyBytes_FromStringAndSize(<const char*> frame, C_HDR_BYTES + dlen)
-        self.engine.post(t, self, EV_RX_TAKE, (self.epoch, whole, dlen))
+        job = _RxJob.__new__(_RxJob)
+        job.epoch = self.epoch
+        job.pkt = whole
+        job.dlen = dlen
+        self.engine.post(t, self, EV_RX_TAKE, job)
 
     cdef _rx_take(self, arg):
         """The i860 takes the packet: a free receive entry, or the packet is lost."""
-        cdef unsigned int epoch
-        cdef Py_ssize_t dlen, entry, nbytes
+        cdef _RxJob job = <_RxJob?> arg
+        cdef unsigned int epoch = job.epoch
+        cdef Py_ssize_t dlen = job.dlen, entry, nbytes
         cdef double start, t
-        epoch, pkt, dlen = arg
         if epoch != self.epoch or not self.control & C_CTL_ENABLE:
             self.rx_disabled += 1
             return
@@ -536,17 +570,17 @@ cdef class Tb2Adapter(NicModel):
         t = start + self.dma_time(nbytes)      # the packet
         t += self.dma_time(4)                 # then the status word, its own transaction
         self.dma_rx_free = t
-        self.engine.post(t, self, EV_RX_COMMIT, (epoch, entry, pkt, dlen))
+        job.entry = entry
+        self.engine.post(t, self, EV_RX_COMMIT, job)
 
     cdef _rx_commit(self, arg):
-        cdef unsigned int epoch
-        cdef Py_ssize_t entry, dlen, addr
-        epoch, entry, pkt, dlen = arg
-        if epoch != self.epoch:
+        cdef _RxJob job = <_RxJob?> arg
+        cdef Py_ssize_t dlen = job.dlen, addr
+        if job.epoch != self.epoch:
             self.rx_disabled += 1             # reset while the DMA ran: lost, but counted
             return
-        addr = self.recv_base + entry * C_ENTRY_BYTES
-        _copy_in(self.mem, addr, pkt)
+        addr = self.recv_base + job.entry * C_ENTRY_BYTES
+        _copy_in(self.mem, addr, job.pkt)
         self.mem.wr32(addr + C_H_STATUS, RX_VALID_BIT | <unsigned int> dlen)
         self.rx_packets += 1
         self.rx_bytes += dlen

@@ -213,7 +213,7 @@ cdef class HostFifos:
 
     cpdef pop(self):
         """Give the consumed entries back (the caller pays a MicroChannel store)."""
-        n = self.rx_consumed - self.rx_popped
+        cdef long long n = self.rx_consumed - self.rx_popped
         if n:
             self.adapter.reg_write(REG_RX_POP, n, 4)
             self.rx_popped = self.rx_consumed

@@ -99,7 +99,8 @@ cdef class SwitchPort(Tb2Port):
                 if type(item[0]) is bytes:
                     (<Tb2Adapter> self.device)._rx_bytes(item[0], item[1])
                 else:
-                    (<Tb2Adapter> self.device).rx_frame(item[0], item[1])
+                    # (its Python call: a C call's buffer views would be set up on every event)
+                    self.device.rx_frame(item[0], item[1])
             else:
                 self.device.rx_frame(item[0], item[1])
         return 0

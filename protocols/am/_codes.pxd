@@ -16,8 +16,16 @@ cdef enum:
     F_FIRST = 0x10
     F_LAST = 0x20
     F_REPCH = 0x40
+    KIND_MAX = 10
+    KIND_MASK = 0x0F
     AM_HDR = 16
     CHECKSUM_BYTES = 4
+    MAX_WORDS = 4
+    # Header.parse()
+    MAL_KIND = 1
+    MAL_LENGTH = 2
+    MAL_OFFSET = 3
+    MAL_SHORT = 4
     # RxChannel.where()
     W_HERE = 0
     W_AHEAD = 1

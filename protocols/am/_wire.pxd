@@ -8,6 +8,8 @@ cpdef unsigned int checksum(int src, int dst, const unsigned char[::1] user, con
                             Py_ssize_t n)
 cpdef bytes trailer(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data)
 cpdef bint verify(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data)
+cdef bytes trailer_of(int src, int dst, bytes user, bytes data)
+cdef bint verify_of(int src, int dst, bytes user, bytes data)
 
 
 cdef class Header:
@@ -42,6 +44,8 @@ cdef class TxChannel:
     cdef public long long retransmitted, goback
 
     cpdef bint can_send(self, int npkts)
+    cdef int queue(self, Msg m) except -1
+    cdef Msg next_pending(self)
     cpdef assign(self, Msg m)
     cpdef list ack(self, int cum)
     cpdef int go_back(self, int seq)
@@ -69,6 +73,7 @@ cdef class Peer:
     cdef public object gets           # collections.deque of my am_gets to this node, in the order it serves them
     cdef public long long in_base, in_total, mark
     cdef public bint queued           # on the endpoint's work queue
+    cdef Peer next_work               # the peer after it on that queue (Window.work_head)
 
     cpdef bint unacked(self)
     cpdef bint busy(self)

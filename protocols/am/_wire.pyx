@@ -37,6 +37,9 @@ costs one go-back, not 36).
 """
 from collections import deque
 cimport cython
+# The constants below as C values, for the per-packet code here (a module-level Python
+# name is a dictionary lookup and a boxed compare on every use); they are asserted equal.
+cimport protocols.am._codes as _C
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.ref cimport Py_INCREF
@@ -161,9 +164,13 @@ cdef inline void _adler(const unsigned char* b, Py_ssize_t n, unsigned long long
     s[0] = y % ADLER_MOD
 
 
-cpdef unsigned int checksum(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data,
-                            Py_ssize_t n):
-    """Adler-32 of (src, dst, the AM header, the first `n` data bytes)."""
+# The three calls below work on pointers; each comes as a cpdef of buffers (any bytes-like
+# object, from Python) and, for the per-packet code, a C call of bytes objects (`*_of`): a
+# buffer argument costs its caller two buffer views per call, and a caller's temporaries
+# of them are initialised on every entry to it, whichever branch it takes.
+
+cdef unsigned int _checksum(int src, int dst, const unsigned char* user, Py_ssize_t nu, const unsigned char* data,
+                            Py_ssize_t n) noexcept:
     cdef unsigned char pseudo[4]
     cdef unsigned long long a = 1, s = 0
     pseudo[0] = (src >> 8) & 0xFF
@@ -171,20 +178,17 @@ cpdef unsigned int checksum(int src, int dst, const unsigned char[::1] user, con
     pseudo[2] = (dst >> 8) & 0xFF
     pseudo[3] = dst & 0xFF
     _adler(pseudo, 4, &a, &s)
-    if user.shape[0]:
-        _adler(&user[0], user.shape[0], &a, &s)
-    if n > data.shape[0]:
-        n = data.shape[0]
+    if nu > 0:
+        _adler(user, nu, &a, &s)
     if n > 0:
-        _adler(&data[0], n, &a, &s)
+        _adler(data, n, &a, &s)
     return <unsigned int> ((s << 16) | a)
 
 
-cpdef bytes trailer(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data):
-    """`data` followed by its checksum trailer, as the packet's data part."""
-    cdef unsigned int c = checksum(src, dst, user, data, data.shape[0])
-    cdef Py_ssize_t n = data.shape[0]
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + CHECKSUM_BYTES)
+cdef bytes _trailer(int src, int dst, const unsigned char* user, Py_ssize_t nu, const unsigned char* data,
+                    Py_ssize_t n):
+    cdef unsigned int c = _checksum(src, dst, user, nu, data, n)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + _C.CHECKSUM_BYTES)
     cdef unsigned char* p = <unsigned char*> PyBytes_AS_STRING(out)
     cdef Py_ssize_t i
     for i in range(n):
@@ -196,12 +200,45 @@ cpdef bytes trailer(int src, int dst, const unsigned char[::1] user, const unsig
     return out
 
 
-cpdef bint verify(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data):
-    """Does the trailer at the end of `data` match the rest (and the header, src, dst)?"""
-    cdef Py_ssize_t n = data.shape[0] - CHECKSUM_BYTES
+cdef bint _verify(int src, int dst, const unsigned char* user, Py_ssize_t nu, const unsigned char* data,
+                  Py_ssize_t n) noexcept:
+    n -= _C.CHECKSUM_BYTES
     if n < 0:
         return False
-    return checksum(src, dst, user, data, n) == _rd32(data, n)
+    return _checksum(src, dst, user, nu, data, n) == _rd32p(data + n)
+
+
+cpdef unsigned int checksum(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data,
+                            Py_ssize_t n):
+    """Adler-32 of (src, dst, the AM header, the first `n` data bytes)."""
+    if n > data.shape[0]:
+        n = data.shape[0]
+    return _checksum(src, dst, &user[0] if user.shape[0] else NULL, user.shape[0],
+                     &data[0] if data.shape[0] else NULL, n)
+
+
+cpdef bytes trailer(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data):
+    """`data` followed by its checksum trailer, as the packet's data part."""
+    return _trailer(src, dst, &user[0] if user.shape[0] else NULL, user.shape[0],
+                    &data[0] if data.shape[0] else NULL, data.shape[0])
+
+
+cpdef bint verify(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data):
+    """Does the trailer at the end of `data` match the rest (and the header, src, dst)?"""
+    return _verify(src, dst, &user[0] if user.shape[0] else NULL, user.shape[0],
+                   &data[0] if data.shape[0] else NULL, data.shape[0])
+
+
+cdef bytes trailer_of(int src, int dst, bytes user, bytes data):
+    """`trailer` of a packet's header and data as bytes (Pump, sending)."""
+    return _trailer(src, dst, <const unsigned char*> PyBytes_AS_STRING(user), len(user),
+                    <const unsigned char*> PyBytes_AS_STRING(data), len(data))
+
+
+cdef bint verify_of(int src, int dst, bytes user, bytes data):
+    """`verify` of a packet as taken from the FIFO (AmPath, receiving)."""
+    return _verify(src, dst, <const unsigned char*> PyBytes_AS_STRING(user), len(user),
+                   <const unsigned char*> PyBytes_AS_STRING(data), len(data))
 
 
 cdef class Header:
@@ -216,19 +253,19 @@ cdef class Header:
         Only structure is checked here (what no correct sender can produce); whether the
         addresses are the receiver's to write is the endpoint's business.
         """
-        if user.shape[0] < AM_HDR:
-            return MAL_SHORT
+        if user.shape[0] < _C.AM_HDR:
+            return _C.MAL_SHORT
         return self._parse(&user[0], dlen, max_chunk)
 
     cpdef int parse_bytes(self, bytes user, Py_ssize_t dlen, int max_chunk=36):
         """`parse` of the user bytes as taken from the FIFO (no buffer view per packet)."""
-        if len(user) < AM_HDR:
-            return MAL_SHORT
+        if len(user) < _C.AM_HDR:
+            return _C.MAL_SHORT
         return self._parse(<const unsigned char*> PyBytes_AS_STRING(user), dlen, max_chunk)
 
     cdef int _parse(self, const unsigned char* user, Py_ssize_t dlen, int max_chunk):
         cdef int k
-        k = user[0] & KIND_MASK
+        k = user[0] & _C.KIND_MASK
         self.kind = k
         self.flags = user[0] & 0xF0
         self.handler = user[1]
@@ -241,43 +278,43 @@ cdef class Header:
         self.addr = _rd32p(user + 8)
         self.arg = _rd32p(user + 12)
         self.dlen = <int> dlen
-        if k < 1 or k > KIND_MAX or self.flags & 0x80:
-            return MAL_KIND
-        if k == K_STORE or k == K_GETDATA:
+        if k < 1 or k > _C.KIND_MAX or self.flags & 0x80:
+            return _C.MAL_KIND
+        if k == _C.K_STORE or k == _C.K_GETDATA:
             return self._bulk(dlen, max_chunk)
         if self.idx != 0 or self.npkts != 1:
-            return MAL_OFFSET
-        if k == K_REQ or k == K_REP:
-            if dlen % 4 or dlen > 4 * MAX_WORDS:
-                return MAL_LENGTH
-        elif k == K_GETREQ:
+            return _C.MAL_OFFSET
+        if k == _C.K_REQ or k == _C.K_REP:
+            if dlen % 4 or dlen > 4 * _C.MAX_WORDS:
+                return _C.MAL_LENGTH
+        elif k == _C.K_GETREQ:
             if dlen != 12:
-                return MAL_LENGTH
+                return _C.MAL_LENGTH
         elif dlen != 0:
-            return MAL_LENGTH
+            return _C.MAL_LENGTH
         return 0
 
     cdef int _bulk(self, Py_ssize_t dlen, int max_chunk):
         cdef long long want
         if self.npkts < 1 or self.npkts > max_chunk or self.idx >= self.npkts:
-            return MAL_OFFSET
+            return _C.MAL_OFFSET
         if self.tail > self.pkt_data or (self.npkts > 1 and self.tail == 0):
-            return MAL_LENGTH
+            return _C.MAL_LENGTH
         want = self.pkt_data if self.idx < self.npkts - 1 else self.tail
         if dlen != want:
-            return MAL_LENGTH
+            return _C.MAL_LENGTH
         self.chunk_base = <long long> self.addr - <long long> self.idx * self.pkt_data
         if self.chunk_base < 0:
-            return MAL_OFFSET
+            return _C.MAL_OFFSET
         self.chunk_len = <long long> (self.npkts - 1) * self.pkt_data + self.tail
-        if self.flags & F_LAST:
+        if self.flags & _C.F_LAST:
             self.end = self.chunk_base + self.chunk_len
         else:
             self.end = self.arg
             if self.end < self.chunk_base + self.chunk_len:
-                return MAL_OFFSET
+                return _C.MAL_OFFSET
         if self.end > 0xFFFFFFFF:
-            return MAL_OFFSET
+            return _C.MAL_OFFSET
         return 0
 
 
@@ -331,6 +368,12 @@ cdef Msg new_msg(int kind, int flags, int handler, object data, int npkts, int t
     return m
 
 
+# The deque's methods, found once: a call of ``pending.append(m)`` from C looks the method
+# up by name on every message (about twice the instructions of the call itself).
+cdef object _deque_append = deque.append
+cdef object _deque_popleft = deque.popleft
+
+
 cdef class TxChannel:
     """The sending end of one channel to one node."""
 
@@ -346,6 +389,15 @@ cdef class TxChannel:
 
     cpdef bint can_send(self, int npkts):
         return self.inflight + npkts <= self.window
+
+    cdef int queue(self, Msg m) except -1:
+        """``pending.append(m)``: a message waits for its sequence number."""
+        _deque_append(self.pending, m)
+        return 0
+
+    cdef Msg next_pending(self):
+        """``pending.popleft()``: the oldest waiting message, to be sent."""
+        return <Msg> _deque_popleft(self.pending)
 
     cpdef assign(self, Msg m):
         """Give `m` the next sequence number; it is now in the window (sent or not)."""
@@ -400,8 +452,8 @@ cdef class TxChannel:
     cpdef int nop(self, Msg m):
         """Turn an unacked message into a one-packet NOP that keeps its sequence number."""
         self.inflight -= m.npkts - 1
-        m.kind = K_NOP
-        m.flags = F_REPCH if m.flags & F_REPCH else 0
+        m.kind = _C.K_NOP
+        m.flags = _C.F_REPCH if m.flags & _C.F_REPCH else 0
         m.npkts = 1
         m.tail = 0
         m.kept = False
@@ -428,12 +480,12 @@ cdef class RxChannel:
     cpdef int where(self, int seq):
         cdef int d = (seq - self.expected) & 0xFF
         if d == 0:
-            return HERE
+            return _C.W_HERE
         if d < 128:
             self.ahead += 1
-            return AHEAD
+            return _C.W_AHEAD
         self.duplicates += 1
-        return BEHIND
+        return _C.W_BEHIND
 
     cpdef int take(self, int idx, int npkts):
         """A packet of the expected message: place it by its index in the chunk."""
@@ -443,15 +495,15 @@ cdef class RxChannel:
             self.chunk_got = 0
             self.bits = 0
         elif npkts != self.chunk_npkts:
-            return BAD
+            return _C.T_BAD
         bit = (<unsigned long long> 1) << idx
         if self.bits & bit:
             self.duplicates += 1
-            return DUP
+            return _C.T_DUP
         self.bits |= bit
         self.chunk_got += 1
         self.nacked = False
-        return COMPLETE if self.chunk_got == npkts else PART
+        return _C.T_COMPLETE if self.chunk_got == npkts else _C.T_PART
 
     cpdef advance(self, int npkts):
         """The expected message is complete (or consumed): expect the next."""
@@ -509,9 +561,10 @@ cdef class Peer:
 
 
 # The same values as C constants for the endpoint chain's per-packet code (_codes.pxd).
-cimport protocols.am._codes as _C
 assert (K_REQ, K_REP, K_STORE, K_GETREQ, K_GETDATA, K_ACK, K_NACK, K_KEEPALIVE, K_REJECT, K_NOP, F_FIRST, F_LAST,
         F_REPCH, AM_HDR, CHECKSUM_BYTES, HERE, AHEAD, BEHIND, PART, COMPLETE, DUP, BAD) == \
     (_C.K_REQ, _C.K_REP, _C.K_STORE, _C.K_GETREQ, _C.K_GETDATA, _C.K_ACK, _C.K_NACK, _C.K_KEEPALIVE, _C.K_REJECT,
      _C.K_NOP, _C.F_FIRST, _C.F_LAST, _C.F_REPCH, _C.AM_HDR, _C.CHECKSUM_BYTES, _C.W_HERE, _C.W_AHEAD, _C.W_BEHIND,
      _C.T_PART, _C.T_COMPLETE, _C.T_DUP, _C.T_BAD)
+assert (KIND_MAX, KIND_MASK, MAX_WORDS, MAL_KIND, MAL_LENGTH, MAL_OFFSET, MAL_SHORT) == \
+    (_C.KIND_MAX, _C.KIND_MASK, _C.MAX_WORDS, _C.MAL_KIND, _C.MAL_LENGTH, _C.MAL_OFFSET, _C.MAL_SHORT)

@@ -115,7 +115,7 @@ cdef class Bulk(KeepAlive):
         if nbytes <= self.pkt_data:
             # One packet: not bulk -- its data copied now (`_chunks`), read straight from the source.
             kept = data[:nbytes] if local is None else self.mem.read(local, nbytes)
-            peer.tx_req.pending.append(new_msg(K_STORE, F_FIRST | F_LAST, handler, kept, 1, nbytes, raddr, arg, 0, x,
+            peer.tx_req.queue(new_msg(K_STORE, F_FIRST | F_LAST, handler, kept, 1, nbytes, raddr, arg, 0, x,
                                                True))
         else:
             if local is None:
@@ -127,7 +127,7 @@ cdef class Bulk(KeepAlive):
         return x
 
     def get(self, dest, raddr, lbuf, nbytes, handler, arg, blocking=False) -> Transfer:
-        peer = Window.peer(self, dest)
+        cdef Peer peer = Window.peer(self, dest)
         check_count(nbytes)
         handler = handler_index(handler)
         arg = word(arg)
@@ -135,7 +135,7 @@ cdef class Bulk(KeepAlive):
         local = self._local_range(lbuf, nbytes)
         x = Transfer("get", dest, nbytes, raddr, local, handler, arg, blocking=blocking)
         m = new_msg(K_GETREQ, 0, handler, pack_words((raddr, nbytes, local)), 1, 0, 0, 0, 0, x, False)
-        peer.tx_req.pending.append(m)
+        peer.tx_req.queue(m)
         peer.gets.append(x)
         self.counts[S_GETS] += 1
         return x
@@ -154,7 +154,7 @@ cdef class Bulk(KeepAlive):
         cdef int pkt = self.pkt_data, npk, f
         cdef bint last
         if nbytes <= pkt:
-            ch.pending.append(new_msg(kind, flags | F_FIRST | F_LAST, handler, read(0, nbytes), 1, <int> nbytes, addr,
+            ch.queue(new_msg(kind, flags | F_FIRST | F_LAST, handler, read(0, nbytes), 1, <int> nbytes, addr,
                                       arg, 0, x, True))
             return 0
         cb = self.chunk_bytes
@@ -166,15 +166,18 @@ cdef class Bulk(KeepAlive):
             npk = <int> (-(-c // pkt))
             last = j == count - 1
             f = flags | (F_FIRST if j == 0 else 0) | (F_LAST if last else 0)
-            ch.pending.append(new_msg(kind, f, handler, read, npk, <int> (c - (npk - 1) * pkt), <unsigned int> (addr + off),
+            ch.queue(new_msg(kind, f, handler, read, npk, <int> (c - (npk - 1) * pkt), <unsigned int> (addr + off),
                                       arg if last else <unsigned int> end, off, x, False))
         return 0
 
     cdef int _finish(self, object xfer) except -1:
         """The store's source may be reused: its last chunk is acknowledged (the data
         has landed and the remote handler has run), or, for a one-packet store, its
-        data has been copied and handed over. Run the completion function."""
+        data has been copied and handed over. Run the completion function (nothing if
+        the transfer is already done: the callers in window.pyx see no Transfer's fields)."""
         cdef Transfer x = <Transfer?> xfer
+        if x.done:
+            return 0
         x.done = True
         self.counts[S_STORES_COMPLETED] += 1
         if x.on_done is not None:
@@ -217,7 +220,7 @@ cdef class Bulk(KeepAlive):
         written (the whole rest of the transfer at once), then placed by its offset.
         1 when the handler it ran replied (the caller sends the reply)."""
         cdef long long base, total
-        if not Window.in_segments(self, h.chunk_base, h.end):
+        if not self.in_segments_c(h.chunk_base, h.end):
             self._refuse(peer, rx, 0, h.seq)
             return 0
         if not self._accept_chunk_packet(rx, h, data):

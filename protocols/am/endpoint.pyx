@@ -38,7 +38,7 @@ from protocols.am import _wire as W
 from protocols.am._checks import MAX_HANDLERS, U32
 from protocols.am._checks cimport handler_index, pack_words
 from protocols.am.window import AM_PROTO, BLOCKED
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg, verify, words_of
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg, verify_of, words_of
 from protocols.am.bulk cimport Bulk, Transfer
 from protocols.am._codes cimport *
 from protocols.am.window cimport Events, Pump, Window
@@ -280,7 +280,7 @@ cdef class AmEndpoint(Bulk):
         if tok.replied:
             raise HandlerRuleError(errno.EINVAL, "a request handler replies at most once")
         m = new_msg(K_REP, 0, handler_index(handler), pack_words(args), 1, 0, 0, 0, 0, None, False)
-        (<Peer> self.peers[tok.src]).tx_rep.pending.append(m)
+        (<Peer> self.peers[tok.src]).tx_rep.queue(m)
         tok.replied = True
 
     # -- paths: the calls ---------------------------------------------------------------------
@@ -578,7 +578,7 @@ cdef class AmPath(Path):
                     self.state = ST_POLL
                 elif self.what == A_REQUEST:
                     peer = <Peer> self.a
-                    peer.tx_req.pending.append(self.b)
+                    peer.tx_req.queue(<Msg> self.b)
                     ep.counts[S_REQUESTS] += 1
                     ep._kick(peer)
                     self._pump(peer)
@@ -669,7 +669,7 @@ cdef class AmPath(Path):
                     cost[0] = ep.c_sum_packet + ep.c_sum_byte * (AM_HDR + len(self.data))
                     return 1
             elif self.state == ST_RX_SUM:
-                if not verify(self.pkt.src, ep.node.nid, self.pkt.user, self.data):
+                if not verify_of(self.pkt.src, ep.node.nid, <bytes> self.pkt.user, self.data):
                     ep.counts[S_CHECKSUM_ERRORS] += 1
                     self.state = ST_LOOK
                     continue
@@ -723,12 +723,10 @@ cdef class AmPath(Path):
                 ep._keepalive_check()
                 self.state = ST_PUMP_NEXT
             elif self.state == ST_PUMP_NEXT:
-                work = ep.work
-                if not work:
+                peer = ep._next_work()
+                if peer is None:
                     self.state = ST_END
                     continue
-                peer = <Peer> work.popleft()
-                peer.queued = False
                 self._pump(peer)
                 self.peer = peer
                 self.state = ST_PUMP_RUN
@@ -739,9 +737,7 @@ cdef class AmPath(Path):
                 self.peer = None
                 self.state = ST_PUMP_NEXT
                 if not self.pump.value:
-                    if not peer.queued:
-                        peer.queued = True
-                        ep.work.appendleft(peer)
+                    ep._work_first(peer)
                     self.state = ST_END
             else:
                 return self._end()

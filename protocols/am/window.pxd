@@ -40,7 +40,7 @@ cdef class Window(OpenFile):
     # window.pyx
     cdef public int req_window, rep_window, ack_div, tx_need
     cdef public dict peers                     # node id -> Peer, made on first contact
-    cdef public object work                    # collections.deque of Peer with something to send
+    cdef Peer work_head, work_tail             # peers with something to send, linked by Peer.next_work
     # keepalive.pyx
     cdef public bint wall_clock
     cdef public double _opened_at, _ka_due
@@ -57,9 +57,12 @@ cdef class Window(OpenFile):
     # nothing overrides them.
     cpdef Peer peer(self, object dest)
     cdef int _kick(self, Peer peer) except -1
+    cdef Peer _next_work(self)
+    cdef int _work_first(self, Peer peer) except -1
     cdef object blocked(self, str why)
     cdef int _acked(self, Peer peer, TxChannel ch, int cum) except -1
     cpdef bint in_segments(self, object lo, object hi) except -1
+    cdef bint in_segments_c(self, long long lo, long long hi) except -1
     # implemented further down the chain (keepalive.pyx, bulk.pyx), called from window.pyx
     cdef int _settled(self, Peer peer) except -1
     cdef int _unsettled(self, Peer peer) except -1

@@ -35,7 +35,7 @@ from kernelsim import WouldBlock
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import U32
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, pack, trailer
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, pack, trailer_of
 from protocols.am._codes cimport *
 from kernelsim._path cimport Path
 cimport cython
@@ -78,7 +78,11 @@ cdef class Window(OpenFile):
         self.rep_window = params["reply_window"]
         self.ack_div = params["ack_div"]
         self.peers = {}                         # made on first contact (see `peer`)
-        self.work = deque()                     # peers with something to send, in the order they got it
+        # Peers with something to send, in the order they got it (`_kick`, `_next_work`): a
+        # queue linked through the peers (`Peer.next_work`; a peer is on it at most once), so
+        # queueing and taking one are C field stores -- a deque's are method calls, and a
+        # list that empties frees its storage each time.
+        self.work_head = self.work_tail = None
         self.tx_need = 0
 
     cdef object blocked(self, str why):
@@ -119,7 +123,33 @@ cdef class Window(OpenFile):
         """`peer` has something to send: the next pump visits it."""
         if not peer.queued:
             peer.queued = True
-            self.work.append(peer)
+            peer.next_work = None
+            if self.work_tail is None:
+                self.work_head = peer
+            else:
+                self.work_tail.next_work = peer
+            self.work_tail = peer
+        return 0
+
+    cdef Peer _next_work(self):
+        """The first peer on the work queue, taken off it; None when it is empty."""
+        cdef Peer peer = self.work_head
+        if peer is not None:
+            self.work_head = peer.next_work
+            if self.work_head is None:
+                self.work_tail = None
+            peer.next_work = None
+            peer.queued = False
+        return peer
+
+    cdef int _work_first(self, Peer peer) except -1:
+        """`peer` goes back to the front of the queue (the send FIFO filled while it was pumped)."""
+        if not peer.queued:
+            peer.queued = True
+            peer.next_work = self.work_head
+            self.work_head = peer
+            if self.work_tail is None:
+                self.work_tail = peer
         return 0
 
     # -- memory ---------------------------------------------------------------------------
@@ -142,6 +172,25 @@ cdef class Window(OpenFile):
         end = self._ends[a - 1]
         return hi <= end and lo <= end
 
+    cdef bint in_segments_c(self, long long lo, long long hi) except -1:
+        """`in_segments` of C values (a received header's range: nothing boxed, no Python
+        compare). The segments lie below 2**32 (endpoint.segment), so their bounds unbox."""
+        cdef list starts = self._starts
+        cdef Py_ssize_t a = 0, b = len(starts), mid
+        cdef long long end
+        if hi < lo:
+            return False
+        while a < b:
+            mid = (a + b) >> 1
+            if lo < <long long> starts[mid]:
+                b = mid
+            else:
+                a = mid + 1
+        if a == 0:
+            return False
+        end = <long long> self._ends[a - 1]
+        return hi <= end and lo <= end
+
     # -- acknowledgements, NACKs, refusals on the sending side ---------------------------------
 
     cdef int _acked(self, Peer peer, TxChannel ch, int cum) except -1:
@@ -156,7 +205,7 @@ cdef class Window(OpenFile):
             self._kick(peer)                        # the window has room again
         for m in done:
             x = m.xfer
-            if x is not None and m.kind == K_STORE and m.flags & F_LAST and not x.done:
+            if x is not None and m.kind == K_STORE and m.flags & F_LAST:
                 self._finish(x)
         return 0
 
@@ -264,7 +313,7 @@ cdef class Window(OpenFile):
         pkts = [packet(i) for i in range(k)]
         if self.checksum:                          # the end-to-end trailer (_wire.pyx), summed as it is built
             me = self.node.nid
-            pkts = [(h, trailer(me, dest, h, d)) for h, d in pkts]
+            pkts = [(h, trailer_of(me, dest, h, d)) for h, d in pkts]
             sum_byte = self.c_sum_byte
             each += self.c_sum_packet + sum_byte * W.AM_HDR
         units = [(HDR_BYTES + len(d) + LEN_UNIT - 1) // LEN_UNIT for _h, d in pkts]
@@ -406,7 +455,7 @@ cdef class Pump(Path):
                 ch = peer.tx_rep if self.phase == P_REP_NEW else peer.tx_req
                 pending = ch.pending
                 if pending and ch.can_send((<Msg> pending[0]).npkts):
-                    m = <Msg> pending.popleft()
+                    m = ch.next_pending()
                     if not peer.unacked():
                         ep._unsettled(peer)
                     if not ch.unacked:
@@ -440,7 +489,7 @@ cdef class Pump(Path):
         cdef Py_ssize_t n
         cdef bytes data = self.data
         if ep.checksum:                            # the end-to-end trailer (_wire.pyx), summed as it is built
-            data = trailer(ep.node.nid, self.peer.nid, self.hdr, data)
+            data = trailer_of(ep.node.nid, self.peer.nid, self.hdr, data)
             sum_byte = ep.c_sum_byte
             each += ep.c_sum_packet + sum_byte * AM_HDR
         self.idx = f.tx_next % f.send_count
@@ -485,7 +534,7 @@ cdef class Pump(Path):
         """A message is sent (and its bookkeeping paid): on to the next."""
         cdef Msg m = self.m
         if m is not None:
-            if self.first and m.kept and m.kind == K_STORE and m.xfer is not None and not m.xfer.done:
+            if self.first and m.kept and m.kind == K_STORE and m.xfer is not None:
                 self.ep._finish(m.xfer)             # its data is copied: the source is free
             self.ch.resend += 1
         self.ss = S_IDLE
