@@ -56,6 +56,8 @@ None elsewhere, where a transfer takes ``dma_time`` on a bus of its own).
 import errno
 from collections import deque
 
+cimport cython
+
 from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject, Py_XDECREF
@@ -148,6 +150,7 @@ cdef class _Watch:
     cdef bint queued
 
 
+@cython.freelist(8)
 cdef class _HostDma:
     # One request to the host DMA engine; `then(arg)` is posted when it is done, or
     # `then` itself when it is a Path and `arg` is None.
@@ -156,6 +159,7 @@ cdef class _HostDma:
     cdef object then, arg
 
 
+@cython.freelist(8)
 cdef class _SendDma:
     # One packet for the send DMA engine (the token the medium hands back in net_sent).
     cdef Py_ssize_t sram_off, n
