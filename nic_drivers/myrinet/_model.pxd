@@ -49,8 +49,9 @@ cdef class Fifo:
 
 cdef class Medium(EventTarget):
     # A network that carries the packets of LANai boards (the fabric's Wire): the send
-    # DMA engine hands it a packet by a C call.
-    cdef int inject_packet(self, object ni, bytes data, object token) except -1
+    # DMA engine hands it a packet by a C call. `last`: the caller's engine event does
+    # nothing more after it (the medium may move time on itself: `Engine.advance`).
+    cdef int inject_packet(self, object ni, bytes data, object token, bint last) except -1
 
 
 cdef class HostWriteSink:
@@ -78,6 +79,7 @@ cdef class LanaiNI(NicModel):
     # processor
     cdef Fifo _q_hi, _q_lo
     cdef object _cur
+    cdef bint _last                      # the processor loop running is its event's last act (_step)
     cdef dict _watch
     cdef Py_ssize_t _watch_hi
     cdef dict _timers
@@ -120,7 +122,7 @@ cdef class LanaiNI(NicModel):
     cdef _resume(self, gen)
     cdef _h_done(self, req)
     cdef _s_go(self, req)
-    cdef _s_done(self, req)
+    cdef _s_done(self, req, bint last)
     cdef _poke(self, Py_ssize_t off, Py_ssize_t n)
     cpdef double rtc(self)
     cpdef double pio_time(self, Py_ssize_t n)
@@ -139,6 +141,7 @@ cdef class LanaiNI(NicModel):
     cpdef net_send(self, Py_ssize_t sram_off, Py_ssize_t n, object then=*, object arg=*)
     cdef _s_start(self)
     cpdef net_sent(self, object token)
+    cdef int tail_left(self, object token, bint last) except -1
     cpdef rx_arm(self, Py_ssize_t sram_off, Py_ssize_t cap)
     cpdef bint net_head(self)
     cpdef rx_wait(self, object fn, object arg)
