@@ -179,7 +179,8 @@ cdef class MyrinetNetDevice(NicDriver):
 
     cdef long long _reclaim_c(self) except -1:
         cdef long long done = self.hostmem.rd32(self.txdone), freed
-        freed = (done - (self.dirty_tx & MASK32)) & MASK32
+        # The counts are 32-bit words: the difference modulo 2**32 (C arithmetic, no Python int).
+        freed = <unsigned int> (<unsigned int> done - <unsigned int> self.dirty_tx)
         if 0 < freed <= self.cur_tx - self.dirty_tx:
             self.dirty_tx += freed
             if self._tx_wait:
@@ -278,7 +279,7 @@ cdef class MyrinetNetDevice(NicDriver):
         dev.pio_write32(d + 4, <unsigned int> host)
         dev.pio_write32(d + 8, <unsigned int> off)
         self.cur_tx += 1
-        dev.pio_write32(_CB_SEND_PROD, <unsigned int> (self.cur_tx & 0xFFFFFFFF))
+        dev.pio_write32(_CB_SEND_PROD, <unsigned int> self.cur_tx)      # the count modulo 2**32
         return 0
 
     def pio_path(self, sram_off: int, data, pending: float = 0.0):
@@ -475,7 +476,8 @@ cdef class _MyriRxWalk(RxWalk):
                 self._next_slot(nd)
             elif self.state == WALK_CONSUMED:
                 self.pending = 0.0
-                (<LanaiNI> nd.dev).pio_write32(_CB_RX_CONS, <unsigned int> (nd.cur_rx & 0xFFFFFFFF))   # slots free; we polled
+                # Slots free; we polled. The count modulo 2**32 (a C cast: no Python int).
+                (<LanaiNI> nd.dev).pio_write32(_CB_RX_CONS, <unsigned int> nd.cur_rx)
                 self.state = WALK_OVER
                 self.value = self.pending
                 return 0
