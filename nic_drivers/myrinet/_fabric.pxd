@@ -43,16 +43,16 @@ cdef class Wire(Medium):
     cdef public long long packets, delivered, misrouted, lost
     cdef public double ni_wait_s
 
-    cdef int inject_packet(self, object ni, bytes data, object token) except -1
+    cdef int inject_packet(self, object ni, bytes data, object token, bint last) except -1
     cdef int on_event(self, int what, object arg) except -1
     cdef _take(self, Channel ch, Packet p)
-    cdef _hop(self, Packet p)
-    cdef _ask(self, Packet p)
-    cdef _forward(self, Packet p)
+    cdef _hop(self, Packet p, bint last)
+    cdef _ask(self, Packet p, bint last)
+    cdef _forward(self, Packet p, bint last)
     cdef _free_at(self, Channel ch, double t)
-    cdef _release(self, Channel ch)
-    cdef _at_ni(self, Packet p)
-    cdef _stream(self, Packet p)
-    cdef _sender_done(self, Packet p)
+    cdef _release(self, Channel ch, bint last)
+    cdef _at_ni(self, Packet p, bint last)
+    cdef _stream(self, Packet p, bint last)
+    cdef _sender_done(self, Packet p, bint last)
     cdef _tail(self, Packet p)
     cdef _misroute(self, Packet p, double start)

@@ -1,6 +1,8 @@
 # The LANai board's state and its C methods, declared for the driver's per-frame paths
 # (nic_drivers/myrinet/driver.pyx reaches the card by C calls); _model.pyx implements them.
 cimport cython
+from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._path cimport Path
 from kernelsim._pcibus cimport PciBus
@@ -13,11 +15,20 @@ cdef class NiHandler:
     cdef object start(self, object arg)
 
 
+cdef inline void _put(list table, Py_ssize_t i, object value) noexcept:
+    # ``table[i] = value`` for a slot that exists, without the checks.
+    cdef PyObject* old = PyList_GET_ITEM(table, i)
+    Py_INCREF(value)
+    PyList_SET_ITEM(table, i, value)
+    Py_XDECREF(old)
+
+
 @cython.final
 cdef class Fifo:
     # A first-in first-out queue the board's C code uses without a Python method call
     # per item (its processor and DMA engines queue a few items per packet): a ring
-    # over a list whose length, a power of two, only grows.
+    # over a list whose length, a power of two, only grows. Its slots are read and
+    # written by the list's C macros: every index is masked into the list already.
     cdef list items
     cdef Py_ssize_t head, count, mask
 
@@ -29,14 +40,14 @@ cdef class Fifo:
             self.items = self.items[self.head:] + self.items[:self.head] + [None] * len(self.items)
             self.head = 0
             self.mask = len(self.items) - 1
-        self.items[(self.head + self.count) & self.mask] = item
+        _put(self.items, (self.head + self.count) & self.mask, item)
         self.count += 1
         return 0
 
     cdef inline object pop(self):
         # The caller checked `empty()`.
-        cdef object item = self.items[self.head]
-        self.items[self.head] = None
+        cdef object item = <object> PyList_GET_ITEM(self.items, self.head)
+        _put(self.items, self.head, None)
         self.head = (self.head + 1) & self.mask
         self.count -= 1
         return item
@@ -49,8 +60,9 @@ cdef class Fifo:
 
 cdef class Medium(EventTarget):
     # A network that carries the packets of LANai boards (the fabric's Wire): the send
-    # DMA engine hands it a packet by a C call.
-    cdef int inject_packet(self, object ni, bytes data, object token) except -1
+    # DMA engine hands it a packet by a C call. `last`: the caller's engine event does
+    # nothing more after it (the medium may move time on itself: `Engine.advance`).
+    cdef int inject_packet(self, object ni, bytes data, object token, bint last) except -1
 
 
 cdef class HostWriteSink:
@@ -78,6 +90,7 @@ cdef class LanaiNI(NicModel):
     # processor
     cdef Fifo _q_hi, _q_lo
     cdef object _cur
+    cdef bint _last                      # the processor loop running is its event's last act (_step)
     cdef dict _watch
     cdef Py_ssize_t _watch_hi
     cdef dict _timers
@@ -120,7 +133,7 @@ cdef class LanaiNI(NicModel):
     cdef _resume(self, gen)
     cdef _h_done(self, req)
     cdef _s_go(self, req)
-    cdef _s_done(self, req)
+    cdef _s_done(self, req, bint last)
     cdef _poke(self, Py_ssize_t off, Py_ssize_t n)
     cpdef double rtc(self)
     cpdef double pio_time(self, Py_ssize_t n)
@@ -139,6 +152,7 @@ cdef class LanaiNI(NicModel):
     cpdef net_send(self, Py_ssize_t sram_off, Py_ssize_t n, object then=*, object arg=*)
     cdef _s_start(self)
     cpdef net_sent(self, object token)
+    cdef int tail_left(self, object token, bint last) except -1
     cpdef rx_arm(self, Py_ssize_t sram_off, Py_ssize_t cap)
     cpdef bint net_head(self)
     cpdef rx_wait(self, object fn, object arg)

@@ -56,6 +56,8 @@ None elsewhere, where a transfer takes ``dma_time`` on a bus of its own).
 import errno
 from collections import deque
 
+cimport cython
+
 from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject, Py_XDECREF
@@ -109,11 +111,11 @@ cdef class Medium(EventTarget):
     """A network for LANai boards: ``inject(ni, data, token)`` starts streaming `data`
     (route bytes first) from `ni` now; it calls ``ni.net_sent(token)`` when the tail has left."""
 
-    cdef int inject_packet(self, object ni, bytes data, object token) except -1:
+    cdef int inject_packet(self, object ni, bytes data, object token, bint last) except -1:
         raise NotImplementedError
 
     def inject(self, ni, bytes data, token):
-        self.inject_packet(ni, data, token)
+        self.inject_packet(ni, data, token, False)
 
 
 cdef class HostWriteSink:
@@ -148,6 +150,7 @@ cdef class _Watch:
     cdef bint queued
 
 
+@cython.freelist(8)
 cdef class _HostDma:
     # One request to the host DMA engine; `then(arg)` is posted when it is done, or
     # `then` itself when it is a Path and `arg` is None.
@@ -156,6 +159,7 @@ cdef class _HostDma:
     cdef object then, arg
 
 
+@cython.freelist(8)
 cdef class _SendDma:
     # One packet for the send DMA engine (the token the medium hands back in net_sent).
     cdef Py_ssize_t sram_off, n
@@ -328,6 +332,7 @@ cdef class LanaiNI(NicModel):
     cdef _run(self):
         cdef object item, gen, fn, arg
         cdef _Watch w
+        cdef bint last
         while self._cur is None and self.ctrl & _CTRL_RUN:
             if not self._q_hi.empty():
                 item = self._q_hi.pop()
@@ -336,6 +341,8 @@ cdef class LanaiNI(NicModel):
             else:
                 return
             self.ni_events += 1
+            last = self._last
+            self._last = False                  # starting a handler runs its code: not ours
             try:
                 if isinstance(item, Path):
                     gen = item
@@ -353,8 +360,10 @@ cdef class LanaiNI(NicModel):
                     else:
                         gen = fn(arg)
             except Exception as exc:
+                self._last = last
                 self._fault(exc)
                 continue
+            self._last = last
             if gen is None:
                 continue
             self._cur = gen
@@ -362,7 +371,10 @@ cdef class LanaiNI(NicModel):
 
     cdef _step(self):
         # Run the current handler up to its next cycles (a Path by its C call, a
-        # generator by a resume); those cycles are one engine event later.
+        # generator by a resume); those cycles are one engine event later -- or none,
+        # when this loop is the last thing its engine event does and nothing else can
+        # happen before they are spent (`Engine.advance`): the handler goes on at once,
+        # at the same modeled instant, in the same order.
         cdef object gen = self._cur
         cdef object c
         cdef double cycles, t
@@ -391,6 +403,8 @@ cdef class LanaiNI(NicModel):
                 t = cycles * self.cycle_s
                 self.ni_cycles += cycles
                 self.ni_busy_s += t
+                if self._last and self.engine.advance(self.engine.now + t):
+                    continue
                 self.engine.post(self.engine.now + t, self, EV_RESUME, gen)
                 return
 
@@ -398,13 +412,17 @@ cdef class LanaiNI(NicModel):
         # The engine's events for this board, dispatched by a C call (no bound method
         # and no Python call per event).
         if what == EV_RESUME:
-            self._resume(arg)
+            self._last = True
+            try:
+                self._resume(arg)
+            finally:
+                self._last = False
         elif what == EV_H_DONE:
             self._h_done(arg)
         elif what == EV_S_GO:
             self._s_go(arg)
         else:
-            self._s_done(arg)
+            self._s_done(arg, False)
         return 0
 
     cdef _resume(self, gen):
@@ -608,7 +626,11 @@ cdef class LanaiNI(NicModel):
                 (<HostWriteSink> self.host_write_sink).wrote(host_addr, n)
             else:
                 self.host_write_sink(host_addr, n)
-        self._then(req.then, req.arg)
+        self._last = True                       # the last thing of the EV_H_DONE event
+        try:
+            self._then(req.then, req.arg)
+        finally:
+            self._last = False
 
     # -- send DMA engine (SRAM -> link) ----------------------------------------------------
 
@@ -640,12 +662,14 @@ cdef class LanaiNI(NicModel):
         n = (<_SendDma> req).n
         if n <= 0 or not span_ok(off, n, self.sram_bytes):
             self.dma_errors += 1
-            self._s_done(req)
+            self._s_done(req, False)
             return
         data = PyBytes_FromStringAndSize(<char*> &self.sram[off], n)
         port = self.port
         if isinstance(port, Medium):
-            (<Medium> port).inject_packet(self, data, req)   # the medium calls net_sent(req) when the tail has left
+            # The medium calls net_sent(req) when the tail has left; this is the last
+            # thing the EV_S_GO event does.
+            (<Medium> port).inject_packet(self, data, req, True)
             return
         inject = getattr(port, "inject", None)
         if inject is not None:
@@ -659,19 +683,25 @@ cdef class LanaiNI(NicModel):
             limit = getattr(getattr(port, "transport", None), "max_frame", None)
             if limit is not None and n - i > limit:
                 self.tx_too_long += 1        # the transport cannot carry it: lost, counted
-                self._s_done(req)
+                self._s_done(req, False)
                 return
             start, end = port.transmit(data[i:], self.engine.now)
             self.engine.post(end, self, EV_S_DONE, req)
         else:
             self.tx_no_link += 1
-            self._s_done(req)
+            self._s_done(req, False)
 
     cpdef net_sent(self, object token):
         """Medium: the packet's tail has left this NI."""
-        self._s_done(token)
+        self._s_done(token, False)
 
-    cdef _s_done(self, req):
+    cdef int tail_left(self, object token, bint last) except -1:
+        """`net_sent` for the fabric's C call; `last`: it is the last thing the medium's
+        engine event does (the processor may move time on: `_step`)."""
+        self._s_done(token, last)
+        return 0
+
+    cdef _s_done(self, req, bint last):
         if req is None or req is not self._s_cur:
             return
         self._s_cur = None
@@ -679,7 +709,11 @@ cdef class LanaiNI(NicModel):
         self.s_bytes += (<_SendDma> req).n
         self.s_busy_s += self.engine.now - self._s_t0
         self._s_start()
-        self._then((<_SendDma> req).then, (<_SendDma> req).arg)
+        self._last = last
+        try:
+            self._then((<_SendDma> req).then, (<_SendDma> req).arg)
+        finally:
+            self._last = False
 
     # -- receive DMA engine (link -> SRAM) -------------------------------------------------
 

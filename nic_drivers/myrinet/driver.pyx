@@ -45,7 +45,7 @@ from nic_drivers._nic cimport NicDriver
 from nic_drivers.myrinet import _model as hw
 from nic_drivers.myrinet._model cimport HostWriteSink, LanaiNI
 from nic_drivers.myrinet.firmware cimport DPFirmware
-from kernelsim._path cimport Path
+from kernelsim._path cimport Path, reuse
 from kernelsim._netdev cimport RxWalk
 from nic_drivers.myrinet.fabric import RouteTable
 from nic_drivers.myrinet.firmware import (
@@ -179,7 +179,8 @@ cdef class MyrinetNetDevice(NicDriver):
 
     cdef long long _reclaim_c(self) except -1:
         cdef long long done = self.hostmem.rd32(self.txdone), freed
-        freed = (done - (self.dirty_tx & MASK32)) & MASK32
+        # The counts are 32-bit words: the difference modulo 2**32 (C arithmetic, no Python int).
+        freed = <unsigned int> (<unsigned int> done - <unsigned int> self.dirty_tx)
         if 0 < freed <= self.cur_tx - self.dirty_tx:
             self.dirty_tx += freed
             if self._tx_wait:
@@ -259,7 +260,9 @@ cdef class MyrinetNetDevice(NicDriver):
             self.tx_frames += 1
             self.tx_bytes += flen
         """
-        cdef _MyriCommit path = _MyriCommit.__new__(_MyriCommit)
+        cdef _MyriCommit path = <_MyriCommit> reuse(_commits, _MyriCommit)
+        path.value = None
+        path.state = 0
         path.nd = self
         path.payload_bytes = payload_bytes
         path.pending = pending
@@ -276,7 +279,7 @@ cdef class MyrinetNetDevice(NicDriver):
         dev.pio_write32(d + 4, <unsigned int> host)
         dev.pio_write32(d + 8, <unsigned int> off)
         self.cur_tx += 1
-        dev.pio_write32(_CB_SEND_PROD, <unsigned int> (self.cur_tx & 0xFFFFFFFF))
+        dev.pio_write32(_CB_SEND_PROD, <unsigned int> self.cur_tx)      # the count modulo 2**32
         return 0
 
     def pio_path(self, sram_off: int, data, pending: float = 0.0):
@@ -290,7 +293,16 @@ cdef class MyrinetNetDevice(NicDriver):
     def interrupt_path(self, double pending=0.0):
         """The interrupt handler's path: `_MyriIrq` (a C state machine; the generator it
         is, for reading, in its docstring)."""
-        cdef _MyriIrq path = _MyriIrq.__new__(_MyriIrq)
+        return self.irq_path(pending)
+
+    cdef object irq_path(self, double pending):
+        # The interrupt controller's C call for `interrupt_path`.
+        cdef _MyriIrq path = <_MyriIrq> reuse(_irqs, _MyriIrq)
+        path.value = None
+        path.state = IRQ_TOP
+        path.passes = 0
+        path.isr = 0
+        path.walk = None
         path.nd = self
         path.dev = <LanaiNI> self.dev
         path.pending = pending
@@ -364,10 +376,21 @@ cdef Py_ssize_t _DESC_BASE = DESC_BASE, _DESC_BYTES = DESC_BYTES, _ROUTE_MAX = R
 cdef unsigned int _DESC_PIO = DESC_PIO
 
 
+# Spare paths, made again once nothing else holds them (kernelsim._path.reuse): one
+# commit, one interrupt path and one ring walk per frame.
+cdef list _commits = [None] * 4
+cdef list _irqs = [None] * 4
+cdef list _walks = [None] * 4
+
+
 cdef _MyriRxWalk _rx_walk(MyrinetNetDevice nd, double pending):
-    cdef _MyriRxWalk walk = _MyriRxWalk.__new__(_MyriRxWalk)
+    cdef _MyriRxWalk walk = <_MyriRxWalk> reuse(_walks, _MyriRxWalk)
+    walk.value = None
+    walk.proto_path = None
+    walk.state = WALK_TOP
+    walk.walked = walk.consumed = walk.end = 0
     walk.nd = nd
-    walk.mem = <PhysMem> nd.node.mem
+    walk.mem = nd.hostmem
     walk.pending = pending
     return walk
 
@@ -453,7 +476,8 @@ cdef class _MyriRxWalk(RxWalk):
                 self._next_slot(nd)
             elif self.state == WALK_CONSUMED:
                 self.pending = 0.0
-                (<LanaiNI> nd.dev).pio_write32(_CB_RX_CONS, <unsigned int> (nd.cur_rx & 0xFFFFFFFF))   # slots free; we polled
+                # Slots free; we polled. The count modulo 2**32 (a C cast: no Python int).
+                (<LanaiNI> nd.dev).pio_write32(_CB_RX_CONS, <unsigned int> nd.cur_rx)
                 self.state = WALK_OVER
                 self.value = self.pending
                 return 0

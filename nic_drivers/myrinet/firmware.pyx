@@ -55,7 +55,7 @@ from collections import deque
 
 cimport cython
 
-from kernelsim._path cimport Path
+from kernelsim._path cimport Path, reuse
 from nic_drivers.myrinet._model import ISR_RX, ISR_TX
 from nic_drivers.myrinet._model cimport LanaiNI, NiHandler
 from nic_drivers.myrinet.fabric import MAX_ROUTE_BYTES
@@ -159,7 +159,6 @@ cdef enum:
 
 
 @cython.final
-@cython.freelist(16)
 cdef class _FwPath(Path):
     """One run of one of DP's handlers, a state machine the board steps: ``step``
     returns 1 with the NI cycles to spend before it goes on, 0 when it is over."""
@@ -239,10 +238,19 @@ cdef class _FwPath(Path):
         return _on_hold_timeout(fw, self, cost)
 
 
+# Spare handler paths, made again once nothing else holds them (kernelsim._path.reuse):
+# a round trip runs ten; a Cython freelist cannot serve them, as Path lives in another module.
+cdef list _paths = [None] * 8
+
+
 cdef inline _FwPath _path(DPFirmware fw, int kind):
-    cdef _FwPath p = _FwPath.__new__(_FwPath)
+    cdef _FwPath p = <_FwPath> reuse(_paths, _FwPath)
     p.fw = fw
     p.kind = kind
+    p.state = 0
+    p.cost = 0.0
+    p.i = p.at = p.length = p.buf = p.n = 0
+    p.ring = None
     return p
 
 
