@@ -29,16 +29,12 @@ a device inside a system call -- waits until the running one returns, as if the
 kernel held interrupts off for the length of a path.
 """
 cimport cython
-from cpython.exc cimport PyErr_Fetch, PyErr_NormalizeException
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._path cimport Path
 from kernelsim._waits cimport Waiter
 
-from kernelsim._pyiter cimport resume as _send
-
-cdef extern from "Python.h":
-    int PyException_SetTraceback(object exc, object tb) except -1
+from kernelsim._pyiter cimport resume as _send, take_raised
 
 
 cdef int IRQ_LEVEL = 0
@@ -176,7 +172,7 @@ cdef class Cpu(EventTarget):
         cdef double c
         cdef int r = _walk_unchecked(self, job, &c, &res)
         if r == -1:
-            exc = _raised()
+            exc = take_raised()
             if not isinstance(exc, Exception):
                 raise exc               # a cancellation, an interrupt: not the path's error
             self._finish(job, None, exc)
@@ -292,24 +288,8 @@ cdef int _walk(Cpu cpu, _Job job, double* cost, PyObject** value) except -1:
 
 
 # `_advance` calls `_walk` through a pointer that does not say it can fail, and looks at
-# the -1 itself: a `try` block would cost more than the walk. Entering one walks the
-# thread's stack of handled exceptions, an entry per coroutine the engine runs inside of
-# (~120 instructions; seven walks per AM transfer).
+# the -1 itself (`take_raised`): a `try` block would cost more than the walk (seven walks
+# per AM transfer).
 ctypedef int (*_WalkFn)(Cpu, _Job, double*, PyObject**) noexcept
 cdef _WalkFn _walk_unchecked = <_WalkFn> _walk
 
-
-cdef object _raised():
-    """Take the exception being raised, as ``except BaseException as e`` would bind it."""
-    cdef PyObject *kind
-    cdef PyObject *value
-    cdef PyObject *tb
-    PyErr_Fetch(&kind, &value, &tb)
-    PyErr_NormalizeException(&kind, &value, &tb)
-    exc = <object> value
-    if tb != NULL:
-        PyException_SetTraceback(exc, <object> tb)
-    Py_XDECREF(kind)
-    Py_XDECREF(value)
-    Py_XDECREF(tb)
-    return exc
