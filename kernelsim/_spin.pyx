@@ -18,6 +18,7 @@ SP AM's am_poll loop (``libdp/_am_call.pyx``) and LCI's ``poll_until`` (`Callabl
 are such loops. In real time a program's loop stays a loop of its task.
 """
 cimport cython
+from kernelsim._pyiter cimport take_raised
 from kernelsim._trio import wait_on
 
 __all__ = ["CallableSpin", "callable_spin", "spin"]
@@ -64,13 +65,14 @@ cdef class EngineSpin(Completion):
 
     cdef int complete(self, object value, object exc) except -1:
         cdef bint ends = False
+        cdef int r
         if self.over:
             return 0                    # abandoned (the task was cancelled)
         if exc is None:
-            try:
-                ends = self.ends(value)
-            except BaseException as e:  # the program's predicate raised: its error
-                exc = e
+            r = _ends_unchecked(self, value)
+            if r == -1:
+                exc = take_raised()     # the program's predicate raised: its error
+            ends = r == 1
         if exc is not None or ends:
             self.exc = exc
             self.over = True
@@ -87,16 +89,10 @@ cdef class EngineSpin(Completion):
         self.event = -1
         if self.over:
             return 0
-        try:
-            if what == _GO_ON and not self.ready():
-                self.arm()
-                self.queue.add_spinner(self)
-                return 0
-            self.cpu.submit(_PROC, self.poll_path(self.since), self)
-        except BaseException as e:
+        if _poll_unchecked(self, what) == -1:
             # The polling task's error, not the engine's: raised where the task awaits,
             # as it was when the task ran this itself.
-            self.complete(None, e)
+            self.complete(None, take_raised())
         return 0
 
     cdef int abandon(self) except -1:
@@ -106,6 +102,29 @@ cdef class EngineSpin(Completion):
             self.event = -1
         self.queue.discard_spinner(self)
         return 0
+
+
+cdef int _poll(EngineSpin s, int what) except -1:
+    """What the task would do next: poll again -- at once if it would find work, else once
+    the queue wakes it (the protocol's timer armed)."""
+    if what == _GO_ON and not s.ready():
+        s.arm()
+        s.queue.add_spinner(s)
+        return 0
+    s.cpu.submit(_PROC, s.poll_path(s.since), s)
+    return 0
+
+
+cdef int _ends(EngineSpin s, object value) except -1:
+    return s.ends(value)
+
+
+# Called through pointers that do not declare they can fail, their -1 looked at by the
+# caller (`take_raised`): a `try` block per poll would cost more than the poll's own C.
+ctypedef int (*_SpinFn)(EngineSpin, int) noexcept
+ctypedef int (*_EndsFn)(EngineSpin, object) noexcept
+cdef _SpinFn _poll_unchecked = <_SpinFn> _poll
+cdef _EndsFn _ends_unchecked = <_EndsFn> _ends
 
 
 @cython.final

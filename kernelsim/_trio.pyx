@@ -24,6 +24,8 @@ from cpython.dict cimport PyDict_Next
 from cpython.object cimport PyObject_GenericSetAttr
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport reuse
+from kernelsim._pyiter cimport take_raised
+from cpython.exc cimport PyErr_Occurred
 import errno
 import hashlib
 from heapq import heappop
@@ -506,18 +508,25 @@ cdef bint _cancel_pending(task) except -1:
     """Would `checkpoint_if_cancelled` do anything for `task`, the calling one? Asked
     first, since it almost never would: a call that drove the engine inline then creates
     no coroutine at all."""
+    cdef int r = _cancel_pending_unchecked(task)
+    if r == -1:
+        exc = take_raised()
+        if not isinstance(exc, AttributeError):
+            raise exc
+        return True                     # another trio's internals: let trio decide
+    return r
+
+
+cdef bint _cancel_pending_of(task) except -1:
     cdef RunnableCounter counter
-    try:
-        if _status_cancelled.get(_task_cancel_status.get(task)):
-            return True
-        # A KeyboardInterrupt is delivered to the main task only: asked of it alone.
-        counter = own_counter()
-        if counter is not None:
-            return task is counter.main_task() and _runner_ki_pending.get(counter.runner)
-        runner = _task_runner.get(task)
-        return _runner_ki_pending.get(runner) and task is _runner_main_task.get(runner)
-    except AttributeError:              # another trio's internals: let trio decide
+    if _status_cancelled.get(_task_cancel_status.get(task)):
         return True
+    # A KeyboardInterrupt is delivered to the main task only: asked of it alone.
+    counter = own_counter()
+    if counter is not None:
+        return task is counter.main_task() and _runner_ki_pending.get(counter.runner)
+    runner = _task_runner.get(task)
+    return _runner_ki_pending.get(runner) and task is _runner_main_task.get(runner)
 
 
 cdef int _start_path(Engine engine, Cpu on, object path, _Completion done, task) except -1:
@@ -1353,24 +1362,39 @@ cdef double _next_trio_deadline(runner, RunnableCounter counter) except? -1.0:
     this trio has one, else fall back to the public call. No deadline at all (a program
     without timeouts) is an empty heap: answered without the queue's Python method.
     """
-    try:
-        if runner is None:
-            runner = _GRC.runner
-        deadlines = counter.deadlines if counter.runner is runner else runner.deadlines
-        if not _fast_deadline:
-            return deadlines.next_deadline()
-        # `Deadlines.next_deadline`, replicated: the first entry whose scope still has
-        # that deadline, the stale ones dropped.
-        heap = _deadlines_heap.get(deadlines)
-        while heap:
-            deadline, _, scope = <tuple> heap[0]
-            if deadline == _scope_deadline.get(scope):
-                return deadline
-            heappop(heap)
-        return INFINITY
-    except AttributeError:
+    cdef double due = _deadline_unchecked(runner, counter)
+    if due == -1.0 and PyErr_Occurred():
+        exc = take_raised()
+        if not isinstance(exc, AttributeError):
+            raise exc
         gap = trio.lowlevel.current_statistics().seconds_to_next_deadline
         return trio.current_time() + gap if gap < math.inf else math.inf
+    return due
+
+
+cdef double _deadline_of(runner, RunnableCounter counter) except? -1.0:
+    if runner is None:
+        runner = _GRC.runner
+    deadlines = counter.deadlines if counter.runner is runner else runner.deadlines
+    if not _fast_deadline:
+        return deadlines.next_deadline()
+    # `Deadlines.next_deadline`, replicated: the first entry whose scope still has that
+    # deadline, the stale ones dropped.
+    heap = _deadlines_heap.get(deadlines)
+    while heap:
+        deadline, _, scope = <tuple> heap[0]
+        if deadline == _scope_deadline.get(scope):
+            return deadline
+        heappop(heap)
+    return INFINITY
+
+
+# Both asked on every modeled call, and called through pointers that do not declare they
+# can fail, their error taken by the caller (`take_raised`): a `try` block costs more.
+ctypedef int (*_TaskTest)(object) noexcept
+ctypedef double (*_DeadlineFn)(object, RunnableCounter) noexcept
+cdef _TaskTest _cancel_pending_unchecked = <_TaskTest> _cancel_pending_of
+cdef _DeadlineFn _deadline_unchecked = <_DeadlineFn> _deadline_of
 
 
 async def _wait_any_readable(fds):
