@@ -38,7 +38,7 @@ from protocols.am import _wire as W
 from protocols.am._checks import MAX_HANDLERS, U32
 from protocols.am._checks cimport C_U32, exact_int_in, handler_index, pack_words
 from protocols.am.window import AM_PROTO, BLOCKED
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg, verify_of, words_of
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, holds, new_msg, verify_of, words_of
 from protocols.am.bulk cimport Bulk, Transfer
 from protocols.am._codes cimport *
 from protocols.am.window cimport Events, Pump, Window
@@ -756,7 +756,7 @@ cdef class AmPath(Path):
             return 0
         if self.n == 0:
             ep.counts[S_EMPTY_POLLS] += 1
-        if self.raise_errors and ep.pending_errors:
+        if self.raise_errors and holds(ep.pending_errors):
             ep._raise_pending()
         self.value = self.n
         if self.what == A_REQUEST:
@@ -769,7 +769,7 @@ cdef class AmPath(Path):
                     self.value = ep.blocked("AM store in flight")
                 elif x.error is not None:
                     raise x.error
-                elif ep.pending_errors:
+                elif holds(ep.pending_errors):
                     ep._raise_pending()
         elif self.what == A_WAIT:
             if not self.a():
