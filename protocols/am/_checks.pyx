@@ -17,7 +17,7 @@ U32 = 0xFFFFFFFF
 
 
 cpdef int handler_index(object h) except -1:
-    if type(h) is int and 0 <= h < MAX_HANDLERS:
+    if exact_int_in(h, 0, C_MAX_HANDLERS - 1):
         return h
     if not isinstance(h, int) or isinstance(h, bool) or not 0 <= h < MAX_HANDLERS:
         raise OSError(errno.EINVAL, f"handler index must be 0..{MAX_HANDLERS - 1}, not {h!r}")
@@ -26,7 +26,7 @@ cpdef int handler_index(object h) except -1:
 
 cpdef object word(object a):
     """An argument word: an unsigned 32-bit value (SP-A34), as a handler receives it."""
-    if type(a) is int and 0 <= a <= U32:
+    if exact_int_in(a, 0, C_U32):
         return a
     if not isinstance(a, int) or isinstance(a, bool) or not 0 <= a <= U32:
         raise OSError(errno.EINVAL, f"an AM argument is an unsigned 32-bit word (0..{U32}), not {a!r}")
@@ -50,10 +50,15 @@ cpdef bytes pack_words(object args):
 
 
 cpdef check_count(object n):
+    if exact_int_in(n, 0, 0x7FFFFFFFFFFFFFFF):
+        return
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise OSError(errno.EINVAL, f"byte count must be a non-negative int, not {n!r}")
 
 
 cpdef check_remote(object raddr, object nbytes):
+    if exact_int_in(raddr, 0, C_U32) and exact_int_in(nbytes, 0, C_U32) and \
+            <long long> raddr + <long long> nbytes <= C_U32:
+        return
     if not isinstance(raddr, int) or isinstance(raddr, bool) or raddr < 0 or raddr + nbytes > U32:
         raise OSError(errno.EFAULT, f"remote address {raddr!r}+{nbytes} cannot name target memory")

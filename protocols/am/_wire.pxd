@@ -10,6 +10,13 @@ cpdef bytes trailer(int src, int dst, const unsigned char[::1] user, const unsig
 cpdef bint verify(int src, int dst, const unsigned char[::1] user, const unsigned char[::1] data)
 cdef bytes trailer_of(int src, int dst, bytes user, bytes data)
 cdef bint verify_of(int src, int dst, bytes user, bytes data)
+from cpython.object cimport Py_SIZE
+
+
+cdef inline bint holds(object queue) noexcept:
+    """``bool(queue)`` of a collections.deque (a peer's ctl and gets, a channel's pending),
+    read from its size field: no call through the type's length slot."""
+    return Py_SIZE(queue) != 0
 
 
 cdef class Header:

@@ -548,13 +548,14 @@ cdef class Peer:
         self.queued = False
 
     cpdef bint unacked(self):
-        return bool(self.tx_req.unacked) or bool(self.tx_rep.unacked)
+        return len(self.tx_req.unacked) != 0 or len(self.tx_rep.unacked) != 0
 
     cpdef bint busy(self):
         """Something to send (or to wait for) on the way to this node."""
         cdef TxChannel t = self.tx_req, r = self.tx_rep
-        return bool(self.ctl or t.pending or r.pending or t.resend < len(t.unacked) or r.resend < len(r.unacked)
-                    or self.rx_req.ack_owed or self.rx_rep.ack_owed or t.unacked or r.unacked)
+        return (holds(self.ctl) or holds(t.pending) or holds(r.pending) or t.resend < len(t.unacked)
+                or r.resend < len(r.unacked) or self.rx_req.ack_owed or self.rx_rep.ack_owed
+                or len(t.unacked) != 0 or len(r.unacked) != 0)
 
     def __repr__(self):
         return f"<Peer node {self.nid}>"

@@ -36,9 +36,9 @@ from nic_drivers.tb2.fifos cimport HostFifos, Packet, UserFifos
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import MAX_HANDLERS, U32
-from protocols.am._checks cimport handler_index, pack_words
+from protocols.am._checks cimport C_U32, exact_int_in, handler_index, pack_words
 from protocols.am.window import AM_PROTO, BLOCKED
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, new_msg, verify_of, words_of
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, holds, new_msg, verify_of, words_of
 from protocols.am.bulk cimport Bulk, Transfer
 from protocols.am._codes cimport *
 from protocols.am.window cimport Events, Pump, Window
@@ -234,6 +234,12 @@ cdef class AmEndpoint(Bulk):
         return self._local_range(buf, nbytes)
 
     cdef object _local_range(self, object buf, object nbytes):
+        if exact_int_in(buf, 0, C_U32) and exact_int_in(nbytes, 0, C_U32):
+            # The common case, a 32-bit address and count: the same test as below, in C
+            # (no boxed sum, no Python compare).
+            if not Window.in_segments_c(self, <long long> buf, <long long> buf + <long long> nbytes):
+                raise OSError(errno.EFAULT, f"local buffer {buf!r}+{nbytes} is not inside a registered segment")
+            return buf
         addr = buf
         if type(buf) is not int:            # (an address is the common case: it skips the
             if isinstance(buf, Segment):    # isinstance of a Python class, a slow one)
@@ -750,7 +756,7 @@ cdef class AmPath(Path):
             return 0
         if self.n == 0:
             ep.counts[S_EMPTY_POLLS] += 1
-        if self.raise_errors and ep.pending_errors:
+        if self.raise_errors and holds(ep.pending_errors):
             ep._raise_pending()
         self.value = self.n
         if self.what == A_REQUEST:
@@ -763,7 +769,7 @@ cdef class AmPath(Path):
                     self.value = ep.blocked("AM store in flight")
                 elif x.error is not None:
                     raise x.error
-                elif ep.pending_errors:
+                elif holds(ep.pending_errors):
                     ep._raise_pending()
         elif self.what == A_WAIT:
             if not self.a():

@@ -35,7 +35,7 @@ from kernelsim import WouldBlock
 from nic_drivers.tb2 import _model as hw
 from protocols.am import _wire as W
 from protocols.am._checks import U32
-from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, pack, trailer_of
+from protocols.am._wire cimport Header, Msg, Peer, RxChannel, TxChannel, holds, pack, trailer_of
 from protocols.am._codes cimport *
 from kernelsim._path cimport Path
 cimport cython
@@ -439,7 +439,7 @@ cdef class Pump(Path):
         cdef tuple c
         while True:
             if self.phase == P_CTL:
-                if peer.ctl:
+                if holds(peer.ctl):
                     c = peer.ctl[0]
                     self.what = P_CTL
                     self._ctl(c[0] | c[1], c[2], c[3], 0)
@@ -454,7 +454,7 @@ cdef class Pump(Path):
             elif self.phase == P_REP_NEW or self.phase == P_REQ_NEW:
                 ch = peer.tx_rep if self.phase == P_REP_NEW else peer.tx_req
                 pending = ch.pending
-                if pending and ch.can_send((<Msg> pending[0]).npkts):
+                if holds(pending) and ch.can_send((<Msg> pending[0]).npkts):
                     m = ch.next_pending()
                     if not peer.unacked():
                         ep._unsettled(peer)
