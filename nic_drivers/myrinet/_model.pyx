@@ -539,11 +539,6 @@ cdef class LanaiNI(NicModel):
             clocks += self.pio_burst_clocks + (rem + self.bus_bytes - 1) // self.bus_bytes
         return clocks * self.pci_clock_s
 
-    cdef int _check(self, Py_ssize_t off, Py_ssize_t n) except -1:
-        if not span_ok(off, n, self.sram_bytes):
-            span_check(off, n, self.sram_bytes, "LANai SRAM")
-        return 0
-
     cpdef pio_write(self, Py_ssize_t off, const unsigned char[::1] data):
         cdef Py_ssize_t n = data.shape[0]
         self._check(off, n)
