@@ -6,7 +6,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._path cimport Path
 from kernelsim._pcibus cimport PciBus
-from kernelsim._physmem cimport PhysMem
+from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from nic_drivers._nic cimport NicModel
 
 
@@ -137,7 +137,12 @@ cdef class LanaiNI(NicModel):
     cdef _poke(self, Py_ssize_t off, Py_ssize_t n)
     cpdef double rtc(self)
     cpdef double pio_time(self, Py_ssize_t n)
-    cdef int _check(self, Py_ssize_t off, Py_ssize_t n) except -1
+    cdef inline int _check(self, Py_ssize_t off, Py_ssize_t n) except -1:
+        # Every SRAM access checks its span (a few per handler): inline, not a C call.
+        if not span_ok(off, n, self.sram_bytes):
+            span_check(off, n, self.sram_bytes, "LANai SRAM")
+        return 0
+
     cpdef pio_write(self, Py_ssize_t off, const unsigned char[::1] data)
     cdef int pio_write_from(self, Py_ssize_t off, PhysMem mem, Py_ssize_t addr, Py_ssize_t n) except -1
     cpdef pio_write32(self, Py_ssize_t off, unsigned int value)

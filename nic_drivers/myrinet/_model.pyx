@@ -60,8 +60,8 @@ cimport cython
 
 from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.ref cimport PyObject, Py_XDECREF
-from kernelsim._pyiter cimport resume
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from kernelsim._pyiter cimport resume, take_raised
 
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._path cimport Path
@@ -105,6 +105,58 @@ cdef Fifo _fifo():
     q.items = [None] * 8
     q.mask = 7
     return q
+
+
+# The processor loop's calls into control-program code. `_run` and `_step` make them
+# through pointers that do not say they can fail, and look at the -1 themselves
+# (`take_raised`): a `try` block walks the thread's stack of handled exceptions, one
+# entry per coroutine the engine runs inside of, and would cost more than a step (see
+# `kernelsim._cpu._advance`). An `Exception` is the control program's fault; anything
+# else goes on up.
+cdef int _start_item(object item, PyObject** started) except -1:
+    """Start a queued item's handler: a new reference to what runs it (a Path, a
+    generator, or None for nothing to run) in `started[0]`."""
+    cdef object gen, fn, arg
+    cdef _Watch w
+    if isinstance(item, Path):
+        gen = item
+    else:
+        if type(item) is _Watch:
+            w = <_Watch> item
+            w.queued = False
+            fn = w.fn
+            arg = w.off
+        else:
+            fn = (<tuple> item)[0]
+            arg = (<tuple> item)[1]
+        if isinstance(fn, NiHandler):
+            gen = (<NiHandler> fn).start(arg)
+        else:
+            gen = fn(arg)
+    Py_INCREF(gen)
+    started[0] = <PyObject*> gen
+    return 0
+
+
+cdef int _step_handler(object gen, bint is_path, double* cycles) except -1:
+    """Run a handler up to its next cycles: 1 and `cycles[0]`, or 0 when it has ended."""
+    cdef PyObject* res = NULL
+    cdef object c
+    cdef int r
+    if is_path:
+        return (<Path> gen).step(cycles)
+    r = resume(gen, &res)
+    c = <object> res
+    Py_XDECREF(res)
+    if r == 1:
+        cycles[0] = <double> c if c is not None else 0.0
+    return r
+
+
+ctypedef int (*_StartItemFn)(object, PyObject**) noexcept
+ctypedef int (*_StepHandlerFn)(object, bint, double*) noexcept
+cdef _StartItemFn _start_item_unchecked = <_StartItemFn> _start_item
+cdef _StepHandlerFn _step_handler_unchecked = <_StepHandlerFn> _step_handler
 
 
 cdef class Medium(EventTarget):
@@ -330,8 +382,8 @@ cdef class LanaiNI(NicModel):
             self._queue((then, arg), False)
 
     cdef _run(self):
-        cdef object item, gen, fn, arg
-        cdef _Watch w
+        cdef PyObject* started = NULL
+        cdef object gen
         cdef bint last
         while self._cur is None and self.ctrl & _CTRL_RUN:
             if not self._q_hi.empty():
@@ -343,26 +395,16 @@ cdef class LanaiNI(NicModel):
             self.ni_events += 1
             last = self._last
             self._last = False                  # starting a handler runs its code: not ours
-            try:
-                if isinstance(item, Path):
-                    gen = item
-                else:
-                    if type(item) is _Watch:
-                        w = <_Watch> item
-                        w.queued = False
-                        fn = w.fn
-                        arg = w.off
-                    else:
-                        fn = (<tuple> item)[0]
-                        arg = (<tuple> item)[1]
-                    if isinstance(fn, NiHandler):
-                        gen = (<NiHandler> fn).start(arg)
-                    else:
-                        gen = fn(arg)
-            except Exception as exc:
+            if _start_item_unchecked(item, &started) == -1:
+                exc = take_raised()
                 self._last = last
+                if not isinstance(exc, Exception):
+                    raise exc
                 self._fault(exc)
                 continue
+            gen = <object> started
+            Py_XDECREF(started)
+            started = NULL
             self._last = last
             if gen is None:
                 continue
@@ -376,23 +418,15 @@ cdef class LanaiNI(NicModel):
         # happen before they are spent (`Engine.advance`): the handler goes on at once,
         # at the same modeled instant, in the same order.
         cdef object gen = self._cur
-        cdef object c
         cdef double cycles, t
-        cdef PyObject* res = NULL
         cdef int r
         cdef bint is_path = isinstance(gen, Path)
         while True:
-            try:
-                if is_path:
-                    r = (<Path> gen).step(&cycles)
-                else:
-                    r = resume(gen, &res)
-                    c = <object> res
-                    Py_XDECREF(res)
-                    res = NULL
-                    if r == 1:
-                        cycles = <double> c if c is not None else 0.0
-            except Exception as exc:
+            r = _step_handler_unchecked(gen, is_path, &cycles)
+            if r == -1:
+                exc = take_raised()
+                if not isinstance(exc, Exception):
+                    raise exc
                 self._cur = None
                 self._fault(exc)
                 return
@@ -504,11 +538,6 @@ cdef class LanaiNI(NicModel):
         if rem:
             clocks += self.pio_burst_clocks + (rem + self.bus_bytes - 1) // self.bus_bytes
         return clocks * self.pci_clock_s
-
-    cdef int _check(self, Py_ssize_t off, Py_ssize_t n) except -1:
-        if not span_ok(off, n, self.sram_bytes):
-            span_check(off, n, self.sram_bytes, "LANai SRAM")
-        return 0
 
     cpdef pio_write(self, Py_ssize_t off, const unsigned char[::1] data):
         cdef Py_ssize_t n = data.shape[0]
