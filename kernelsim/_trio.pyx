@@ -217,8 +217,12 @@ cdef class _Field:
         return 0
 
 
+cdef list _FIELDS = []     # every field made, for the tests (`_read_fields`)
+
+
 cdef _Field _field(object cls, str name, bint frozen=False):
     cdef _Field f = _Field.__new__(_Field)
+    _FIELDS.append(f)
     cdef PyMemberDef* member
     f.cls, f.name, f.frozen, f.offset = cls, name, frozen, -1
     descr = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
@@ -247,10 +251,6 @@ cdef _Field _value_unwrapped = _field(_Value, "_unwrapped", True)
 cdef _Field _value_value = _field(_Value, "value", True)
 cdef _Field _deadlines_heap = _field(_trio_run.Deadlines, "_heap")
 cdef _Field _scope_deadline = _field(_trio_run.CancelScope, "_registered_deadline")
-cdef tuple _FIELDS = (_task_runner, _task_send_fn, _task_send, _task_abort_func, _task_sleep_data, _task_coro,
-                      _task_context, _task_cancel_status, _task_schedule_points, _task_cancel_points,
-                      _status_cancelled, _runner_ki_pending, _runner_main_task, _value_unwrapped, _value_value,
-                      _deadlines_heap, _scope_deadline)
 
 
 def _read_fields(objs):

@@ -41,6 +41,7 @@ from kernelsim._path cimport Path
 cimport cython
 from kernelsim._pyiter cimport resume
 from cpython.ref cimport PyObject, Py_XDECREF
+from libc.limits cimport LLONG_MAX, LLONG_MIN
 
 __all__ = ["Window", "Events", "AM_PROTO", "BLOCKED"]
 
@@ -155,32 +156,23 @@ cdef class Window(OpenFile):
     # -- memory ---------------------------------------------------------------------------
 
     cpdef bint in_segments(self, object lo, object hi) except -1:
-        """[lo, hi) lies inside one segment (an empty range: at or inside one). The
-        segments (endpoint.pyx) are kept sorted by address, with their ends beside."""
-        cdef list starts = self._starts
-        cdef Py_ssize_t a = 0, b = len(starts), mid
-        if hi < lo:
+        """[lo, hi) lies inside one segment (an empty range: at or inside one), for
+        addresses as a program gives them: ints of any size. One beyond a C long long is
+        beyond every segment (they lie below 2**32)."""
+        if not (LLONG_MIN <= lo <= LLONG_MAX and LLONG_MIN <= hi <= LLONG_MAX):
             return False
-        while a < b:                                # bisect_right(starts, lo)
-            mid = (a + b) >> 1
-            if lo < starts[mid]:
-                b = mid
-            else:
-                a = mid + 1
-        if a == 0:
-            return False
-        end = self._ends[a - 1]
-        return hi <= end and lo <= end
+        return self.in_segments_c(lo, hi)
 
     cdef bint in_segments_c(self, long long lo, long long hi) except -1:
         """`in_segments` of C values (a received header's range: nothing boxed, no Python
-        compare). The segments lie below 2**32 (endpoint.segment), so their bounds unbox."""
+        compare). The segments (endpoint.pyx) are kept sorted by address, with their ends
+        beside; they lie below 2**32 (endpoint.segment), so their bounds unbox."""
         cdef list starts = self._starts
         cdef Py_ssize_t a = 0, b = len(starts), mid
         cdef long long end
         if hi < lo:
             return False
-        while a < b:
+        while a < b:                                # bisect_right(starts, lo)
             mid = (a + b) >> 1
             if lo < <long long> starts[mid]:
                 b = mid
