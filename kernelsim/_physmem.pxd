@@ -1,3 +1,5 @@
+cimport cython
+
 # Bounds that cannot overflow: every accessor that takes an offset and a length checks
 # 0 <= off <= size first, then n <= size - off (never off + n, which can wrap).
 
@@ -9,6 +11,10 @@ cdef int span_check(Py_ssize_t off, Py_ssize_t n, Py_ssize_t size, str what) exc
     # EINVAL for a negative length, EFAULT for a span outside [0, size)
 
 
+# Final: nothing subclasses it, so its cpdef accessors called from C (the drivers' and
+# devices' rd32/wr32 on descriptors, a dozen per frame) are direct calls, without the
+# check for a Python override.
+@cython.final
 cdef class PhysMem:
     cdef readonly unsigned char[::1] buf
     cdef readonly Py_ssize_t size
