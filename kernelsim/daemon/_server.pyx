@@ -67,7 +67,9 @@ from __future__ import annotations
 
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memcpy
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.ref cimport Py_REFCNT
 from kernelsim._path cimport reuse
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
@@ -108,6 +110,16 @@ cdef double _yield_idle_s = YIELD_IDLE_S
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
+
+cdef extern from *:
+    """
+    /* New contents for a bytes object only its filler holds: its cached hash goes too. */
+    static inline void dp_bytes_refill(PyObject *b, const unsigned char *src, Py_ssize_t n) {
+        memcpy(PyBytes_AS_STRING(b), src, n);
+        ((PyBytesObject *) b)->ob_shash = -1;
+    }
+    """
+    void dp_bytes_refill(object b, const unsigned char* src, Py_ssize_t n)
 
 
 def default_spin(seconds: float) -> float:
@@ -150,6 +162,7 @@ cdef class Gate:
     cdef object _name_raw, _name    # the last gate name an entry gave (bytes) and its str:
                                     # a gate's entries nearly always name the same routine
     cdef object _proc, _callgates   # what every entry runs on, looked up once (`_bind`)
+    cdef object _payload            # the last entry's payload, refilled if nothing kept it (`_payload_of`)
     cdef Costs _costs
     cdef Engine _engine
     cdef Cpu _cpu
@@ -858,7 +871,7 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
     try:
         exc = _run_now(gate._engine, gate._cpu,
                        callgate_entry(gate._callgates, gate._costs, gate._proc, name,
-                                      (gate.node_fd, p[2 + ln:k])))
+                                      (gate.node_fd, _payload_of(gate, p + 2 + ln, k - 2 - ln))))
         if exc is not None:
             if isinstance(exc, WouldBlock):
                 server._block(gate, p[:k], exc.queue)
@@ -869,6 +882,25 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
     except Exception:   # noqa: BLE001 - a process's bad entry never stops the node
         gate.set_error(errno.EINVAL)
     return True
+
+
+cdef object _payload_of(Gate gate, const unsigned char* p, Py_ssize_t n):
+    """An entry's payload as bytes. A full-size message's bytes object is a malloc and a
+    free per entry (~500 instructions: bench_node_pass); the last one is filled again
+    instead when nothing but the gate holds it any more -- the call copied it to the
+    node's memory and dropped it. A local delivery or a blocked call that kept it keeps it:
+    a new one is made. Never the empty bytes (a shared singleton); one made here is never
+    a shared one (`PyBytes_FromStringAndSize(NULL, n)` always allocates for n > 0)."""
+    cdef object b = gate._payload
+    if n > 0 and b is not None and Py_REFCNT(b) == 2 and PyBytes_GET_SIZE(b) == n:
+        # 2: the gate's field and this local
+        dp_bytes_refill(b, p, n)
+        return b
+    b = PyBytes_FromStringAndSize(NULL, n)
+    if n > 0:
+        memcpy(PyBytes_AS_STRING(b), p, n)
+        gate._payload = b
+    return b
 
 
 cdef int _bind(object server, Gate gate) except -1:
