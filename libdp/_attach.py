@@ -54,7 +54,7 @@ from kernelsim.media._shmring import ShmRing
 from libdp._api import NodeView
 from libdp._calls import _bytes, _check_count
 from libdp._clusterfile import ClusterFile, default_run_dir, node_from_environment, node_socket
-from libdp._endpoint_rings import endpoint_rings
+from libdp._endpoint_rings import EndpointTable, endpoint_rings
 
 __all__ = ["attach", "AttachedDP", "SyncAttachedDP", "NodeLink", "RemoteToken", "DEFAULT_SPIN_S",
            "spin_from_environment"]
@@ -535,6 +535,10 @@ class AttachedDP:
         self.node = NodeView(link.nid, _ProfileView(link.hello.get("profile", {}), link.hello.get("platform")),
                              False, lambda: link.admin("stats"))
         self._files: dict[int, _File] = {}
+        # The no-wait calls are C methods of the endpoint table: one C call per message.
+        self._endpoints = EndpointTable(self._fast_endpoint)
+        self.dp_write_nowait = self._endpoints.write_nowait
+        self.dp_read_nowait = self._endpoints.read_nowait
         self.sync = SyncAttachedDP(self)
         self.pinned = False             # joined its node's CPU (attach, pair placement)
 
@@ -569,6 +573,8 @@ class AttachedDP:
                 cls = _Endpoint if info["kind"] == "DP endpoint" else _Card if "passthrough" in info else _File
                 f = cls(self, info, mine)
                 self._files[f.fd] = f
+                if cls is _Endpoint:
+                    self._endpoints.add(f.fd, f.rings)
                 if header.get("ret") == info["node_fd"]:
                     header["ret"] = f.fd
         ret = header.get("ret")
@@ -642,6 +648,7 @@ class AttachedDP:
     def _forget(self, f: _File) -> None:
         if not f.closed:
             self._files.pop(f.fd, None)
+            self._endpoints.discard(f.fd)
             f.unmap()
 
     def set_blocking(self, fd: int, blocking: bool) -> None:
@@ -672,20 +679,8 @@ class AttachedDP:
         return n
 
     # -- batching loops: no wait, no checkpoint ---------------------------------------------
-
-    def dp_write_nowait(self, fd: int, data) -> bool:
-        """``dp_write`` that neither waits nor yields: True if the call gate took the
-        message, False (nothing written) if the endpoint's submission ring is full. For a
-        loop that posts a batch and then checkpoints (or awaits ``dp_write``) once: the
-        per-call trio checkpoint costs more than the gate itself."""
-        return self._fast_endpoint(fd).rings.write(data) >= 0
-
-    def dp_read_nowait(self, fd: int, nbytes: int = 65536):
-        """The next delivered message (as ``dp_read``), or None at once if none is waiting;
-        never yields. A loop that drains what has arrived and then awaits once per batch
-        pays no cancel scope or checkpoint per message."""
-        _check_count(nbytes)
-        return self._fast_endpoint(fd).rings.read(nbytes)
+    # ``dp_write_nowait(fd, data)`` and ``dp_read_nowait(fd, nbytes=65536)`` are set per
+    # object in __init__: the C methods of its `EndpointTable` (libdp._endpoint_rings).
 
     # -- reading from the mapped pool -----------------------------------------------------
 

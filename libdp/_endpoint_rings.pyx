@@ -40,6 +40,8 @@ cdef extern from "<sys/epoll.h>" nogil:
 import errno
 import os
 
+from libdp._calls import _check_count
+
 from kernelsim.media._shmring cimport ShmRing, RING_OK, RING_FULL, RING_CLOSED
 from kernelsim.daemon._rings cimport EventRing
 
@@ -263,3 +265,45 @@ cdef class EndpointRings:
     @property
     def releases_pending(self):
         return self.n_releases
+
+
+cdef class EndpointTable:
+    """An attached process's live endpoints by fd, for the no-wait calls (``dp_write_nowait``,
+    ``dp_read_nowait``) of a loop that posts or drains a batch: one C call per message. As
+    Python methods they ran two interpreted frames per message (the call and the endpoint
+    lookup), as much as the gate entry or the copy itself. An fd not in the table -- closed,
+    not this process's, not an endpoint -- goes to `slow` (``AttachedDP._fast_endpoint``),
+    which raises what it always has."""
+    cdef dict rings                 # fd -> EndpointRings of every endpoint not yet closed
+    cdef object slow
+
+    def __cinit__(self, slow):
+        self.rings = {}
+        self.slow = slow
+
+    def add(self, int fd, EndpointRings rings):
+        self.rings[fd] = rings
+
+    def discard(self, fd):
+        self.rings.pop(fd, None)
+
+    cdef EndpointRings _get(self, fd):
+        r = self.rings.get(fd) if type(fd) is int else None
+        if r is None:
+            return <EndpointRings?> self.slow(fd).rings
+        return <EndpointRings> r
+
+    def write_nowait(self, fd, data):
+        """``dp_write`` that neither waits nor yields: True if the call gate took the
+        message, False (nothing written) if the endpoint's submission ring is full. For a
+        loop that posts a batch and then checkpoints (or awaits ``dp_write``) once: the
+        per-call trio checkpoint costs more than the gate itself."""
+        return self._get(fd).write(data) >= 0
+
+    def read_nowait(self, fd, nbytes=65536):
+        """The next delivered message (as ``dp_read``), or None at once if none is waiting;
+        never yields. A loop that drains what has arrived and then awaits once per batch
+        pays no cancel scope or checkpoint per message."""
+        if type(nbytes) is not int or nbytes < 0:
+            _check_count(nbytes)
+        return self._get(fd).read(nbytes)
