@@ -790,6 +790,43 @@ def test_nowait_calls_take_what_is_there_and_never_wait(two):
         b.detach()
 
 
+def _read_within(dp, fd, n):
+    got, deadline = [], time.monotonic() + TIMEOUT
+    while len(got) < n and time.monotonic() < deadline:
+        if select.select([fd], [], [], 1.0)[0]:
+            while (m := dp.dp_read_nowait(fd)) is not None:
+                got.append(m)
+    return got
+
+
+def test_gate_payloads_of_one_size_arrive_intact(two):
+    """The node fills one payload object again for the next gate entry when nothing kept
+    the last (kernelsim.daemon._server._payload_of): distinct messages of one size, to
+    another node and to the node's own endpoint (a local delivery), arrive as sent; once
+    an endpoint is closed its no-wait calls are EBADF (libdp._endpoint_rings.EndpointTable)."""
+    a, b = attach(node=0), attach(node=1)
+    try:
+        fa, fl, fb, fo = a.sync.dp_open(8), a.sync.dp_open(9), b.sync.dp_open(8), a.sync.dp_open(10)
+        a.sync.dp_target(fa, 1, 8)
+        a.sync.dp_target(fo, 0, 9)                # node 0's own endpoint 9
+        sent = [bytes([k]) * 600 for k in range(1, 5)]
+        for m in sent:
+            assert a.dp_write_nowait(fa, m) and a.dp_write_nowait(fo, m)
+        assert _read_within(b, fb, len(sent)) == sent
+        assert _read_within(a, fl, len(sent)) == sent
+        for dp, fd in ((a, fa), (a, fl), (b, fb), (a, fo)):
+            dp.sync.close(fd)
+        with pytest.raises(OSError) as e:
+            a.dp_write_nowait(fa, b"x")
+        assert e.value.errno == errno.EBADF
+        with pytest.raises(OSError) as e:
+            b.dp_read_nowait(fb)
+        assert e.value.errno == errno.EBADF
+    finally:
+        a.detach()
+        b.detach()
+
+
 @pytest.mark.parametrize("program", ["bandwidth", "bibw"])
 def test_window_bandwidth_on_real_nodes_counts_every_message(two, program):
     """libdp.bandwidth / bibw on real nodes (the batched no-wait loops): every message of
