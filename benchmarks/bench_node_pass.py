@@ -72,9 +72,11 @@ class _Side:
         self.transport.close()
 
 
-def run(count: int, size: int, batch: int, quiet: bool = False) -> dict:
+def run(count: int, size: int, batch: int, quiet: bool = False, load=()) -> dict:
+    """`load`: modules (and parameters) of both nodes (`ClusterFile` ``load``). Besides the
+    CPU per message, the receiving card's interrupts and frames missed."""
     name = f"np{os.getpid()}"
-    cluster = ClusterFile(name, "dec21140", "shm", [NodeSpec(0), NodeSpec(1)], run_dir=f"/tmp/{name}")
+    cluster = ClusterFile(name, "dec21140", "shm", [NodeSpec(0), NodeSpec(1)], run_dir=f"/tmp/{name}", load=load)
     rx = tx = None
     try:
         rx = _Side(cluster, 1, 5)
@@ -117,6 +119,9 @@ def run(count: int, size: int, batch: int, quiet: bool = False) -> dict:
         batch_posts(False)
         deliveries.close()
         out = {"messages": count, "delivered": got, "send_us": send_s / count * 1e6, "recv_us": recv_s / count * 1e6}
+        card = next(iter(rx.node.netdevs.values())).stats()
+        out["rx_interrupts"] = rx.node.irq.stats()[f"irq{card['irq']}"]["interrupts"]
+        out["rx_missed"] = card["device"]["rx_missed"]
         if not quiet:
             print(f"# node pass, hot, one process: {count} messages of {size} bytes, {batch} per pass")
             print(f"  send pass (gate entry -> mesh)        {out['send_us']:7.2f} us CPU per message")

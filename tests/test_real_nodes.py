@@ -855,3 +855,19 @@ def test_trio_round_trips_through_attached_scripts_and_rank_kernels(run_base, ke
         cluster_down(c)
     assert len(results[0]) == 300 and all(ns > 0 for ns in results[0]) and results[1] is None
     assert not os.path.exists(c.run_dir) and _shm_entries(c.name) == []
+
+
+def test_a_burst_of_frames_is_one_interrupt_and_a_small_ring_loses_none():
+    """A real node's port takes a burst in before it runs the engine (libdp._cluster's
+    REAL_RX_BURST): one receive interrupt for the burst -- but never more frames than the
+    card has free buffers for (`FrameSink.rx_room`), so a 4-descriptor ring misses none."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    try:
+        import bench_node_pass
+    finally:
+        sys.path.pop(0)
+    out = bench_node_pass.run(64, 1500, 16, quiet=True)
+    assert (out["delivered"], out["rx_missed"], out["rx_interrupts"]) == (64, 0, 4)
+    out = bench_node_pass.run(64, 1500, 16, quiet=True, load=["dec21140:rx_ring=4"])
+    assert (out["delivered"], out["rx_missed"]) == (64, 0)
+    assert out["rx_interrupts"] < 64

@@ -25,6 +25,9 @@ cdef class FrameSink(EventTarget):
         self.rx_frame(frame, crc_ok)
         return 0
 
+    cdef int rx_room(self) except -1:
+        return 0
+
 
 cdef class FramePort(EventTarget):
     cdef int send_frame(self, object frame, double t, double* start, double* end) except -1:

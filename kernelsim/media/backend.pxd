@@ -22,7 +22,9 @@ cdef class PortTx(FramePort):
 
 
 cdef class DevicePort(PortTx):
-    cdef public Engine settle           # the node's engine: run after each frame, or None
+    cdef public Engine settle           # the node's engine: run after each `settle_every` frames, or None
+    cdef public Py_ssize_t settle_every # frames a poll takes in before it runs `settle` (1: after each)
+    cdef Py_ssize_t _unsettled          # frames taken in since `settle` last ran
     cdef public object divert           # frames go to this callable instead (a process drives the card)
     cdef public object faults
     cdef public object faults_elsewhere
@@ -37,3 +39,4 @@ cdef class DevicePort(PortTx):
     cpdef int poll(self) except -1
     cdef int _poll_packet(self) except -1
     cdef int _frame_in(self, Py_ssize_t k) except -1
+    cdef int _settle_rest(self) except -1

@@ -101,8 +101,14 @@ cdef class DevicePort(PortTx):
     """One device model on one real transport (see the module's essay).
 
     ``settle`` is the node's engine, run after each frame (each frame is handled before
-    the next); ``faults_elsewhere`` describes faults the transport itself applies (netem),
-    for the statistics."""
+    the next) -- or after every ``settle_every`` frames a poll finds waiting, and once more
+    when it has taken what there was: a burst is then handed to the device as it would
+    have come off the wire, and its frames' DMA, one interrupt and one receive walk handle
+    them together (a real node's, `libdp._cluster.Cluster.real_node`). The engine still
+    runs before a frame the device has no free receive buffer for (`FrameSink.rx_room`):
+    a burst never overruns the ring where one frame at a time would not.
+    ``faults_elsewhere`` describes faults the transport itself applies (netem), for the
+    statistics."""
 
     def __init__(self, transport, faults=None):
         self.transport = transport
@@ -114,6 +120,8 @@ cdef class DevicePort(PortTx):
         self.tx_dropped = 0
         self.rx_frames = 0
         self.settle = None
+        self.settle_every = 1
+        self._unsettled = 0
         self.divert = None
         self.faults = None
         self.faults_elsewhere = None
@@ -165,17 +173,25 @@ cdef class DevicePort(PortTx):
                 k = ring.recv_raw(&self._mv[0], <size_t> self._mv.shape[0])
                 if k < 0:
                     if k != RING_EMPTY:
+                        self._settle_rest()
                         ring.recv_into(self._buf)       # raises what went wrong (closed, corrupt)
-                    return n
+                    return self._settle_rest() + n
                 self._frame_in(k)
                 n += 1
         recv = self.transport.recv_into
         while True:
             k = recv(self._buf)
             if k < 0:
-                return n
+                return self._settle_rest() + n
             self._frame_in(k)
             n += 1
+
+    cdef int _settle_rest(self) except -1:
+        """Run `settle` for the frames taken in since it last ran (0: nothing to add)."""
+        if self._unsettled:
+            self._unsettled = 0
+            self.settle.run()
+        return 0
 
     cdef int _poll_packet(self) except -1:
         """`poll` from a `PacketPort` by C: one recvfrom(2) a frame (and one a pass that
@@ -186,11 +202,12 @@ cdef class DevicePort(PortTx):
         while True:
             k = packet_recv_raw(self._packet_fd, &self._mv[0], cap, &err)     # never blocks: keeps the GIL
             if k == -1:
-                return n
+                return self._settle_rest() + n
             if k == -2:                         # our own transmission, seen by a tap
                 port._outgoing += 1
                 continue
             if k == -3:
+                self._settle_rest()
                 raise OSError(err, os.strerror(err))
             if k > cap:
                 port._truncated += 1
@@ -208,7 +225,10 @@ cdef class DevicePort(PortTx):
             self._device.rx_frame(self._view[:k], True)
         self.rx_frames += 1
         if self.settle is not None:
-            self.settle.run()
+            self._unsettled += 1
+            if self._unsettled >= self.settle_every or self._sink is None or not self._sink.rx_room():
+                self._unsettled = 0
+                self.settle.run()
         return 0
 
     def _poll_faulty(self) -> int:

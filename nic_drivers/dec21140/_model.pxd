@@ -122,4 +122,5 @@ cdef class Dec21140(NicModel):
     cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1
     cdef bint _accepts(self, const unsigned char[::1] frame) except -1
     cdef bint _rx_busy(self, Py_ssize_t d) noexcept
+    cdef int rx_room(self) except -1
     cdef int _rx_done(self, int tag) except -1
