@@ -7,6 +7,9 @@ cdef class RunnableCounter:
     cdef readonly object runner
     cdef object runq
     cdef dict hooks
+    # trio's table of every instrument of the run (``hooks["_all"]``, made once with the
+    # table): while the counter is alone in it, no hook calls anything else (`_trio._quiet`).
+    cdef dict instruments
     cdef object deadlines
     # What else trio's next pass would look at before it steps a task (`_trio._step_woken`):
     # the I/O manager's registered descriptors, the run_sync_soon queue, and the one

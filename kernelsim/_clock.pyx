@@ -85,6 +85,8 @@ cdef class RunnableCounter:
             self.deadlines = runner.deadlines
         except AttributeError:          # another trio's internals: the calls look them up
             return False
+        every = self.hooks.get("_all")
+        self.instruments = every if type(every) is dict else None
         try:
             self.io_registered = runner.io_manager._registered
             self.entry_queue = runner.entry_queue
@@ -114,6 +116,7 @@ cdef class RunnableCounter:
             _joining = None
         self.live = False
         self.runner = self.runq = self.hooks = self.deadlines = self._main_task = self.kernel_woken = None
+        self.instruments = None
         self.stepping = None
         self.io_registered = self.entry_queue = self.entry_jobs = self.entry_once = None
         self.own_clock = False
