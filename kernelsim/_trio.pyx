@@ -713,14 +713,19 @@ cdef enum:
 @cython.final
 @cython.freelist(8)
 cdef class _PathMaker:
-    """Builds a blocking call's path: ``make(True)`` for the first try, ``make(False)``
-    for the continuation after a wait (no second kernel entry). One class for the three
+    """One blocking call: how it builds its path -- ``make(True)`` for the first try,
+    ``make(False)`` for the continuation after a wait (no second kernel entry) -- and what
+    `_blocking` needs besides, so that the call's coroutine is made with one argument (a
+    call of a function of ten, per DP call, parsed them all). One class for the three
     kinds, not a subclass each: Cython keeps a freelist only for a class that is no
     subclass, and a round trip makes four makers."""
     cdef int kind
     cdef bint gate
     cdef Node node
     cdef object fn, proc, name, args
+    cdef object nonblocking, fd, spin_s, pool
+    cdef WaitQueue first_wait
+    cdef double wake_cost, before
 
     cdef object make(self, bint first):
         if self.kind == _MAKE_ENTRY:
@@ -732,29 +737,19 @@ cdef class _PathMaker:
         return self.fn(first)
 
 
-cdef _PathMaker _callable_maker(object fn):
+cdef inline _PathMaker _maker(int kind, Node node, object proc, object fd, object nonblocking, double wake_cost,
+                              object spin_s, double before, object pool, WaitQueue first_wait):
     cdef _PathMaker maker = _PathMaker.__new__(_PathMaker)
-    maker.kind = _MAKE_CALLABLE
-    maker.fn = fn
-    return maker
-
-
-cdef _PathMaker _entry_maker(Node node, object proc, bint gate, object name, object args):
-    cdef _PathMaker maker = _PathMaker.__new__(_PathMaker)
-    maker.kind = _MAKE_ENTRY
+    maker.kind = kind
     maker.node = node
-    maker.gate = gate
     maker.proc = proc
-    maker.name = name
-    maker.args = args
-    return maker
-
-
-cdef _PathMaker _user_maker(object fn, tuple args):
-    cdef _PathMaker maker = _PathMaker.__new__(_PathMaker)
-    maker.kind = _MAKE_USER
-    maker.fn = fn
-    maker.args = args
+    maker.fd = fd
+    maker.nonblocking = nonblocking
+    maker.wake_cost = wake_cost
+    maker.spin_s = spin_s
+    maker.before = before
+    maker.pool = pool
+    maker.first_wait = first_wait
     return maker
 
 
@@ -768,16 +763,35 @@ def run_blocking(Node node, make_path, *, nonblocking=_never, double wake_cost=0
     time the caller spent before the first try (a poll that noticed what it waited for).
     Returns the call's coroutine (await it).
     """
-    return _blocking(node, _callable_maker(make_path), nonblocking, None, None, wake_cost, spin_s, before, None, None)
+    cdef _PathMaker call = _maker(_MAKE_CALLABLE, node, None, None, nonblocking, wake_cost, spin_s, before, None, None)
+    call.fn = make_path
+    return _blocking(call)
+
+
+cdef object entry_call(Node node, object proc, bint gate, object name, object args, object fd, double wake_cost,
+                       object spin_s):
+    cdef _PathMaker call = _maker(_MAKE_ENTRY, node, proc, fd, None, wake_cost, spin_s, 0.0, None, None)
+    call.gate = gate
+    call.name = name
+    call.args = args
+    return _blocking(call)
+
+
+cdef object user_call(Node node, object proc, object fn, tuple args, object fd, double cost, object pool,
+                      WaitQueue readers, object spin_s):
+    cdef _PathMaker call = _maker(_MAKE_USER, node, proc, fd, None, cost, spin_s, 0.0, pool, readers)
+    call.fn = fn
+    call.args = args
+    return _blocking(call)
 
 
 def run_entry(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_s: float = DEFAULT_SPIN_S):
     """`run_blocking` of process `proc`'s call `name` through the call gate (`gate`) or the
     generic system-call entry, on file `fd` (None: no file; else its ``nonblocking``
     flag is read after each WouldBlock): ``node.callgate_path(proc, name, args, first)``
-    or ``node.syscall_path(...)``, without a closure per call. Returns the coroutine."""
-    return _blocking(node, _entry_maker(node, proc, gate, name, args), None, proc, fd, wake_cost, spin_s, 0.0,
-                     None, None)
+    or ``node.syscall_path(...)``, without a closure per call. Returns the coroutine.
+    (`entry_call` is the same for a C caller: libdp's per-message calls.)"""
+    return entry_call(node, proc, gate, name, args, fd, wake_cost, spin_s)
 
 
 def run_user(Node node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
@@ -788,8 +802,9 @@ def run_user(Node node, proc, fn, tuple args, fd, double cost=0.0, object pool=N
     arrivals wake. When the call starts and finds the pool empty it waits on `readers`
     first (unless `fd` is non-blocking); the call then starts `cost` later (the poll that
     noticed the arrival). After a WouldBlock the retry also starts `cost` later. Returns
-    the coroutine; the pool is looked at when it runs, not when it is made."""
-    return _blocking(node, _user_maker(fn, args), None, proc, fd, cost, spin_s, 0.0, pool, readers)
+    the coroutine; the pool is looked at when it runs, not when it is made. (`user_call`
+    is the same for a C caller.)"""
+    return user_call(node, proc, fn, args, fd, cost, pool, readers, spin_s)
 
 
 cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
@@ -801,9 +816,9 @@ cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
     return (<OpenFile> f).nonblocking if isinstance(f, OpenFile) else f.nonblocking
 
 
-async def _blocking(Node node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, spin_s,
-                    double before, object pool, WaitQueue first_wait):
-    """The loop every blocking call is (`run_blocking`, `run_entry`, `run_user`).
+async def _blocking(_PathMaker maker):
+    """The loop every blocking call is (`run_blocking`, `run_entry`, `run_user`): the call
+    `maker` describes.
 
     In modeled time this is `run_path` and `wait_on` inlined: every blocking call of a
     ping-pong is one of these, and a coroutine less per call is a task switch cheaper.
@@ -812,6 +827,10 @@ async def _blocking(Node node, _PathMaker maker, nonblocking, proc, fd, double w
     cdef Cpu on
     cdef _Completion done
     cdef int how
+    cdef Node node = maker.node
+    cdef WaitQueue first_wait = maker.first_wait
+    cdef double wake_cost = maker.wake_cost, before = maker.before
+    nonblocking, proc, fd, spin_s, pool = maker.nonblocking, maker.proc, maker.fd, maker.spin_s, maker.pool
     if not node.modeled:
         return await _blocking_real(node, maker, nonblocking, proc, fd, spin_s, pool, first_wait)
     try:
@@ -915,19 +934,27 @@ cdef int _wait_real_sync(Node node, WaitQueue queue, double spin_s) except -1:
 def run_blocking_sync(Node node, make_path, *, nonblocking=lambda: False, double wake_cost=0.0,
                       double spin_s=DEFAULT_SPIN_S):
     """`run_blocking` for a caller without trio: returns the call's value."""
-    return _blocking_sync(node, _callable_maker(make_path), nonblocking, None, None, wake_cost, spin_s, None, None)
+    cdef _PathMaker maker = _maker(_MAKE_CALLABLE, node, None, None, nonblocking, wake_cost, spin_s, 0.0, None, None)
+    maker.fn = make_path
+    return _blocking_sync(node, maker, nonblocking, None, None, wake_cost, spin_s, None, None)
 
 
 def run_entry_sync(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, double spin_s=DEFAULT_SPIN_S):
     """`run_entry` for a caller without trio: returns the call's value."""
-    return _blocking_sync(node, _entry_maker(node, proc, gate, name, args), None, proc, fd, wake_cost, spin_s,
-                          None, None)
+    cdef _PathMaker maker = _maker(_MAKE_ENTRY, node, proc, fd, None, wake_cost, spin_s, 0.0, None, None)
+    maker.gate = gate
+    maker.name = name
+    maker.args = args
+    return _blocking_sync(node, maker, None, proc, fd, wake_cost, spin_s, None, None)
 
 
 def run_user_sync(Node node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
                   double spin_s=DEFAULT_SPIN_S):
     """`run_user` for a caller without trio: returns the call's value."""
-    return _blocking_sync(node, _user_maker(fn, args), None, proc, fd, cost, spin_s, pool, readers)
+    cdef _PathMaker maker = _maker(_MAKE_USER, node, proc, fd, None, cost, spin_s, 0.0, pool, readers)
+    maker.fn = fn
+    maker.args = args
+    return _blocking_sync(node, maker, None, proc, fd, cost, spin_s, pool, readers)
 
 
 cdef object _blocking_sync(Node node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, double spin_s,

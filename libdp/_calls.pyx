@@ -11,8 +11,8 @@ looked up once when the process is bound.
 import errno
 from time import perf_counter
 
-from kernelsim import run_entry, run_user
 from kernelsim._node cimport FdTable, Node, OpenFile
+from kernelsim._trio cimport entry_call, user_call
 from dpcore._services cimport Endpoint
 
 __all__ = ["DPCalls"]
@@ -55,7 +55,7 @@ cdef class DPCalls:
                 data = _bytes(data)
             except OSError as exc:
                 return _raise(exc)
-        return run_entry(self._node, self._proc, True, "dp_write", (fd, data), fd, self._wake_cost, self.spin_s)
+        return entry_call(self._node, self._proc, True, "dp_write", (fd, data), fd, self._wake_cost, self.spin_s)
 
     def dp_read(self, fd, nbytes=65536):
         """Copy the next message out of the endpoint's TBP (user-level; polls while empty).
@@ -71,8 +71,8 @@ cdef class DPCalls:
             return _raise(exc)
         # The TBP is mapped into the process: its count is looked at before anything is
         # entered; an empty pool is waited on first (the poll then takes _poll_cost more).
-        return run_user(self._node, self._proc, ep.dp.read_path_fn, (ep, nbytes), fd, self._poll_cost,
-                        ep.tbp, ep.readers, self.spin_s)
+        return user_call(self._node, self._proc, ep.dp.read_path_fn, (ep, nbytes), fd, self._poll_cost,
+                         ep.tbp, ep.readers, self.spin_s)
 
     def _endpoint(self, fd):
         """The DP endpoint open on `fd`: EBADF if nothing is, EINVAL if it is another file
