@@ -536,12 +536,50 @@ cdef int _start_path(Engine engine, Cpu on, object path, _Completion done, task)
     # (`raise_readable` at its exits and yields): see OpenFile.
     cdef bint was = defer_raising(True)
     try:
+        return _settle(engine, done, task, _submit(engine, on, path, done, task))
+    finally:
+        defer_raising(was)
+
+
+cdef int _submit(Engine engine, Cpu on, object path, _Completion done, task) except -1:
+    """Submit the call's path and drive the engine until it is done (or parks).
+
+    When the calling task would drive the engine next anyway (`_drive_inline`), nothing
+    happens between the submit and that drive: the path's own segments may then end at
+    once (a window on the engine, ``submit(last=True)``; see `Engine.advance`) rather than
+    each be an event that the drive runs next -- the same steps at the same instants, as
+    long as nothing is due first. Where a step in the window wakes something (a stop), the
+    drive would have ended after that step's event: so does this one."""
+    cdef double until
+    cdef RunnableCounter counter = _inline_counter(task, &until)
+    cdef long long stops, advances
+    if counter is None:
         on.submit(LEVEL_PROC, path, done)
         if done.done:
             return _DONE
-        return _settle(engine, done, task, _drive(engine, done, task))
+        return _drive(engine, done, task)
+    stops = engine.stops
+    advances = engine.advances
+    engine.open_window(until)
+    try:
+        on.submit(LEVEL_PROC, path, done, True)
     finally:
-        defer_raising(was)
+        engine.close_window()
+    if engine.advances == advances:
+        # Not a segment ended in the window: the call went as without one.
+        if done.done:
+            return _DONE
+        if engine.stops != stops:
+            return _drive(engine, done, task)       # its first step woke something: look again
+    elif done.done or engine.stops != stops:
+        # The drive's end, as `_drive_inline` would have seen it.
+        if done.done and engine.stops == stops + 1 and counter.live and counter.runnable == 0:
+            return _INLINE
+        return _DONE if done.done else _PARK
+    # Nothing woke: the drive goes on, the only task, to the same deadline.
+    if _run_inline(engine, done, counter, until):
+        return _INLINE
+    return _DONE if done.done else _PARK
 
 
 cdef int _start_wait(Engine engine, WaitQueue queue, _Completion woken, task) except -1:
@@ -1070,6 +1108,22 @@ cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
     trio deadline comes: from there trio schedules as usual. True when `done` was
     filled and nothing else was woken on the way.
     """
+    cdef double until
+    cdef RunnableCounter counter = _inline_counter(task, &until)
+    if counter is None:
+        return False
+    return _run_inline(engine, done, counter, until)
+
+
+cdef inline bint _run_inline(Engine engine, _Completion done, RunnableCounter counter, double until) except -1:
+    cdef long long stops = engine.stops
+    engine.run_until_stop(until)
+    return done.done and engine.stops == stops + 1 and counter.live and counter.runnable == 0
+
+
+cdef RunnableCounter _inline_counter(task, double* until):
+    """The run's counter if the calling task may drive the engine itself now (the only one
+    trio would run), with how far in ``until[0]`` (trio's next deadline); else None."""
     cdef RunnableCounter counter = own_counter()
     if counter is not None and counter.runner is not None:
         runner = counter.runner         # this thread's run is the counter's
@@ -1083,16 +1137,14 @@ cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
         # Not a run whose parts the counter holds: ask the clock.
         clock = runner.clock if runner is not None else _current_clock()
         if not isinstance(clock, EngineClock):
-            return False
+            return None
         counter = clock.counter
     elif not counter.own_clock:
-        return False
+        return None
     if not counter.live or counter.runnable != 0:
-        return False
-    cdef double until = _next_trio_deadline(runner, counter)
-    cdef long long stops = engine.stops
-    engine.run_until_stop(until)
-    return done.done and engine.stops == stops + 1 and counter.live and counter.runnable == 0
+        return None
+    until[0] = _next_trio_deadline(runner, counter)
+    return counter
 
 
 # -- Handing the turn over -----------------------------------------------------------
