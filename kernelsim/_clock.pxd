@@ -30,6 +30,10 @@ cdef class RunnableCounter:
     # about 500 instructions): set by the step hook and by `_trio`'s hand-over, which sets
     # trio's too. None until the first step the counter sees.
     cdef public object stepping
+    # This thread's dict of trio's run context (a threading.local: its attributes live
+    # there, and a write through the local costs ~500 instructions, mostly finding it):
+    # where `_trio`'s hand-over writes the task it steps. None for another trio.
+    cdef dict context
 
     cdef bint _bind(self, runner) except -1
     cdef object main_task(self)

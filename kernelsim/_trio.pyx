@@ -20,7 +20,8 @@ directly, and the engine driven in a C loop.
 
 cimport cython
 from libc.math cimport INFINITY
-from cpython.dict cimport PyDict_Next
+from cpython.dict cimport PyDict_Next, PyDict_SetItem
+from cpython.pythread cimport PyThread_get_thread_ident
 cdef extern from "Python.h":
     Py_ssize_t PyDict_GET_SIZE(dict d)
 from cpython.object cimport PyObject_GenericSetAttr
@@ -1223,6 +1224,17 @@ cdef bint _quiet(RunnableCounter counter, runner) except -1:
     return True
 
 
+cdef inline int _set_task(RunnableCounter counter, task) except -1:
+    """``GLOBAL_RUN_CONTEXT.task = counter.stepping = task``: in the run's thread, a store
+    in the context's dict for that thread (`RunnableCounter.context`)."""
+    counter.stepping = task
+    if counter.context is not None and counter.thread == PyThread_get_thread_ident():
+        PyDict_SetItem(counter.context, "task", task)
+    else:
+        _GRC.task = task
+    return 0
+
+
 cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     """Step the one runnable task here, as trio's next pass would, if that pass would do
     nothing else; 1 if it was stepped (parked again, or given back to trio), else 0.
@@ -1254,7 +1266,7 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     if other is not counter.kernel_woken:
         raise_readable()                # it may resume outside the kernel (see OpenFile)
     counter.kernel_woken = None
-    _GRC.task = counter.stepping = other
+    _set_task(counter, other)
     _hosting = done.hosting = True
     _task_abort_func.set(task, done.host_abort)
     cdef bint deferring = defer_raising(False)     # its own calls defer for themselves
@@ -1267,7 +1279,7 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
         defer_raising(deferring)
         _hosting = done.hosting = False
         _task_abort_func.set(task, None)
-        _GRC.task = counter.stepping = task
+        _set_task(counter, task)
     if given is None:
         if type(msg) is _WaitTaskRescheduled:
             # Parked again: trio's handling of the message.
