@@ -21,6 +21,7 @@ directly, and the engine driven in a C loop.
 cimport cython
 from libc.math cimport INFINITY
 from cpython.dict cimport PyDict_Next, PyDict_SetItem
+from cpython.list cimport PyList_GET_SIZE
 from cpython.pythread cimport PyThread_get_thread_ident
 cdef extern from "Python.h":
     Py_ssize_t PyDict_GET_SIZE(dict d)
@@ -29,6 +30,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport reuse
 from kernelsim._pyiter cimport take_raised
 from cpython.exc cimport PyErr_Occurred
+import contextvars
 import errno
 import hashlib
 from heapq import heappop
@@ -1235,6 +1237,25 @@ cdef inline int _set_task(RunnableCounter counter, task) except -1:
     return 0
 
 
+cdef extern from "Python.h":
+    int PyContext_Enter(object ctx) except -1
+    int PyContext_Exit(object ctx) except -1
+
+_Context = type(contextvars.copy_context())
+
+
+cdef object _run_in(ctx, fn, arg):
+    """``ctx.run(fn, arg)``, what trio steps a task with: for a Context, its enter and exit
+    by C calls, without looking the method up and parsing its arguments."""
+    if type(ctx) is not _Context:
+        return ctx.run(fn, arg)
+    PyContext_Enter(ctx)
+    try:
+        return fn(arg)
+    finally:
+        PyContext_Exit(ctx)
+
+
 cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     """Step the one runnable task here, as trio's next pass would, if that pass would do
     nothing else; 1 if it was stepped (parked again, or given back to trio), else 0.
@@ -1271,7 +1292,7 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     _task_abort_func.set(task, done.host_abort)
     cdef bint deferring = defer_raising(False)     # its own calls defer for themselves
     try:
-        msg = _task_context.get(other).run(send_fn, send)
+        msg = _run_in(_task_context.get(other), send_fn, send)
     except BaseException as exc:
         given = _GivenBack.__new__(_GivenBack)
         given.exc = exc
@@ -1491,6 +1512,8 @@ cdef double _deadline_of(runner, RunnableCounter counter) except? -1.0:
     # `Deadlines.next_deadline`, replicated: the first entry whose scope still has that
     # deadline, the stale ones dropped.
     heap = _deadlines_heap.get(deadlines)
+    if type(heap) is list and PyList_GET_SIZE(heap) == 0:
+        return INFINITY                 # no deadline (a program without timeouts)
     while heap:
         deadline, _, scope = <tuple> heap[0]
         if deadline == _scope_deadline.get(scope):

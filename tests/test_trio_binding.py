@@ -535,13 +535,17 @@ def test_trio_s_fields_are_read_and_written_at_their_slots_as_getattr_would():
 
 def test_a_stepped_task_is_trio_s_current_task():
     """A task stepped by a modeled wait (the hand-over) is the one trio's run context names
-    while it runs -- written in that context's dict for the run's thread -- and the
-    stepping task is again once the step is over."""
+    while it runs -- written in that context's dict for the run's thread -- and runs in
+    its own context (contextvars); the stepping task is again once the step is over."""
+    import contextvars
+
+    var = contextvars.ContextVar("rank")
     seen = {0: set(), 1: set()}
     mine = {}
 
     async def program(dp, rank, size):
         mine[rank] = trio.lowlevel.current_task()
+        var.set(rank)
         fd = await dp.dp_open(5)
         await dp.dp_target(fd, 1 - rank, 5)
         for _ in range(20):
@@ -551,9 +555,9 @@ def test_a_stepped_task_is_trio_s_current_task():
             else:
                 await dp.dp_read(fd, 16)
                 await dp.dp_write(fd, b"y")
-            seen[rank].add(trio.lowlevel.current_task())
+            seen[rank].add((trio.lowlevel.current_task(), var.get()))
 
     c = Cluster(nodes=2)
     c.run_spmd(program)
     assert c.clock.counter.stepped >= 20
-    assert seen == {0: {mine[0]}, 1: {mine[1]}}
+    assert seen == {0: {(mine[0], 0)}, 1: {(mine[1], 1)}}
