@@ -34,6 +34,9 @@ cdef class RunnableCounter:
     # there, and a write through the local costs ~500 instructions, mostly finding it):
     # where `_trio`'s hand-over writes the task it steps. None for another trio.
     cdef dict context
+    # The bound ``send`` of the last two task coroutines woken (a wake sets a task's next
+    # send to its coroutine's send, as trio's reschedule does): made once, not per wake.
+    cdef object send_coro0, send_fn0, send_coro1, send_fn1
 
     cdef bint _bind(self, runner) except -1
     cdef object main_task(self)

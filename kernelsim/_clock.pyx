@@ -120,6 +120,7 @@ cdef class RunnableCounter:
         self.runner = self.runq = self.hooks = self.deadlines = self._main_task = self.kernel_woken = None
         self.instruments = None
         self.context = None
+        self.send_coro0 = self.send_fn0 = self.send_coro1 = self.send_fn1 = None
         self.stepping = None
         self.io_registered = self.entry_queue = self.entry_jobs = self.entry_once = None
         self.own_clock = False

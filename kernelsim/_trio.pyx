@@ -307,11 +307,11 @@ cdef int _wake(object task) except -1:
         return 0
     if _task_send_fn.get(task) is not None:
         raise RuntimeError(f"{task!r} is not parked")       # trio's assert
-    _task_send_fn.set(task, _task_coro.get(task).send)
+    cdef RunnableCounter c = live_counter()
+    _task_send_fn.set(task, _send_of(c, _task_coro.get(task)))
     _task_send.set(task, _value_none())
     _task_abort_func.set(task, None)
     _task_sleep_data.set(task, None)
-    cdef RunnableCounter c = live_counter()
     if c is not None and c.runner is runner:
         runq = c.runq                   # the run's own, read once (`RunnableCounter.before_run`)
         hooks = c.hooks.get("task_scheduled")
@@ -325,6 +325,21 @@ cdef int _wake(object task) except -1:
     if hooks:
         _task_scheduled(runner, hooks, task)
     return 0
+
+
+cdef object _send_of(RunnableCounter c, coro):
+    """``coro.send``: a ping-pong wakes the same two tasks in turn, so the run's counter
+    keeps the last two made (a bound method is a lookup and an object per wake)."""
+    if c is None:
+        return coro.send
+    if coro is c.send_coro0:
+        return c.send_fn0
+    if coro is c.send_coro1:
+        return c.send_fn1
+    send = coro.send
+    c.send_coro1, c.send_fn1 = c.send_coro0, c.send_fn0
+    c.send_coro0, c.send_fn0 = coro, send
+    return send
 
 
 cdef int _task_scheduled(runner, dict hooks, task) except -1:
