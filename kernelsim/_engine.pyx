@@ -48,6 +48,14 @@ cdef inline void _put(list table, Py_ssize_t i, object value) noexcept:
     Py_XDECREF(old)
 
 
+cdef inline PyObject* _take(list table, Py_ssize_t i) noexcept:
+    """Slot `i`'s reference, taken: the slot holds None (a new reference to it) instead."""
+    cdef PyObject* held = PyList_GET_ITEM(table, i)
+    Py_INCREF(None)
+    PyList_SET_ITEM(table, i, None)
+    return held
+
+
 cdef inline bint _empty(list table, Py_ssize_t i) noexcept:
     return PyList_GET_ITEM(table, i) == <PyObject*> None
 
@@ -221,21 +229,23 @@ cdef class Engine:
         """Run the event on top of the heap, which `_live_top` has found live."""
         cdef int slot = self._heap[0].slot
         cdef int what = self._whats[slot]
-        cdef object fn = <object> PyList_GET_ITEM(self._fns, slot)
-        cdef object arg = <object> PyList_GET_ITEM(self._args, slot)
+        # The event takes the slot's references to its callback and argument (the slot
+        # holds None again): no reference added here and dropped there, per event.
+        cdef PyObject* fn = _take(self._fns, slot)
+        cdef PyObject* arg = _take(self._args, slot)
         self.now = wall_now() if self.realtime else self._heap[0].time
-        _put(self._fns, slot, None)
-        _put(self._args, slot, None)
         self._pop_dead()
         self.events_run += 1
         self._look = not self.realtime and not self.stop_requested
         try:
             if what >= 0:
-                (<EventTarget> fn).on_event(what, arg)
+                (<EventTarget> fn).on_event(what, <object> arg)
             else:
-                fn(arg)
+                (<object> fn)(<object> arg)
         finally:
             self._look = False
+            Py_XDECREF(fn)
+            Py_XDECREF(arg)
         return 0
 
     cpdef long long run(self, double until=INFINITY) except -1:
