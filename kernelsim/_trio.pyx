@@ -51,7 +51,7 @@ from kernelsim._clock cimport RunnableCounter, join_run, live_counter, own_count
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
 from kernelsim._waits cimport Waiter, WaitQueue
-from kernelsim._node cimport Node, OpenFile, Process, kernel_entry, poll_ports, defer_raising, raise_readable
+from kernelsim._node cimport KernelRoutine, Node, OpenFile, Process, kernel_entry, poll_ports, defer_raising, raise_readable
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -789,6 +789,8 @@ cdef class _PathMaker:
             # or a Python call per call
             return kernel_entry(self.node, self.gate, self.proc, self.name, self.args, first)
         if self.kind == _MAKE_USER:
+            if isinstance(self.fn, KernelRoutine):
+                return (<KernelRoutine> self.fn).start(self.proc, <tuple> self.args)
             return self.fn(*self.args)
         return self.fn(first)
 
@@ -852,7 +854,8 @@ def run_entry(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, 
 
 def run_user(Node node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
              spin_s: float = DEFAULT_SPIN_S):
-    """A user-level call on a pool mapped into `proc` (file `fd`): path ``fn(*args)``.
+    """A user-level call on a pool mapped into `proc` (file `fd`): path ``fn(*args)`` --
+    or, for a `KernelRoutine` `fn`, ``fn.start(proc, args)``, a C call.
 
     `pool`, `readers`: a pool the process can look at (its ``count``) and the queue its
     arrivals wake. When the call starts and finds the pool empty it waits on `readers`

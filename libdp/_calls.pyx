@@ -14,6 +14,7 @@ from time import perf_counter
 from kernelsim._node cimport FdTable, Node, OpenFile
 from kernelsim._trio cimport entry_call, user_call
 from dpcore._services cimport Endpoint
+from dpcore._services import user_read      # `DirectedPoint.read_path` as a KernelRoutine
 
 __all__ = ["DPCalls", "pingpong_rounds", "echo_rounds"]
 
@@ -77,7 +78,7 @@ cdef class DPCalls:
             return _raise(exc)
         # The TBP is mapped into the process: its count is looked at before anything is
         # entered; an empty pool is waited on first (the poll then takes _poll_cost more).
-        return user_call(self._node, self._proc, ep.dp.read_path_fn, (ep, nbytes), fd, self._poll_cost,
+        return user_call(self._node, self._proc, user_read, (ep, nbytes), fd, self._poll_cost,
                          ep.tbp, ep.readers, self.spin_s)
 
     cdef double _now(self):
