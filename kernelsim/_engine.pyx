@@ -29,7 +29,6 @@ Two things keep the per-event cost near a bare heap operation:
   segment); `open_window` grants the same to a caller that is about to run the engine
   itself from outside (a lone trio task, `_drive_inline`).
 """
-from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdlib cimport malloc, realloc, free
 from libc.math cimport INFINITY
@@ -39,25 +38,32 @@ cdef class EventTarget:
         raise NotImplementedError
 
 
-cdef inline void _put(list table, Py_ssize_t i, object value) noexcept:
+# The slot tables' items, reached through the list's C pointer: a table read from its
+# field is then not a new reference (added and dropped around every use, several per event).
+cdef extern from "Python.h":
+    PyObject* _item "PyList_GET_ITEM"(PyObject* table, Py_ssize_t i)
+    void _set_item "PyList_SET_ITEM"(PyObject* table, Py_ssize_t i, PyObject* value)
+
+
+cdef inline void _put(PyObject* table, Py_ssize_t i, object value) noexcept:
     """``table[i] = value`` for a slot that exists: the slot tables are lists (so the
     collector sees what they hold) written several times per event, without the checks."""
-    cdef PyObject* old = PyList_GET_ITEM(table, i)
+    cdef PyObject* old = _item(table, i)
     Py_INCREF(value)
-    PyList_SET_ITEM(table, i, value)
+    _set_item(table, i, <PyObject*> value)
     Py_XDECREF(old)
 
 
-cdef inline PyObject* _take(list table, Py_ssize_t i) noexcept:
+cdef inline PyObject* _take(PyObject* table, Py_ssize_t i) noexcept:
     """Slot `i`'s reference, taken: the slot holds None (a new reference to it) instead."""
-    cdef PyObject* held = PyList_GET_ITEM(table, i)
+    cdef PyObject* held = _item(table, i)
     Py_INCREF(None)
-    PyList_SET_ITEM(table, i, None)
+    _set_item(table, i, <PyObject*> None)
     return held
 
 
-cdef inline bint _empty(list table, Py_ssize_t i) noexcept:
-    return PyList_GET_ITEM(table, i) == <PyObject*> None
+cdef inline bint _empty(PyObject* table, Py_ssize_t i) noexcept:
+    return _item(table, i) == <PyObject*> None
 
 
 cdef inline bint _less(_Key* a, _Key* b) noexcept:
@@ -150,8 +156,8 @@ cdef class Engine:
             self._grow_slots()
         self._nfree -= 1
         slot = self._free[self._nfree]
-        _put(self._fns, slot, fn)
-        _put(self._args, slot, arg)
+        _put(<PyObject*> self._fns, slot, fn)
+        _put(<PyObject*> self._args, slot, arg)
         self._whats[slot] = what
         if self._size == self._cap:
             grown = <_Key*> realloc(self._heap, self._cap * 2 * sizeof(_Key))
@@ -174,11 +180,11 @@ cdef class Engine:
             return False
         cdef long long slot = handle & 0xffffffffLL
         cdef long long gen = handle >> 32
-        if slot >= self._nslots or self._gen[slot] != gen or _empty(self._fns, slot):
+        if slot >= self._nslots or self._gen[slot] != gen or _empty(<PyObject*> self._fns, slot):
             return False
         # Lazy deletion: the heap key stays, the slot is marked dead.
-        _put(self._fns, slot, None)
-        _put(self._args, slot, None)
+        _put(<PyObject*> self._fns, slot, None)
+        _put(<PyObject*> self._args, slot, None)
         return True
 
     cpdef double peek(self) noexcept:
@@ -188,7 +194,7 @@ cdef class Engine:
     cdef bint _live_top(self) noexcept:
         """Drop cancelled keys off the top of the heap: True if a live event is left there."""
         while self._size:
-            if not _empty(self._fns, self._heap[0].slot):
+            if not _empty(<PyObject*> self._fns, self._heap[0].slot):
                 return True
             self._pop_dead()
         return False
@@ -231,8 +237,8 @@ cdef class Engine:
         cdef int what = self._whats[slot]
         # The event takes the slot's references to its callback and argument (the slot
         # holds None again): no reference added here and dropped there, per event.
-        cdef PyObject* fn = _take(self._fns, slot)
-        cdef PyObject* arg = _take(self._args, slot)
+        cdef PyObject* fn = _take(<PyObject*> self._fns, slot)
+        cdef PyObject* arg = _take(<PyObject*> self._args, slot)
         self.now = wall_now() if self.realtime else self._heap[0].time
         self._pop_dead()
         self.events_run += 1
