@@ -369,13 +369,7 @@ cdef class DirectedPoint:
             tbp.release(slot)
             return data
         """
-        cdef _ReadPath path = <_ReadPath> reuse(_reads, _ReadPath)
-        path.value = None
-        path.state = path.slot = 0
-        path.dp = self
-        path.e = e
-        path.nbytes = nbytes
-        return path
+        return _read_path(self, e, nbytes)
 
     def take_path(self, Endpoint e):
         """Zero-copy read: hand out the slot itself as a token."""
@@ -584,6 +578,35 @@ cdef class _WritePath(Path):
             raise wb
         self.value = None
         return 0
+
+
+cdef _ReadPath _read_path(DirectedPoint dp, Endpoint e, nbytes):
+    cdef _ReadPath path = <_ReadPath> reuse(_reads, _ReadPath)
+    path.value = None
+    path.state = path.slot = 0
+    path.dp = dp
+    path.e = e
+    path.nbytes = nbytes
+    return path
+
+
+@cython.final
+cdef class _UserRead(KernelRoutine):
+    """A DP read as user-level work (`kernelsim.run_user` starts a `KernelRoutine` with
+    the process and its arguments by a C call): (endpoint, nbytes) -> its endpoint's
+    DP's `read_path`, without a Python call that parses them, per read."""
+
+    cdef object start(self, object proc, tuple args):
+        cdef Endpoint e
+        if len(args) != 2 or not isinstance(args[0], Endpoint):
+            raise TypeError("a DP read takes an endpoint and a byte count")
+        e = <Endpoint> args[0]
+        if type(e.dp) is DirectedPoint:
+            return _read_path(e.dp, e, args[1])
+        return e.dp.read_path_fn(e, args[1])
+
+
+user_read = _UserRead()
 
 
 cdef class _GateWrite(KernelRoutine):

@@ -7,6 +7,9 @@ cdef class RunnableCounter:
     cdef readonly object runner
     cdef object runq
     cdef dict hooks
+    # trio's table of every instrument of the run (``hooks["_all"]``, made once with the
+    # table): while the counter is alone in it, no hook calls anything else (`_trio._quiet`).
+    cdef dict instruments
     cdef object deadlines
     # What else trio's next pass would look at before it steps a task (`_trio._step_woken`):
     # the I/O manager's registered descriptors, the run_sync_soon queue, and the one
@@ -27,6 +30,13 @@ cdef class RunnableCounter:
     # about 500 instructions): set by the step hook and by `_trio`'s hand-over, which sets
     # trio's too. None until the first step the counter sees.
     cdef public object stepping
+    # This thread's dict of trio's run context (a threading.local: its attributes live
+    # there, and a write through the local costs ~500 instructions, mostly finding it):
+    # where `_trio`'s hand-over writes the task it steps. None for another trio.
+    cdef dict context
+    # The bound ``send`` of the last two task coroutines woken (a wake sets a task's next
+    # send to its coroutine's send, as trio's reschedule does): made once, not per wake.
+    cdef object send_coro0, send_fn0, send_coro1, send_fn1
 
     cdef bint _bind(self, runner) except -1
     cdef object main_task(self)

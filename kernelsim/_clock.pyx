@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import math
+import threading
 
 import trio
 from trio._core import _run as _trio_run       # (trio.testing's wait_all_tasks_blocked too: importing
@@ -85,6 +86,8 @@ cdef class RunnableCounter:
             self.deadlines = runner.deadlines
         except AttributeError:          # another trio's internals: the calls look them up
             return False
+        every = self.hooks.get("_all")
+        self.instruments = every if type(every) is dict else None
         try:
             self.io_registered = runner.io_manager._registered
             self.entry_queue = runner.entry_queue
@@ -96,6 +99,7 @@ cdef class RunnableCounter:
             self.wakeup_fd = -1
         self.runner = runner
         self.thread = PyThread_get_thread_ident()
+        self.context = _context_dict()
         self._main_task = None
         self.stepping = None
         clock = runner.clock
@@ -114,6 +118,9 @@ cdef class RunnableCounter:
             _joining = None
         self.live = False
         self.runner = self.runq = self.hooks = self.deadlines = self._main_task = self.kernel_woken = None
+        self.instruments = None
+        self.context = None
+        self.send_coro0 = self.send_fn0 = self.send_coro1 = self.send_fn1 = None
         self.stepping = None
         self.io_registered = self.entry_queue = self.entry_jobs = self.entry_once = None
         self.own_clock = False
@@ -128,6 +135,17 @@ cdef class RunnableCounter:
         self.stepping = task
         self.kernel_woken = None
         raise_readable()                # the task may look at a descriptor (see OpenFile)
+
+
+cdef dict _context_dict():
+    """This thread's dict of trio's run context, where ``GLOBAL_RUN_CONTEXT.task = t`` puts
+    `t` -- when the context is a threading.local whose classes define no descriptor for
+    ``task`` (a write is then the dict's); else None."""
+    cls = type(_GRC)
+    if threading.local not in cls.__mro__ or any("task" in k.__dict__ for k in cls.__mro__):
+        return None
+    d = _GRC.__dict__
+    return d if type(d) is dict else None
 
 
 # -- a counter for a run started without one ----------------------------------------------

@@ -29,7 +29,6 @@ Two things keep the per-event cost near a bare heap operation:
   segment); `open_window` grants the same to a caller that is about to run the engine
   itself from outside (a lone trio task, `_drive_inline`).
 """
-from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdlib cimport malloc, realloc, free
 from libc.math cimport INFINITY
@@ -39,17 +38,32 @@ cdef class EventTarget:
         raise NotImplementedError
 
 
-cdef inline void _put(list table, Py_ssize_t i, object value) noexcept:
+# The slot tables' items, reached through the list's C pointer: a table read from its
+# field is then not a new reference (added and dropped around every use, several per event).
+cdef extern from "Python.h":
+    PyObject* _item "PyList_GET_ITEM"(PyObject* table, Py_ssize_t i)
+    void _set_item "PyList_SET_ITEM"(PyObject* table, Py_ssize_t i, PyObject* value)
+
+
+cdef inline void _put(PyObject* table, Py_ssize_t i, object value) noexcept:
     """``table[i] = value`` for a slot that exists: the slot tables are lists (so the
     collector sees what they hold) written several times per event, without the checks."""
-    cdef PyObject* old = PyList_GET_ITEM(table, i)
+    cdef PyObject* old = _item(table, i)
     Py_INCREF(value)
-    PyList_SET_ITEM(table, i, value)
+    _set_item(table, i, <PyObject*> value)
     Py_XDECREF(old)
 
 
-cdef inline bint _empty(list table, Py_ssize_t i) noexcept:
-    return PyList_GET_ITEM(table, i) == <PyObject*> None
+cdef inline PyObject* _take(PyObject* table, Py_ssize_t i) noexcept:
+    """Slot `i`'s reference, taken: the slot holds None (a new reference to it) instead."""
+    cdef PyObject* held = _item(table, i)
+    Py_INCREF(None)
+    _set_item(table, i, <PyObject*> None)
+    return held
+
+
+cdef inline bint _empty(PyObject* table, Py_ssize_t i) noexcept:
+    return _item(table, i) == <PyObject*> None
 
 
 cdef inline bint _less(_Key* a, _Key* b) noexcept:
@@ -142,8 +156,8 @@ cdef class Engine:
             self._grow_slots()
         self._nfree -= 1
         slot = self._free[self._nfree]
-        _put(self._fns, slot, fn)
-        _put(self._args, slot, arg)
+        _put(<PyObject*> self._fns, slot, fn)
+        _put(<PyObject*> self._args, slot, arg)
         self._whats[slot] = what
         if self._size == self._cap:
             grown = <_Key*> realloc(self._heap, self._cap * 2 * sizeof(_Key))
@@ -166,11 +180,11 @@ cdef class Engine:
             return False
         cdef long long slot = handle & 0xffffffffLL
         cdef long long gen = handle >> 32
-        if slot >= self._nslots or self._gen[slot] != gen or _empty(self._fns, slot):
+        if slot >= self._nslots or self._gen[slot] != gen or _empty(<PyObject*> self._fns, slot):
             return False
         # Lazy deletion: the heap key stays, the slot is marked dead.
-        _put(self._fns, slot, None)
-        _put(self._args, slot, None)
+        _put(<PyObject*> self._fns, slot, None)
+        _put(<PyObject*> self._args, slot, None)
         return True
 
     cpdef double peek(self) noexcept:
@@ -180,7 +194,7 @@ cdef class Engine:
     cdef bint _live_top(self) noexcept:
         """Drop cancelled keys off the top of the heap: True if a live event is left there."""
         while self._size:
-            if not _empty(self._fns, self._heap[0].slot):
+            if not _empty(<PyObject*> self._fns, self._heap[0].slot):
                 return True
             self._pop_dead()
         return False
@@ -221,21 +235,23 @@ cdef class Engine:
         """Run the event on top of the heap, which `_live_top` has found live."""
         cdef int slot = self._heap[0].slot
         cdef int what = self._whats[slot]
-        cdef object fn = <object> PyList_GET_ITEM(self._fns, slot)
-        cdef object arg = <object> PyList_GET_ITEM(self._args, slot)
+        # The event takes the slot's references to its callback and argument (the slot
+        # holds None again): no reference added here and dropped there, per event.
+        cdef PyObject* fn = _take(<PyObject*> self._fns, slot)
+        cdef PyObject* arg = _take(<PyObject*> self._args, slot)
         self.now = wall_now() if self.realtime else self._heap[0].time
-        _put(self._fns, slot, None)
-        _put(self._args, slot, None)
         self._pop_dead()
         self.events_run += 1
         self._look = not self.realtime and not self.stop_requested
         try:
             if what >= 0:
-                (<EventTarget> fn).on_event(what, arg)
+                (<EventTarget> fn).on_event(what, <object> arg)
             else:
-                fn(arg)
+                (<object> fn)(<object> arg)
         finally:
             self._look = False
+            Py_XDECREF(fn)
+            Py_XDECREF(arg)
         return 0
 
     cpdef long long run(self, double until=INFINITY) except -1:

@@ -20,12 +20,17 @@ directly, and the engine driven in a C loop.
 
 cimport cython
 from libc.math cimport INFINITY
-from cpython.dict cimport PyDict_Next
+from cpython.dict cimport PyDict_Next, PyDict_SetItem
+from cpython.list cimport PyList_GET_SIZE
+from cpython.pythread cimport PyThread_get_thread_ident
+cdef extern from "Python.h":
+    Py_ssize_t PyDict_GET_SIZE(dict d)
 from cpython.object cimport PyObject_GenericSetAttr
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport reuse
 from kernelsim._pyiter cimport take_raised
 from cpython.exc cimport PyErr_Occurred
+import contextvars
 import errno
 import hashlib
 from heapq import heappop
@@ -46,7 +51,7 @@ from kernelsim._clock cimport RunnableCounter, join_run, live_counter, own_count
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
 from kernelsim._waits cimport Waiter, WaitQueue
-from kernelsim._node cimport Node, OpenFile, Process, kernel_entry, poll_ports, defer_raising, raise_readable
+from kernelsim._node cimport KernelRoutine, Node, OpenFile, Process, kernel_entry, poll_ports, defer_raising, raise_readable
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -302,11 +307,11 @@ cdef int _wake(object task) except -1:
         return 0
     if _task_send_fn.get(task) is not None:
         raise RuntimeError(f"{task!r} is not parked")       # trio's assert
-    _task_send_fn.set(task, _task_coro.get(task).send)
+    cdef RunnableCounter c = live_counter()
+    _task_send_fn.set(task, _send_of(c, _task_coro.get(task)))
     _task_send.set(task, _value_none())
     _task_abort_func.set(task, None)
     _task_sleep_data.set(task, None)
-    cdef RunnableCounter c = live_counter()
     if c is not None and c.runner is runner:
         runq = c.runq                   # the run's own, read once (`RunnableCounter.before_run`)
         hooks = c.hooks.get("task_scheduled")
@@ -320,6 +325,21 @@ cdef int _wake(object task) except -1:
     if hooks:
         _task_scheduled(runner, hooks, task)
     return 0
+
+
+cdef object _send_of(RunnableCounter c, coro):
+    """``coro.send``: a ping-pong wakes the same two tasks in turn, so the run's counter
+    keeps the last two made (a bound method is a lookup and an object per wake)."""
+    if c is None:
+        return coro.send
+    if coro is c.send_coro0:
+        return c.send_fn0
+    if coro is c.send_coro1:
+        return c.send_fn1
+    send = coro.send
+    c.send_coro1, c.send_fn1 = c.send_coro0, c.send_fn0
+    c.send_coro0, c.send_fn0 = coro, send
+    return send
 
 
 cdef int _task_scheduled(runner, dict hooks, task) except -1:
@@ -534,12 +554,50 @@ cdef int _start_path(Engine engine, Cpu on, object path, _Completion done, task)
     # (`raise_readable` at its exits and yields): see OpenFile.
     cdef bint was = defer_raising(True)
     try:
+        return _settle(engine, done, task, _submit(engine, on, path, done, task))
+    finally:
+        defer_raising(was)
+
+
+cdef int _submit(Engine engine, Cpu on, object path, _Completion done, task) except -1:
+    """Submit the call's path and drive the engine until it is done (or parks).
+
+    When the calling task would drive the engine next anyway (`_drive_inline`), nothing
+    happens between the submit and that drive: the path's own segments may then end at
+    once (a window on the engine, ``submit(last=True)``; see `Engine.advance`) rather than
+    each be an event that the drive runs next -- the same steps at the same instants, as
+    long as nothing is due first. Where a step in the window wakes something (a stop), the
+    drive would have ended after that step's event: so does this one."""
+    cdef double until
+    cdef RunnableCounter counter = _inline_counter(task, &until)
+    cdef long long stops, advances
+    if counter is None:
         on.submit(LEVEL_PROC, path, done)
         if done.done:
             return _DONE
-        return _settle(engine, done, task, _drive(engine, done, task))
+        return _drive(engine, done, task)
+    stops = engine.stops
+    advances = engine.advances
+    engine.open_window(until)
+    try:
+        on.submit(LEVEL_PROC, path, done, True)
     finally:
-        defer_raising(was)
+        engine.close_window()
+    if engine.advances == advances:
+        # Not a segment ended in the window: the call went as without one.
+        if done.done:
+            return _DONE
+        if engine.stops != stops:
+            return _drive(engine, done, task)       # its first step woke something: look again
+    elif done.done or engine.stops != stops:
+        # The drive's end, as `_drive_inline` would have seen it.
+        if done.done and engine.stops == stops + 1 and counter.live and counter.runnable == 0:
+            return _INLINE
+        return _DONE if done.done else _PARK
+    # Nothing woke: the drive goes on, the only task, to the same deadline.
+    if _run_inline(engine, done, counter, until):
+        return _INLINE
+    return _DONE if done.done else _PARK
 
 
 cdef int _start_wait(Engine engine, WaitQueue queue, _Completion woken, task) except -1:
@@ -711,14 +769,19 @@ cdef enum:
 @cython.final
 @cython.freelist(8)
 cdef class _PathMaker:
-    """Builds a blocking call's path: ``make(True)`` for the first try, ``make(False)``
-    for the continuation after a wait (no second kernel entry). One class for the three
+    """One blocking call: how it builds its path -- ``make(True)`` for the first try,
+    ``make(False)`` for the continuation after a wait (no second kernel entry) -- and what
+    `_blocking` needs besides, so that the call's coroutine is made with one argument (a
+    call of a function of ten, per DP call, parsed them all). One class for the three
     kinds, not a subclass each: Cython keeps a freelist only for a class that is no
     subclass, and a round trip makes four makers."""
     cdef int kind
     cdef bint gate
     cdef Node node
     cdef object fn, proc, name, args
+    cdef object nonblocking, fd, spin_s, pool
+    cdef WaitQueue first_wait
+    cdef double wake_cost, before
 
     cdef object make(self, bint first):
         if self.kind == _MAKE_ENTRY:
@@ -726,33 +789,25 @@ cdef class _PathMaker:
             # or a Python call per call
             return kernel_entry(self.node, self.gate, self.proc, self.name, self.args, first)
         if self.kind == _MAKE_USER:
+            if isinstance(self.fn, KernelRoutine):
+                return (<KernelRoutine> self.fn).start(self.proc, <tuple> self.args)
             return self.fn(*self.args)
         return self.fn(first)
 
 
-cdef _PathMaker _callable_maker(object fn):
+cdef inline _PathMaker _maker(int kind, Node node, object proc, object fd, object nonblocking, double wake_cost,
+                              object spin_s, double before, object pool, WaitQueue first_wait):
     cdef _PathMaker maker = _PathMaker.__new__(_PathMaker)
-    maker.kind = _MAKE_CALLABLE
-    maker.fn = fn
-    return maker
-
-
-cdef _PathMaker _entry_maker(Node node, object proc, bint gate, object name, object args):
-    cdef _PathMaker maker = _PathMaker.__new__(_PathMaker)
-    maker.kind = _MAKE_ENTRY
+    maker.kind = kind
     maker.node = node
-    maker.gate = gate
     maker.proc = proc
-    maker.name = name
-    maker.args = args
-    return maker
-
-
-cdef _PathMaker _user_maker(object fn, tuple args):
-    cdef _PathMaker maker = _PathMaker.__new__(_PathMaker)
-    maker.kind = _MAKE_USER
-    maker.fn = fn
-    maker.args = args
+    maker.fd = fd
+    maker.nonblocking = nonblocking
+    maker.wake_cost = wake_cost
+    maker.spin_s = spin_s
+    maker.before = before
+    maker.pool = pool
+    maker.first_wait = first_wait
     return maker
 
 
@@ -766,28 +821,49 @@ def run_blocking(Node node, make_path, *, nonblocking=_never, double wake_cost=0
     time the caller spent before the first try (a poll that noticed what it waited for).
     Returns the call's coroutine (await it).
     """
-    return _blocking(node, _callable_maker(make_path), nonblocking, None, None, wake_cost, spin_s, before, None, None)
+    cdef _PathMaker call = _maker(_MAKE_CALLABLE, node, None, None, nonblocking, wake_cost, spin_s, before, None, None)
+    call.fn = make_path
+    return _blocking(call)
+
+
+cdef object entry_call(Node node, object proc, bint gate, object name, object args, object fd, double wake_cost,
+                       object spin_s):
+    cdef _PathMaker call = _maker(_MAKE_ENTRY, node, proc, fd, None, wake_cost, spin_s, 0.0, None, None)
+    call.gate = gate
+    call.name = name
+    call.args = args
+    return _blocking(call)
+
+
+cdef object user_call(Node node, object proc, object fn, tuple args, object fd, double cost, object pool,
+                      WaitQueue readers, object spin_s):
+    cdef _PathMaker call = _maker(_MAKE_USER, node, proc, fd, None, cost, spin_s, 0.0, pool, readers)
+    call.fn = fn
+    call.args = args
+    return _blocking(call)
 
 
 def run_entry(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_s: float = DEFAULT_SPIN_S):
     """`run_blocking` of process `proc`'s call `name` through the call gate (`gate`) or the
     generic system-call entry, on file `fd` (None: no file; else its ``nonblocking``
     flag is read after each WouldBlock): ``node.callgate_path(proc, name, args, first)``
-    or ``node.syscall_path(...)``, without a closure per call. Returns the coroutine."""
-    return _blocking(node, _entry_maker(node, proc, gate, name, args), None, proc, fd, wake_cost, spin_s, 0.0,
-                     None, None)
+    or ``node.syscall_path(...)``, without a closure per call. Returns the coroutine.
+    (`entry_call` is the same for a C caller: libdp's per-message calls.)"""
+    return entry_call(node, proc, gate, name, args, fd, wake_cost, spin_s)
 
 
 def run_user(Node node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
              spin_s: float = DEFAULT_SPIN_S):
-    """A user-level call on a pool mapped into `proc` (file `fd`): path ``fn(*args)``.
+    """A user-level call on a pool mapped into `proc` (file `fd`): path ``fn(*args)`` --
+    or, for a `KernelRoutine` `fn`, ``fn.start(proc, args)``, a C call.
 
     `pool`, `readers`: a pool the process can look at (its ``count``) and the queue its
     arrivals wake. When the call starts and finds the pool empty it waits on `readers`
     first (unless `fd` is non-blocking); the call then starts `cost` later (the poll that
     noticed the arrival). After a WouldBlock the retry also starts `cost` later. Returns
-    the coroutine; the pool is looked at when it runs, not when it is made."""
-    return _blocking(node, _user_maker(fn, args), None, proc, fd, cost, spin_s, 0.0, pool, readers)
+    the coroutine; the pool is looked at when it runs, not when it is made. (`user_call`
+    is the same for a C caller.)"""
+    return user_call(node, proc, fn, args, fd, cost, pool, readers, spin_s)
 
 
 cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
@@ -799,9 +875,9 @@ cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
     return (<OpenFile> f).nonblocking if isinstance(f, OpenFile) else f.nonblocking
 
 
-async def _blocking(Node node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, spin_s,
-                    double before, object pool, WaitQueue first_wait):
-    """The loop every blocking call is (`run_blocking`, `run_entry`, `run_user`).
+async def _blocking(_PathMaker maker):
+    """The loop every blocking call is (`run_blocking`, `run_entry`, `run_user`): the call
+    `maker` describes.
 
     In modeled time this is `run_path` and `wait_on` inlined: every blocking call of a
     ping-pong is one of these, and a coroutine less per call is a task switch cheaper.
@@ -810,6 +886,10 @@ async def _blocking(Node node, _PathMaker maker, nonblocking, proc, fd, double w
     cdef Cpu on
     cdef _Completion done
     cdef int how
+    cdef Node node = maker.node
+    cdef WaitQueue first_wait = maker.first_wait
+    cdef double wake_cost = maker.wake_cost, before = maker.before
+    nonblocking, proc, fd, spin_s, pool = maker.nonblocking, maker.proc, maker.fd, maker.spin_s, maker.pool
     if not node.modeled:
         return await _blocking_real(node, maker, nonblocking, proc, fd, spin_s, pool, first_wait)
     try:
@@ -913,19 +993,27 @@ cdef int _wait_real_sync(Node node, WaitQueue queue, double spin_s) except -1:
 def run_blocking_sync(Node node, make_path, *, nonblocking=lambda: False, double wake_cost=0.0,
                       double spin_s=DEFAULT_SPIN_S):
     """`run_blocking` for a caller without trio: returns the call's value."""
-    return _blocking_sync(node, _callable_maker(make_path), nonblocking, None, None, wake_cost, spin_s, None, None)
+    cdef _PathMaker maker = _maker(_MAKE_CALLABLE, node, None, None, nonblocking, wake_cost, spin_s, 0.0, None, None)
+    maker.fn = make_path
+    return _blocking_sync(node, maker, nonblocking, None, None, wake_cost, spin_s, None, None)
 
 
 def run_entry_sync(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, double spin_s=DEFAULT_SPIN_S):
     """`run_entry` for a caller without trio: returns the call's value."""
-    return _blocking_sync(node, _entry_maker(node, proc, gate, name, args), None, proc, fd, wake_cost, spin_s,
-                          None, None)
+    cdef _PathMaker maker = _maker(_MAKE_ENTRY, node, proc, fd, None, wake_cost, spin_s, 0.0, None, None)
+    maker.gate = gate
+    maker.name = name
+    maker.args = args
+    return _blocking_sync(node, maker, None, proc, fd, wake_cost, spin_s, None, None)
 
 
 def run_user_sync(Node node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
                   double spin_s=DEFAULT_SPIN_S):
     """`run_user` for a caller without trio: returns the call's value."""
-    return _blocking_sync(node, _user_maker(fn, args), None, proc, fd, cost, spin_s, pool, readers)
+    cdef _PathMaker maker = _maker(_MAKE_USER, node, proc, fd, None, cost, spin_s, 0.0, pool, readers)
+    maker.fn = fn
+    maker.args = args
+    return _blocking_sync(node, maker, None, proc, fd, cost, spin_s, pool, readers)
 
 
 cdef object _blocking_sync(Node node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, double spin_s,
@@ -1041,6 +1129,22 @@ cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
     trio deadline comes: from there trio schedules as usual. True when `done` was
     filled and nothing else was woken on the way.
     """
+    cdef double until
+    cdef RunnableCounter counter = _inline_counter(task, &until)
+    if counter is None:
+        return False
+    return _run_inline(engine, done, counter, until)
+
+
+cdef inline bint _run_inline(Engine engine, _Completion done, RunnableCounter counter, double until) except -1:
+    cdef long long stops = engine.stops
+    engine.run_until_stop(until)
+    return done.done and engine.stops == stops + 1 and counter.live and counter.runnable == 0
+
+
+cdef RunnableCounter _inline_counter(task, double* until):
+    """The run's counter if the calling task may drive the engine itself now (the only one
+    trio would run), with how far in ``until[0]`` (trio's next deadline); else None."""
     cdef RunnableCounter counter = own_counter()
     if counter is not None and counter.runner is not None:
         runner = counter.runner         # this thread's run is the counter's
@@ -1054,16 +1158,14 @@ cdef bint _drive_inline(Engine engine, _Completion done, task) except -1:
         # Not a run whose parts the counter holds: ask the clock.
         clock = runner.clock if runner is not None else _current_clock()
         if not isinstance(clock, EngineClock):
-            return False
+            return None
         counter = clock.counter
     elif not counter.own_clock:
-        return False
+        return None
     if not counter.live or counter.runnable != 0:
-        return False
-    cdef double until = _next_trio_deadline(runner, counter)
-    cdef long long stops = engine.stops
-    engine.run_until_stop(until)
-    return done.done and engine.stops == stops + 1 and counter.live and counter.runnable == 0
+        return None
+    until[0] = _next_trio_deadline(runner, counter)
+    return counter
 
 
 # -- Handing the turn over -----------------------------------------------------------
@@ -1105,6 +1207,21 @@ cdef class _GivenBack:
         return msg
 
 
+cdef inline bint _alone(RunnableCounter counter) noexcept:
+    """The counter is the run's only instrument: then no hook of trio's table calls anything
+    but it, and it has no after_task_step -- what `_quiet`'s look at the hooks asks, by a
+    look at one small table instead of five lookups (trio adds and removes an instrument in
+    "_all" and in its hooks' tables together)."""
+    cdef dict every = counter.instruments
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* key
+    cdef PyObject* value
+    if every is None or PyDict_GET_SIZE(every) != 1 or type(counter) is not RunnableCounter:
+        return False
+    PyDict_Next(every, &pos, &key, &value)
+    return key == <PyObject*> counter
+
+
 cdef bint _quiet(RunnableCounter counter, runner) except -1:
     """Nothing for trio's next pass to attend to but its runnable tasks."""
     registered = counter.io_registered
@@ -1115,6 +1232,8 @@ cdef bint _quiet(RunnableCounter counter, runner) except -1:
         return False
     if counter.entry_jobs or counter.entry_once:
         return False
+    if _alone(counter):
+        return True
     hooks = counter.hooks
     if hooks.get("after_task_step"):
         return False
@@ -1123,6 +1242,36 @@ cdef bint _quiet(RunnableCounter counter, runner) except -1:
         if called and (len(called) != 1 or counter not in called):
             return False
     return True
+
+
+cdef inline int _set_task(RunnableCounter counter, task) except -1:
+    """``GLOBAL_RUN_CONTEXT.task = counter.stepping = task``: in the run's thread, a store
+    in the context's dict for that thread (`RunnableCounter.context`)."""
+    counter.stepping = task
+    if counter.context is not None and counter.thread == PyThread_get_thread_ident():
+        PyDict_SetItem(counter.context, "task", task)
+    else:
+        _GRC.task = task
+    return 0
+
+
+cdef extern from "Python.h":
+    int PyContext_Enter(object ctx) except -1
+    int PyContext_Exit(object ctx) except -1
+
+_Context = type(contextvars.copy_context())
+
+
+cdef object _run_in(ctx, fn, arg):
+    """``ctx.run(fn, arg)``, what trio steps a task with: for a Context, its enter and exit
+    by C calls, without looking the method up and parsing its arguments."""
+    if type(ctx) is not _Context:
+        return ctx.run(fn, arg)
+    PyContext_Enter(ctx)
+    try:
+        return fn(arg)
+    finally:
+        PyContext_Exit(ctx)
 
 
 cdef int _step_woken(task, _Completion done, Engine engine) except -1:
@@ -1156,12 +1305,12 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     if other is not counter.kernel_woken:
         raise_readable()                # it may resume outside the kernel (see OpenFile)
     counter.kernel_woken = None
-    _GRC.task = counter.stepping = other
+    _set_task(counter, other)
     _hosting = done.hosting = True
     _task_abort_func.set(task, done.host_abort)
     cdef bint deferring = defer_raising(False)     # its own calls defer for themselves
     try:
-        msg = _task_context.get(other).run(send_fn, send)
+        msg = _run_in(_task_context.get(other), send_fn, send)
     except BaseException as exc:
         given = _GivenBack.__new__(_GivenBack)
         given.exc = exc
@@ -1169,7 +1318,7 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
         defer_raising(deferring)
         _hosting = done.hosting = False
         _task_abort_func.set(task, None)
-        _GRC.task = counter.stepping = task
+        _set_task(counter, task)
     if given is None:
         if type(msg) is _WaitTaskRescheduled:
             # Parked again: trio's handling of the message.
@@ -1381,6 +1530,8 @@ cdef double _deadline_of(runner, RunnableCounter counter) except? -1.0:
     # `Deadlines.next_deadline`, replicated: the first entry whose scope still has that
     # deadline, the stale ones dropped.
     heap = _deadlines_heap.get(deadlines)
+    if type(heap) is list and PyList_GET_SIZE(heap) == 0:
+        return INFINITY                 # no deadline (a program without timeouts)
     while heap:
         deadline, _, scope = <tuple> heap[0]
         if deadline == _scope_deadline.get(scope):

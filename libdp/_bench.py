@@ -31,6 +31,8 @@ import math
 
 import trio
 
+from libdp._calls import echo_rounds, pingpong_rounds
+
 __all__ = ["pingpong", "bandwidth", "bibw", "DEFAULT_SIZES", "DEFAULT_WINDOW", "default_sizes",
            "drop_counters"]
 
@@ -204,15 +206,11 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, f
         samples: list[float] = []
         lost = 0
         timeout, slowest = FIRST_PING_TIMEOUT_S, 0.0
-        t0 = dp.now()
-        for i in range(warmup + iters):
-            if i == warmup:
-                t0 = dp.now()
-            ts = dp.now()
-            if not lossy:
-                await dp.dp_write(fd, msg)
-                await dp.dp_read(fd, n)
-            else:
+        if not lossy:
+            # Write, then read the echo: `pingpong_rounds` is this loop, compiled.
+            t0 = await pingpong_rounds(dp, fd, msg, n, warmup, iters, samples if full else None)
+        else:
+            for i in range(warmup + iters):
                 await _drain(dp, fd)                # late or duplicated echoes of earlier pings
                 seq += 1
                 tag = seq.to_bytes(4, "big") if n >= 4 else b""     # a late echo cannot pass for this one
@@ -223,8 +221,8 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, f
                     continue
                 slowest = max(slowest, dp.now() - ts)
                 timeout = min(PING_TIMEOUT_MAX_S, max(PING_TIMEOUT_S, 4 * slowest))
-            if i >= warmup and (full or lossy):
-                samples.append(dp.now() - ts)
+                if i >= warmup:
+                    samples.append(dp.now() - ts)
         if lossy:
             rtt = sum(samples) / len(samples) if samples else None
         else:
@@ -272,6 +270,8 @@ def _spread(values: list[float], key="us", scale=1e6) -> dict:
 
 async def _echo(dp, fd, count) -> int:
     """Send back `count` messages, or (None) every message until the end mark or ECHO_IDLE_S of silence."""
+    if count is not None:
+        return await echo_rounds(dp, fd, count)        # read, write back: compiled
     echoed = 0
     while count is None or echoed < count:
         if count is None:

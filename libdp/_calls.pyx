@@ -11,11 +11,12 @@ looked up once when the process is bound.
 import errno
 from time import perf_counter
 
-from kernelsim import run_entry, run_user
 from kernelsim._node cimport FdTable, Node, OpenFile
+from kernelsim._trio cimport entry_call, user_call
 from dpcore._services cimport Endpoint
+from dpcore._services import user_read      # `DirectedPoint.read_path` as a KernelRoutine
 
-__all__ = ["DPCalls"]
+__all__ = ["DPCalls", "pingpong_rounds", "echo_rounds"]
 
 
 cdef class DPCalls:
@@ -37,7 +38,7 @@ cdef class DPCalls:
 
     def now(self):
         """Seconds on this process's clock: modeled time, or the host's in real time."""
-        return self._node.engine.now if self._node.modeled else perf_counter()
+        return self._now()
 
     def dp_write(self, fd, data):
         """Send `data` as one message through the call gate (DP-C04, DP-C05); return its length.
@@ -50,18 +51,24 @@ cdef class DPCalls:
         than being one around it: a task parked in it resumes through one frame less, and
         misuse is still raised by the ``await``.)
         """
-        if type(data) is not bytes:
-            try:
-                data = _bytes(data)
-            except OSError as exc:
-                return _raise(exc)
-        return run_entry(self._node, self._proc, True, "dp_write", (fd, data), fd, self._wake_cost, self.spin_s)
+        return self._write(fd, data)
 
     def dp_read(self, fd, nbytes=65536):
         """Copy the next message out of the endpoint's TBP (user-level; polls while empty).
 
         Await it like any async call (see `dp_write` for why it is not a coroutine itself).
         """
+        return self._read(fd, nbytes)
+
+    cdef object _write(self, fd, data):
+        if type(data) is not bytes:
+            try:
+                data = _bytes(data)
+            except OSError as exc:
+                return _raise(exc)
+        return entry_call(self._node, self._proc, True, "dp_write", (fd, data), fd, self._wake_cost, self.spin_s)
+
+    cdef object _read(self, fd, nbytes):
         cdef Endpoint ep
         try:
             if type(nbytes) is not int or nbytes < 0:
@@ -71,8 +78,11 @@ cdef class DPCalls:
             return _raise(exc)
         # The TBP is mapped into the process: its count is looked at before anything is
         # entered; an empty pool is waited on first (the poll then takes _poll_cost more).
-        return run_user(self._node, self._proc, ep.dp.read_path_fn, (ep, nbytes), fd, self._poll_cost,
-                        ep.tbp, ep.readers, self.spin_s)
+        return user_call(self._node, self._proc, user_read, (ep, nbytes), fd, self._poll_cost,
+                         ep.tbp, ep.readers, self.spin_s)
+
+    cdef double _now(self):
+        return self._node.engine.now if self._node.modeled else perf_counter()
 
     def _endpoint(self, fd):
         """The DP endpoint open on `fd`: EBADF if nothing is, EINVAL if it is another file
@@ -102,3 +112,70 @@ def _bytes(data) -> bytes:
 def _check_count(n) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise OSError(errno.EINVAL, f"byte count must be a non-negative int, not {n!r}")
+
+
+# -- the ping-pong benchmark's loops (`libdp._bench`), compiled ----------------------------
+#
+# A modeled round trip costs the simulator a few tens of thousands of instructions; the
+# benchmark's own loop, as Python, was some 3k of them (its bytecode, a frame more on every
+# resume of the echoing task, the calls' lookups on a Python subclass). For a `DPCalls`
+# whose dp_write and dp_read are these (not overridden), the loops make the calls by C;
+# any other `dp` (a real node's library, a wrapper) is awaited as Python would.
+
+cdef bint _plain(dp) except -1:
+    cls = type(dp)
+    return isinstance(dp, DPCalls) and getattr(cls, "dp_write", None) is _DP_WRITE \
+        and getattr(cls, "dp_read", None) is _DP_READ and getattr(cls, "now", None) is _DP_NOW
+
+_DP_WRITE = DPCalls.dp_write
+_DP_READ = DPCalls.dp_read
+_DP_NOW = DPCalls.now
+
+
+async def pingpong_rounds(dp, fd, msg, n, Py_ssize_t warmup, Py_ssize_t iters, list samples):
+    """`warmup + iters` round trips of `msg` on `fd` (each a dp_write, then a dp_read of `n`
+    bytes) with nothing lost; returns the time the measured ones began. `samples` (or None):
+    each measured round trip's time is appended."""
+    cdef Py_ssize_t i
+    cdef DPCalls c
+    if not _plain(dp):
+        t0 = dp.now()
+        for i in range(warmup + iters):
+            if i == warmup:
+                t0 = dp.now()
+            ts = dp.now()
+            await dp.dp_write(fd, msg)
+            await dp.dp_read(fd, n)
+            if i >= warmup and samples is not None:
+                samples.append(dp.now() - ts)
+        return t0
+    c = <DPCalls> dp
+    cdef double t, start = c._now()
+    for i in range(warmup + iters):
+        if i == warmup:
+            start = c._now()
+        t = c._now()
+        await c._write(fd, msg)
+        await c._read(fd, n)
+        if i >= warmup and samples is not None:
+            samples.append(c._now() - t)
+    return start
+
+
+async def echo_rounds(dp, fd, Py_ssize_t count):
+    """Read `count` messages on `fd` (up to 65536 bytes each) and send each back; returns
+    `count`."""
+    cdef Py_ssize_t echoed = 0
+    cdef DPCalls c
+    if not _plain(dp):
+        while echoed < count:
+            m = await dp.dp_read(fd, 65536)
+            await dp.dp_write(fd, m)
+            echoed += 1
+        return echoed
+    c = <DPCalls> dp
+    while echoed < count:
+        m = await c._read(fd, 65536)
+        await c._write(fd, m)
+        echoed += 1
+    return echoed

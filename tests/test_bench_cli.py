@@ -207,3 +207,35 @@ def test_lsmod_names_dp_as_the_user_of_the_nic_driver():
     assert {m["name"]: m for m in mods.lsmod()}["dec21140"]["used_by"] == []
     mods.rmmod("dec21140")
     assert mods.lsmod() == []
+
+
+def test_the_compiled_ping_pong_loops_are_the_python_ones():
+    """`pingpong`'s loops on a lossless medium are compiled (libdp._calls.pingpong_rounds,
+    echo_rounds) and make the calls by C for a plain DP; a DP whose calls are overridden is
+    awaited as Python would. Both give the same rows, to the last bit."""
+    from libdp import DP, Cluster, pingpong
+
+    class Traced(DP):
+        calls = 0
+
+        def dp_write(self, fd, data):
+            Traced.calls += 1
+            return super().dp_write(fd, data)
+
+        def dp_read(self, fd, nbytes=65536):
+            Traced.calls += 1
+            return super().dp_read(fd, nbytes)
+
+    def run(traced):
+        async def program(dp, rank, size):
+            if traced:
+                dp.__class__ = Traced
+            return await pingpong(dp, rank, size, [1, 200], 25, 3, full=True)
+
+        return Cluster(nodes=2).run_spmd(program)[0]
+
+    plain = run(False)
+    assert Traced.calls == 0
+    assert run(True) == plain
+    assert Traced.calls >= 4 * 2 * 28                # every measured call went through Python
+    assert set(plain[0]) >= {"size", "rtt_us", "one_way_us", "min_us", "max_us", "stddev_us"}

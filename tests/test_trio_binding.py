@@ -130,6 +130,49 @@ def test_a_ping_pong_runs_without_trio_passes_and_nothing_modeled_moves():
         assert stepped >= 2 * 32, (nic, stepped)        # one step per round trip at least
 
 
+class _StepWatcher:
+    """An instrument that trio calls before every task step."""
+
+    def __init__(self):
+        self.steps = 0
+
+    def before_task_step(self, task):
+        self.steps += 1
+
+
+class _IoWatcher:
+    """An instrument with no hook on a task's step or scheduling."""
+
+    def before_io_wait(self, timeout):
+        pass
+
+
+@pytest.mark.parametrize("extra", [_StepWatcher, _IoWatcher], ids=["step-hook", "io-hook"])
+def test_another_instrument_s_step_hook_stops_the_hand_over(extra):
+    """A wait steps the task it woke only while no instrument but the counter is called on a
+    step: another with a step hook sees every step trio's way (and the modeled figures do
+    not move); one with other hooks only leaves the hand-over on."""
+    def run(nic, with_extra):
+        c = Cluster(nodes=2, nic=nic)
+        watcher = extra()
+
+        async def program(dp, rank, size):
+            if with_extra and rank == 0:
+                trio.lowlevel.add_instrument(watcher)
+            return await pingpong(dp, rank, size, [1], 30, 2)
+
+        rows = c.run_spmd(program)[0]
+        return rows, c.clock.counter.stepped, watcher
+
+    plain, _, _ = run("dec21140", False)
+    rows, stepped, watcher = run("dec21140", True)
+    assert rows == plain
+    if extra is _StepWatcher:
+        assert stepped < 4 and watcher.steps >= 2 * 32
+    else:
+        assert stepped >= 32            # one step per round trip at least (trio's batch order varies the rest)
+
+
 async def _timeline(c, marks, watch_fd):
     """Rank 0 and 1 ping-pong 20 times; a third task on node 1 waits on a descriptor
     (`watch_fd`: True) or on a modeled timeout and records when it woke."""
@@ -488,3 +531,33 @@ def test_trio_s_fields_are_read_and_written_at_their_slots_as_getattr_would():
     for cls, name, at_slot, got, expected in rows:
         assert at_slot, f"{cls}.{name} is not an object slot in this trio"
         assert got is expected, (cls, name, got, expected)
+
+
+def test_a_stepped_task_is_trio_s_current_task():
+    """A task stepped by a modeled wait (the hand-over) is the one trio's run context names
+    while it runs -- written in that context's dict for the run's thread -- and runs in
+    its own context (contextvars); the stepping task is again once the step is over."""
+    import contextvars
+
+    var = contextvars.ContextVar("rank")
+    seen = {0: set(), 1: set()}
+    mine = {}
+
+    async def program(dp, rank, size):
+        mine[rank] = trio.lowlevel.current_task()
+        var.set(rank)
+        fd = await dp.dp_open(5)
+        await dp.dp_target(fd, 1 - rank, 5)
+        for _ in range(20):
+            if rank == 0:
+                await dp.dp_write(fd, b"x")
+                await dp.dp_read(fd, 16)
+            else:
+                await dp.dp_read(fd, 16)
+                await dp.dp_write(fd, b"y")
+            seen[rank].add((trio.lowlevel.current_task(), var.get()))
+
+    c = Cluster(nodes=2)
+    c.run_spmd(program)
+    assert c.clock.counter.stepped >= 20
+    assert seen == {0: {(mine[0], 0)}, 1: {(mine[1], 1)}}
