@@ -147,12 +147,12 @@ assert (LEN_ARRAY_MAX, LEN_UNIT, REG_LEN, REG_TX_DONE, REG_RX_POP, REG_INT_ENABL
 cdef enum:
     EV_TX_TAKE = 0
     EV_TX_DMA_START = 1
-    EV_TX_NEXT = 2
     EV_TX_SKIP = 3
     EV_TX_LINK = 4
     EV_TX_DMA_DONE = 5
     EV_RX_TAKE = 6
     EV_RX_COMMIT = 7
+    EV_TX_START_NEXT = 8    # the DMA's start, then the i860 on to its next entry (see `_tx_take`)
 
 
 cdef inline unsigned int _be16(const unsigned char[::1] b, Py_ssize_t i):
@@ -355,8 +355,6 @@ cdef class Tb2Adapter(NicModel):
             self._tx_take(arg)
         elif what == EV_TX_DMA_START:
             self._tx_dma_start(arg)
-        elif what == EV_TX_NEXT:
-            self._tx_next(arg)
         elif what == EV_TX_LINK:
             self._tx_link(arg)
         elif what == EV_TX_DMA_DONE:
@@ -365,6 +363,9 @@ cdef class Tb2Adapter(NicModel):
             self._rx_take(arg)
         elif what == EV_RX_COMMIT:
             self._rx_commit(arg)
+        elif what == EV_TX_START_NEXT:
+            self._tx_dma_start(arg)
+            self._tx_next((<_TxJob> arg).epoch)
         else:
             self._tx_skip(arg)
         return 0
@@ -392,8 +393,11 @@ cdef class Tb2Adapter(NicModel):
             return
         slot = self.fifo_i
         self.fifo_i = (slot + 1) % self.fifo_slots
-        self.engine.post(self.i860_free, self, EV_TX_DMA_START, _tx_job(epoch, entry, nbytes, slot, 0.0))
-        self.engine.post(self.i860_free, self, EV_TX_NEXT, epoch)
+        # The DMA's start and the i860's next entry come at the same instant, one posted
+        # right after the other: nothing can run between them, and whatever the first
+        # posts for this instant runs after the second either way. One event does both, in
+        # that order (the DMA's start keeps its own event when it has to wait for the engine).
+        self.engine.post(self.i860_free, self, EV_TX_START_NEXT, _tx_job(epoch, entry, nbytes, slot, 0.0))
 
     cdef _tx_dma_start(self, arg):
         """The i860 has programmed the DMA: it runs once the engine is free and the
