@@ -631,7 +631,9 @@ cdef class AmPath(Path):
                 else:
                     self.state = ST_POLL
             elif self.state == ST_TRANSFER:
-                peer = <Peer> ep.peers[(<Transfer> self.a).dest]
+                peer = (<Transfer> self.a).peer       # a store's (peers are never dropped)
+                if peer is None:
+                    peer = <Peer> ep.peers[(<Transfer> self.a).dest]
                 ep._kick(peer)
                 self._pump(peer)
                 self.state = ST_OWN_PUMP
