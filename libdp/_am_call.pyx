@@ -119,11 +119,12 @@ async def am_store_async(am, dest, local_buf, remote_addr, nbytes, handler, arg=
     makes one of these per transfer, so no interpreted frame forwards to it, and the
     store is built (`Bulk.store`) and run (`call`, inlined) by C calls."""
     cdef AmEndpoint ep = am.ep
-    dp = am.dp
     if ep.closed or ep._handler_depth:
         ep.check_caller("am_store_async")
     x = ep.new_store(dest, local_buf, nbytes, remote_addr, handler, arg, on_done, done_arg, False)
-    node = dp._node
+    # The process's node (`dp._node`) is its endpoint's, a C field: `am.dp._node` was two
+    # attribute lookups per transfer, and `dp` is needed only when the call has to wait.
+    node = ep.node
     since = None
     while True:
         try:
@@ -132,6 +133,7 @@ async def am_store_async(am, dest, local_buf, remote_addr, nbytes, handler, arg=
             r = BLOCKED
         if r is not BLOCKED:
             return x
+        dp = am.dp
         since = node.engine.now if node.modeled else dp.now()     # `dp.now()`, less its frame
         if not AmEndpoint.ready(ep):
             AmEndpoint.arm_timer(ep)

@@ -120,6 +120,37 @@ def test_unaligned_bulk_run_never_rewrites_an_older_entrys_length():
     f.close()
 
 
+def _length_stores_reference(first, values, count):
+    """`HostFifos.length_stores` as it was written in Python ints (the C one must agree)."""
+    stores, i, n = [], 0, len(values)
+    while i < n:
+        idx = (first + i) % count
+        width = 1
+        for w in (4, 2):
+            if idx % w == 0 and i + w <= n and idx + w <= count:
+                width = w
+                break
+        v = 0
+        for k in range(width):
+            v = (v << 8) | values[i + k]
+        stores.append((hw.REG_LEN + idx, v, width))
+        i += width
+    return stores
+
+
+def test_length_stores_agree_with_their_python_definition():
+    import random
+    c = raw_cluster()
+    f = open_fifos(c.nodes[0])
+    rng = random.Random(5)
+    count = f.fifos.send_count
+    for _ in range(300):
+        first = rng.randrange(count)
+        values = [rng.randrange(1, 65) for _ in range(rng.randrange(0, 40))]
+        assert f.fifos.length_stores(first, values) == _length_stores_reference(first, values, count)
+    f.close()
+
+
 def test_lazy_pops_one_microchannel_store_every_k_messages():
     c = raw_cluster()
     n0, n1 = c.nodes

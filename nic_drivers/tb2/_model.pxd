@@ -56,6 +56,7 @@ cdef class Tb2Adapter(NicModel):
     cdef readonly long long reg_writes, reg_reads
 
     cdef _reset(self)
+    cdef int _then(self, double t, int what, object arg) except -1
     cdef int on_event(self, int what, object arg) except -1
     cdef _tx_take(self, unsigned int epoch)
     cdef _tx_dma_start(self, arg)
@@ -75,4 +76,4 @@ cdef class Tb2Adapter(NicModel):
     cdef _tx_free_entry(self, int entry)
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok)
     cdef _rx_bytes(self, bytes frame, bint crc_ok)
-    cdef _rx(self, const unsigned char* frame, Py_ssize_t n, object whole, bint crc_ok)
+    cdef _rx(self, const unsigned char* frame, Py_ssize_t n, object whole, bint crc_ok, bint last)

@@ -147,12 +147,12 @@ assert (LEN_ARRAY_MAX, LEN_UNIT, REG_LEN, REG_TX_DONE, REG_RX_POP, REG_INT_ENABL
 cdef enum:
     EV_TX_TAKE = 0
     EV_TX_DMA_START = 1
-    EV_TX_NEXT = 2
     EV_TX_SKIP = 3
     EV_TX_LINK = 4
     EV_TX_DMA_DONE = 5
     EV_RX_TAKE = 6
     EV_RX_COMMIT = 7
+    EV_TX_START_NEXT = 8    # the DMA's start, then the i860 on to its next entry (see `_tx_take`)
 
 
 cdef inline unsigned int _be16(const unsigned char[::1] b, Py_ssize_t i):
@@ -349,14 +349,23 @@ cdef class Tb2Adapter(NicModel):
             t = self.i860_free
         self.engine.post(t, self, EV_TX_TAKE, self.epoch)
 
+    cdef int _then(self, double t, int what, object arg) except -1:
+        """The last thing one of the card's events does (`_tx_take`, `_rx_take`, and `_rx` of a
+        packet the switch delivers): its next event, at `t`. Run at once when nothing else
+        can happen before it (`Engine.advance`: the same effects at the same instant, in the
+        same order), posted otherwise."""
+        if self.engine.advance(t):
+            self.on_event(what, arg)
+        else:
+            self.engine.post(t, self, what, arg)
+        return 0
+
     cdef int on_event(self, int what, object arg) except -1:
         """The card's own engine events (bound once: no bound method per event)."""
         if what == EV_TX_TAKE:
             self._tx_take(arg)
         elif what == EV_TX_DMA_START:
             self._tx_dma_start(arg)
-        elif what == EV_TX_NEXT:
-            self._tx_next(arg)
         elif what == EV_TX_LINK:
             self._tx_link(arg)
         elif what == EV_TX_DMA_DONE:
@@ -365,6 +374,9 @@ cdef class Tb2Adapter(NicModel):
             self._rx_take(arg)
         elif what == EV_RX_COMMIT:
             self._rx_commit(arg)
+        elif what == EV_TX_START_NEXT:
+            self._tx_dma_start(arg)
+            self._tx_next((<_TxJob> arg).epoch)
         else:
             self._tx_skip(arg)
         return 0
@@ -392,8 +404,11 @@ cdef class Tb2Adapter(NicModel):
             return
         slot = self.fifo_i
         self.fifo_i = (slot + 1) % self.fifo_slots
-        self.engine.post(self.i860_free, self, EV_TX_DMA_START, _tx_job(epoch, entry, nbytes, slot, 0.0))
-        self.engine.post(self.i860_free, self, EV_TX_NEXT, epoch)
+        # The DMA's start and the i860's next entry come at the same instant, one posted
+        # right after the other: nothing can run between them, and whatever the first
+        # posts for this instant runs after the second either way. One event does both, in
+        # that order (the DMA's start keeps its own event when it has to wait for the engine).
+        self._then(self.i860_free, EV_TX_START_NEXT, _tx_job(epoch, entry, nbytes, slot, 0.0))
 
     cdef _tx_dma_start(self, arg):
         """The i860 has programmed the DMA: it runs once the engine is free and the
@@ -507,14 +522,16 @@ cdef class Tb2Adapter(NicModel):
 
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok):
         """A packet from the switch. Everything that cannot be delivered is counted."""
-        return self._rx(&frame[0] if frame.shape[0] else NULL, frame.shape[0], None, crc_ok)
+        return self._rx(&frame[0] if frame.shape[0] else NULL, frame.shape[0], None, crc_ok, False)
 
     cdef _rx_bytes(self, bytes frame, bint crc_ok):
-        """`rx_frame` of a packet the switch delivers as bytes (no buffer view per packet)."""
-        return self._rx(<const unsigned char*> PyBytes_AS_STRING(frame), len(frame), frame, crc_ok)
+        """`rx_frame` of a packet the switch delivers as bytes (no buffer view per packet), as
+        the last thing its arrival event does."""
+        return self._rx(<const unsigned char*> PyBytes_AS_STRING(frame), len(frame), frame, crc_ok, True)
 
-    cdef _rx(self, const unsigned char* frame, Py_ssize_t n, object whole, bint crc_ok):
-        """`rx_frame` of the `n` bytes at `frame` (`whole`: the same bytes as an object, or None)."""
+    cdef _rx(self, const unsigned char* frame, Py_ssize_t n, object whole, bint crc_ok, bint last):
+        """`rx_frame` of the `n` bytes at `frame` (`whole`: the same bytes as an object, or None);
+        `last`: called as the last thing of the engine event that delivers it."""
         cdef Py_ssize_t dlen
         cdef double t
         cdef _RxJob job
@@ -546,7 +563,10 @@ cdef class Tb2Adapter(NicModel):
         job.epoch = self.epoch
         job.pkt = whole
         job.dlen = dlen
-        self.engine.post(t, self, EV_RX_TAKE, job)
+        if last:
+            self._then(t, EV_RX_TAKE, job)
+        else:
+            self.engine.post(t, self, EV_RX_TAKE, job)
 
     cdef _rx_take(self, arg):
         """The i860 takes the packet: a free receive entry, or the packet is lost."""
@@ -571,7 +591,7 @@ cdef class Tb2Adapter(NicModel):
         t += self.dma_time(4)                 # then the status word, its own transaction
         self.dma_rx_free = t
         job.entry = entry
-        self.engine.post(t, self, EV_RX_COMMIT, job)
+        self._then(t, EV_RX_COMMIT, job)
 
     cdef _rx_commit(self, arg):
         cdef _RxJob job = <_RxJob?> arg

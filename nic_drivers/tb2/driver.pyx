@@ -310,7 +310,7 @@ cdef class _Tb2Commit(Path):
             f = self.f
             self.f = None
             (<Tb2Adapter> nd.dev).reg_write(REG_LEN + self.idx, (self.nbytes + LEN_UNIT - 1) // LEN_UNIT, 1)
-            f.tx_next = (f.tx_next + 1) & 0xFFFFFFFF
+            f.tx_next += 1                      # (a C unsigned int: mod 2**32, no Python `& 0xFFFFFFFF`)
             nd.tx_frames += 1
             nd.tx_bytes += self.nbytes
         self.value = None

@@ -181,18 +181,22 @@ cdef class HostFifos:
         A store never covers an entry outside the run: an older entry's length may
         still be waiting for the i860, and writing it again would disturb it.
         """
-        stores = []
-        i, n, count = 0, len(values), self.send_count
+        # C integers: a bulk chunk (up to 36 packets) makes a few stores per call, and
+        # each step in Python ints was boxed arithmetic.
+        cdef list stores = []
+        cdef Py_ssize_t i = 0, k, n = len(values)
+        cdef long long idx, start = first, count = self.send_count, v
+        cdef int width
         while i < n:
-            idx = (first + i) % count
+            idx = (start + i) % count
             width = 1
-            for w in (4, 2):
-                if idx % w == 0 and i + w <= n and idx + w <= count:
-                    width = w
-                    break
+            if idx % 4 == 0 and i + 4 <= n and idx + 4 <= count:
+                width = 4
+            elif idx % 2 == 0 and i + 2 <= n and idx + 2 <= count:
+                width = 2
             v = 0
             for k in range(width):
-                v = (v << 8) | values[i + k]
+                v = (v << 8) | <long long> values[i + k]
             stores.append((REG_LEN + idx, v, width))
             i += width
         return stores

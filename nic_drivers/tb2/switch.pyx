@@ -115,6 +115,7 @@ cdef class Tb2Switch:
     cdef readonly double byte_s, chip_s
     cdef readonly int routes, per_chip
     cdef readonly dict ports, up, down
+    cdef list _port_at                          # `ports` as a list by node id (None: no port)
     cdef readonly long long misrouted, delivered
 
     def __init__(self, Engine engine, profile, rng=None):
@@ -130,6 +131,7 @@ cdef class Tb2Switch:
         # board's hardware latency.
         self.chip_s = profile["switch.latency_s"] / 3.0
         self.ports = {}             # node id -> SwitchPort
+        self._port_at = []
         self.up = {}                # (node chip, route) -> _Link
         self.down = {}              # (route, node chip) -> _Link
         self.misrouted = 0
@@ -142,6 +144,10 @@ cdef class Tb2Switch:
         port.device = device
         device.port = port
         self.ports[nid] = port
+        if nid >= 0:
+            if nid >= len(self._port_at):
+                self._port_at.extend([None] * (nid + 1 - len(self._port_at)))
+            self._port_at[nid] = port
         return port
 
     def _link(self, table: dict, key: tuple, name: str) -> _Link:
@@ -184,7 +190,11 @@ cdef class Tb2Switch:
         start_out[0] = start
         end_out[0] = end
         dst = (p[0] << 8) | p[1] if n >= 3 else -1
-        port = self.ports.get(dst)
+        # (the ports by index: a dictionary lookup boxed the node id of every packet)
+        if 0 <= dst < len(self._port_at):
+            port = self._port_at[dst]
+        else:
+            port = self.ports.get(dst) if dst < 0 else None
         if port is None:
             self.misrouted += 1
             return 0

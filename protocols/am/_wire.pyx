@@ -40,6 +40,7 @@ cimport cython
 # The constants below as C values, for the per-packet code here (a module-level Python
 # name is a dictionary lookup and a boxed compare on every use); they are asserted equal.
 cimport protocols.am._codes as _C
+from protocols.am._checks cimport C_U32
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.ref cimport Py_INCREF
@@ -313,7 +314,7 @@ cdef class Header:
             self.end = self.arg
             if self.end < self.chunk_base + self.chunk_len:
                 return _C.MAL_OFFSET
-        if self.end > 0xFFFFFFFF:
+        if self.end > C_U32:                    # (a C constant: 0xFFFFFFFF is a Python int to Cython)
             return _C.MAL_OFFSET
         return 0
 

@@ -6,6 +6,7 @@ from protocols.am.keepalive cimport KeepAlive
 cdef class Transfer:
     cdef public object kind, dest, nbytes, remote, local, handler, arg, on_done, done_arg, error
     cdef public bint blocking, done
+    cdef Peer peer                  # the Peer of `dest` (a store's, set as it is made), or None
 
 
 cdef class Bulk(KeepAlive):

@@ -112,6 +112,7 @@ cdef class Bulk(KeepAlive):
         x.kind, x.dest, x.nbytes, x.remote, x.local = "store", dest, nbytes, raddr, local
         x.handler, x.arg, x.on_done, x.done_arg, x.blocking = handler, arg, on_done, done_arg, blocking
         x.done, x.error = False, None
+        x.peer = peer                   # (its call's path finds it here, not in self.peers)
         if nbytes <= self.pkt_data:
             # One packet: not bulk -- its data copied now (`_chunks`), read straight from the source.
             kept = data[:nbytes] if local is None else self.mem.read(local, nbytes)

@@ -43,8 +43,15 @@ from protocols.am.bulk cimport Bulk, Transfer
 from protocols.am._codes cimport *
 from protocols.am.window cimport Events, Pump, Window
 from kernelsim._path cimport Path, reuse
-from cpython.ref cimport PyObject
+from kernelsim._pyiter cimport take_raised
+from cpython.ref cimport PyObject, Py_XDECREF
+from cpython.tuple cimport PyTuple_GET_ITEM
 cimport cython
+
+
+cdef extern from "Python.h":
+    # Returns NULL with the error set: the caller looks (`AmEndpoint._run_handler`).
+    PyObject* PyObject_Vectorcall(object fn, PyObject** args, size_t nargsf, PyObject* kwnames)
 
 DEF H_STATUS = 28            # nic_drivers.tb2._model: the receive status word
 assert (hw.H_STATUS, hw.RX_VALID) == (H_STATUS, RX_VALID_BIT)
@@ -422,19 +429,30 @@ cdef class AmEndpoint(Bulk):
         tok.src = peer.nid
         tok.request = request
         tok.live = True
+        cdef PyObject* argv[1 + MAX_WORDS]
+        cdef PyObject* res
+        cdef Py_ssize_t i, n = len(args)
         self._handler_depth += 1
-        try:
-            # Bulk handlers take three words and requests up to four: called with their
-            # arguments spread (a vectorcall), not as ``fn(tok, *args)``, which builds a tuple.
-            if len(args) == 3:
-                fn(tok, args[0], args[1], args[2])
-            elif len(args) == 1:
-                fn(tok, args[0])
-            else:
-                fn(tok, *args)
-        finally:
+        if n <= MAX_WORDS:
+            # Every well-formed message: the handler is called with its words spread (a
+            # vectorcall, no tuple) and its error, if any, is left set as this returns, with
+            # no `try ... finally` (entering one walks the thread's stack of handled
+            # exceptions, ~120 instructions per handler: see kernelsim._pyiter.take_raised).
+            argv[0] = <PyObject*> tok
+            for i in range(n):
+                argv[1 + i] = PyTuple_GET_ITEM(args, i)
+            res = PyObject_Vectorcall(fn, argv, 1 + n, NULL)
             self._handler_depth -= 1
             tok.live = False
+            if res == NULL:
+                return -1
+            Py_XDECREF(res)
+        else:
+            try:
+                fn(tok, *args)
+            finally:
+                self._handler_depth -= 1
+                tok.live = False
         self.counts[S_HANDLERS_RUN] += 1
         return tok.replied
 
@@ -519,6 +537,22 @@ cdef enum:
 cdef int _AM_PROTO = AM_PROTO
 
 
+# `AmPath.step` calls a packet's receive and the pump of a handler's reply through pointers
+# that do not say they can fail, and looks at the -1 itself (`take_raised`), to put its peer
+# back on the work queue before the error goes on: a `try` block would walk the thread's
+# stack of handled exceptions on every packet (see kernelsim._pyiter.take_raised).
+cdef int _rx_packet_of(AmEndpoint ep, Peer peer, Header h, bytes data) except -1:
+    return ep._rx_packet(peer, h, data)
+
+cdef int _pump_step_of(Pump pump, double* cost) except -1:
+    return pump.step(cost)
+
+ctypedef int (*_RxPacketFn)(AmEndpoint, Peer, Header, bytes) noexcept
+ctypedef int (*_PumpStepFn)(Pump, double*) noexcept
+cdef _RxPacketFn _rx_packet_unchecked = <_RxPacketFn> _rx_packet_of
+cdef _PumpStepFn _pump_step_unchecked = <_PumpStepFn> _pump_step_of
+
+
 cdef list _paths = [None] * 4           # spare AmPaths (`kernelsim._path.reuse`)
 
 
@@ -597,7 +631,9 @@ cdef class AmPath(Path):
                 else:
                     self.state = ST_POLL
             elif self.state == ST_TRANSFER:
-                peer = <Peer> ep.peers[(<Transfer> self.a).dest]
+                peer = (<Transfer> self.a).peer       # a store's (peers are never dropped)
+                if peer is None:
+                    peer = <Peer> ep.peers[(<Transfer> self.a).dest]
                 ep._kick(peer)
                 self._pump(peer)
                 self.state = ST_OWN_PUMP
@@ -694,12 +730,12 @@ cdef class AmPath(Path):
                 if bad:
                     ep.malformed[W.MALFORMED_NAMES[bad]] += 1
                     continue
-                try:
-                    replied = ep._rx_packet(peer, ep.hdr, self.data)
-                except BaseException:
+                replied = _rx_packet_unchecked(ep, peer, ep.hdr, self.data)
+                if replied == -1:
+                    exc = take_raised()
                     if peer.busy():
                         ep._kick(peer)
-                    raise
+                    raise exc
                 if replied:
                     ep._kick(peer)
                     self._pump(peer)             # a reply leaves as the handler returns
@@ -710,13 +746,14 @@ cdef class AmPath(Path):
                     ep._kick(peer)
             elif self.state == ST_RX_PUMP:
                 peer = self.peer
-                try:
-                    if self.pump.step(cost):
-                        return 1
-                except BaseException:
+                replied = _pump_step_unchecked(self.pump, cost)
+                if replied == -1:
+                    exc = take_raised()
                     if peer.busy():
                         ep._kick(peer)
-                    raise
+                    raise exc
+                if replied:
+                    return 1
                 if peer.busy():
                     ep._kick(peer)
                 self.peer = None

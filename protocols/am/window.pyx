@@ -257,17 +257,8 @@ cdef class Window(OpenFile):
         """Send one chunk of a bulk transfer (a store's or a get reply's, of more than one
         packet: `Pump` sends every other message itself): its packets read from the source
         again on every send (the sender keeps no copy of bulk data, SP-C06)."""
-        cdef int ack_req = peer.rx_req.expected, ack_rep = peer.rx_rep.expected
-        first = m.sends == 0
-        read, npk, base, off, flags, tail = m.data, m.npkts, m.addr, m.src_off, m.kind | m.flags, m.tail
-        full = self.pkt_data
-
-        def packet(i):
-            n = full if i < npk - 1 else tail
-            return (pack(flags, m.handler, m.seq, ack_req, ack_rep, i, npk, tail, base + i * full, m.arg),
-                    read(off + i * full, n))
-
-        ok = yield from self._send_packets(peer, npk, packet, 0.0, self.c_bulk)
+        cdef bint first = m.sends == 0
+        ok = yield from self._send_packets(peer, m, peer.rx_req.expected, peer.rx_rep.expected, 0.0, self.c_bulk)
         if not ok:
             return False
         peer.rx_req.acked()
@@ -278,20 +269,30 @@ cdef class Window(OpenFile):
         m.sends += 1
         return True
 
-    def _send_packets(self, peer, k: int, packet, pre: float, each: float):
-        """Hand `k` packets to the adapter (SP-C03): ``packet(i)`` gives the i-th one's AM
-        header and data. The host prepares them a few at a time -- AM's work (`pre` once,
-        `each` per packet), the send entry, its cache flush -- syncs, and stores their
-        lengths in one MicroChannel store (a byte, halfword or word of the length array,
-        as its alignment allows), so the adapter sends the first packets while the host
-        prepares the rest. False, with the caller's state untouched, when the send FIFO
-        has no room for all `k`."""
+    def _send_packets(self, Peer peer, Msg m, int ack_req, int ack_rep, double pre, double each):
+        """Hand chunk `m`'s packets to the adapter (SP-C03), each its AM header and its
+        data read from the source. The host prepares them a few at a time -- AM's work
+        (`pre` once, `each` per packet), the send entry, its cache flush -- syncs, and
+        stores their lengths in one MicroChannel store (a byte, halfword or word of the
+        length array, as its alignment allows), so the adapter sends the first packets
+        while the host prepares the rest. False, with the caller's state untouched, when
+        the send FIFO has no room for them all."""
+        # (C integers and no closure per chunk: the packets' fields and offsets were
+        # Python arithmetic in a nested function, a chunk's stores boxed tuples)
         cdef UserFifos uf = self.uf
         cdef HostFifos f = uf.fifos
         cdef Costs costs = self.costs
         cdef double cost, sum_byte = 0.0
         cdef Py_ssize_t i, j, n
+        cdef int k = m.npkts, full = self.pkt_data, width
+        cdef long long off
+        cdef unsigned int value
         cdef bytes hdr, data
+        cdef list pkts, units
+        cdef int flags = m.kind | m.flags, tail = m.tail
+        cdef unsigned int base = m.addr
+        cdef long long src_off = m.src_off
+        read = m.data
         if uf.closed:
             raise OSError(errno.EBADF, "the TB2 FIFOs are closed")
         if f.free_entries() < k:
@@ -302,7 +303,11 @@ cdef class Window(OpenFile):
                 self.counts[S_FIFO_FULL] += 1
                 return False
         dest, route = peer.nid, peer.route
-        pkts = [packet(i) for i in range(k)]
+        pkts = []
+        for i in range(k):
+            pkts.append((pack(flags, m.handler, m.seq, ack_req, ack_rep, <int> i, k, tail,
+                              <unsigned int> (base + i * full), m.arg),
+                         read(src_off + i * full, full if i < k - 1 else tail)))
         if self.checksum:                          # the end-to-end trailer (_wire.pyx), summed as it is built
             me = self.node.nid
             pkts = [(h, trailer_of(me, dest, h, d)) for h, d in pkts]
@@ -322,7 +327,7 @@ cdef class Window(OpenFile):
                 f.tx_next += 1
             yield cost + f.c_sync + costs.pci_write
             cost = 0.0
-            self.adapter.reg_write(off, value, width)
+            self.adapter.reg_write(<unsigned int> off, value, width)
             i += width
         uf.sent += k
         self.counts[S_PACKETS_SENT] += k
