@@ -873,12 +873,18 @@ def test_a_burst_of_frames_is_one_interrupt_and_a_small_ring_loses_none():
     assert out["rx_interrupts"] < 64
 
 
-def test_a_transmit_ring_smaller_than_a_drains_burst_sends_every_message():
+@pytest.mark.parametrize("retry", ["1", "0"], ids=["retried", "parked"])
+def test_a_transmit_ring_smaller_than_a_drains_burst_sends_every_message(monkeypatch, retry):
     """The node drain runs the devices after a burst of gate entries, not after each
     (kernelsim.daemon._server.GATE_SETTLE): with a 2-descriptor transmit ring an entry that
     finds it full because the ones before it were not sent yet has them sent and goes on
-    (it neither waits nor fails) -- every message of the stream arrives."""
+    (it neither waits nor fails) -- every message of the stream arrives. With that retry
+    off (DP_GATE_RETRY=0, inherited by the node processes) the entry parks on the ring's
+    wait queue and is run again from the node's loop once the transmit interrupt frees a
+    descriptor: every message still arrives (run from inside that interrupt's event, it
+    failed with EDEADLK)."""
     from libdp import bandwidth
+    monkeypatch.setenv("DP_GATE_RETRY", retry)
     results, _ = run_real_spmd(bandwidth, [1500], 8, 64, nodes=2, load=["dec21140:tx_ring=2"], timeout=120.0)
     row = results[0][0]
     assert (row["delivered"], row["messages"], row["unacked_windows"]) == (512, 512, 0)

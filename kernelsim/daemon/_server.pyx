@@ -108,6 +108,10 @@ cdef enum:
     SOCKET_POLL_EVERY = 4   # empty polling passes per look at the sockets (_loop); 1-byte RTT 27.9-28.3 -> 27.0-27.1 us
 YIELD_IDLE_S = 20e-6    # a sched_yield that returns later than this ran someone else (a no-op yield: ~1 µs)
 cdef double _yield_idle_s = YIELD_IDLE_S
+# DP_GATE_RETRY=0 (diagnostics, tests): an entry that finds the transmit ring full parks
+# at once, even when the drain's unsent entries are what fill it (`_gate_entry_raw`), so
+# it goes the wait-queue way (`NodeServer._block`) that a ring full for any reason takes.
+cdef bint _retry_unsettled = os.environ.get("DP_GATE_RETRY", "1") != "0"
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
@@ -239,6 +243,7 @@ class NodeServer:
         self._epoll = None
         self._gates: list[Gate] = []
         self._ready: list[Session] = []          # sessions with a parked call woken
+        self._ready_gates: list = []            # gates whose parked entry's wait queue woke
         self._sources: list = []                 # more things to poll: cards handed to processes
         self._tied: list[int] = []               # pidfds of processes this node must not outlive
         self.started = time.time()
@@ -329,7 +334,7 @@ class NodeServer:
                 work += 1
             for src in self._sources:
                 work += src.poll()
-            if self._ready:
+            if self._ready or self._ready_gates:
                 work += self._resume_parked()
             # What this pass delivered -- and what the requests handled since the last pass
             # did: every process woken once, before the node polls on or sleeps.
@@ -364,7 +369,7 @@ class NodeServer:
             # sleep checks every ring once more (a producer that published meanwhile makes
             # it fail), and epoll returns at once for a socket or doorbell already readable,
             # so no empty pass over everything is needed before it.
-            if engine.peek() != _INF or self._ready:
+            if engine.peek() != _INF or self._ready or self._ready_gates:
                 continue
             sleeping = [(g.ring, g.bell) for g in self._gates if g.blocked is None]
             sleeping += [(src, src.fileno()) for src in self._sources]
@@ -587,8 +592,8 @@ class NodeServer:
             self._reply(s, {"id": call_id, "ret": value})
 
     def _resume_parked(self) -> int:
+        n = self._resume_gates()
         ready, self._ready = self._ready, []
-        n = 0
         for s in ready:
             if s.closed:
                 continue
@@ -723,14 +728,31 @@ class NodeServer:
         gate.blocked = entry
 
         def waiter():
-            if gate.blocked is entry and gate.ring is not None:
-                gate.blocked = None
-                if not self._gate_entry(gate, entry):
-                    return
-                s = gate.session
-                while s.backlog and not any(g.blocked is not None for g in s.gates.values()) and not s.closed:
-                    self._request(s, *s.backlog.pop(0))
+            # Called by the event that freed the queue (a transmit interrupt's path), inside
+            # the engine: the entry runs again from the loop, after that event. Run here, its
+            # call would wait on the engine it is inside of (EDEADLK: the CPU is still in the
+            # waking path, so nothing could complete the call).
+            if gate.blocked is entry and gate not in self._ready_gates:
+                self._ready_gates.append(gate)
         queue.add(waiter)
+
+    def _resume_gates(self) -> int:
+        """Run again each woken gate's parked entry, then the requests its session held
+        back while it waited (`_serve_session`)."""
+        ready, self._ready_gates = self._ready_gates, []
+        n = 0
+        for gate in ready:
+            entry = gate.blocked
+            if entry is None or gate.ring is None:
+                continue                        # closed meanwhile
+            gate.blocked = None
+            n += 1
+            if not self._gate_entry(gate, entry):
+                continue                        # parked again
+            s = gate.session
+            while s.backlog and not any(g.blocked is not None for g in s.gates.values()) and not s.closed:
+                self._request(s, *s.backlog.pop(0))
+        return n
 
     # ---------------------------------------------------------------- administration
 
@@ -893,7 +915,7 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
         exc = _run_now(gate._engine, gate._cpu,
                        callgate_entry(gate._callgates, gate._costs, gate._proc, name,
                                       (gate.node_fd, _payload_of(gate, p + 2 + ln, k - 2 - ln))), settle)
-        if exc is not None and deferred and isinstance(exc, WouldBlock):
+        if exc is not None and deferred and _retry_unsettled and isinstance(exc, WouldBlock):
             # Full only because the entries before it have not been sent yet (a transmit
             # ring smaller than GATE_SETTLE): let the devices take them, as running the
             # engine after each entry would have, and try once more before it waits.
