@@ -811,6 +811,31 @@ cdef inline _PathMaker _maker(int kind, Node node, object proc, object fd, objec
     return maker
 
 
+cdef _PathMaker _callable_maker(Node node, object make_path, object nonblocking, double wake_cost, object spin_s,
+                                double before):
+    cdef _PathMaker maker = _maker(_MAKE_CALLABLE, node, None, None, nonblocking, wake_cost, spin_s, before, None,
+                                   None)
+    maker.fn = make_path
+    return maker
+
+
+cdef _PathMaker _entry_maker(Node node, object proc, bint gate, object name, object args, object fd,
+                             double wake_cost, object spin_s):
+    cdef _PathMaker maker = _maker(_MAKE_ENTRY, node, proc, fd, None, wake_cost, spin_s, 0.0, None, None)
+    maker.gate = gate
+    maker.name = name
+    maker.args = args
+    return maker
+
+
+cdef _PathMaker _user_maker(Node node, object proc, object fn, tuple args, object fd, double cost, object pool,
+                            WaitQueue readers, object spin_s):
+    cdef _PathMaker maker = _maker(_MAKE_USER, node, proc, fd, None, cost, spin_s, 0.0, pool, readers)
+    maker.fn = fn
+    maker.args = args
+    return maker
+
+
 def run_blocking(Node node, make_path, *, nonblocking=_never, double wake_cost=0.0,
                  spin_s: float = DEFAULT_SPIN_S, double before=0.0):
     """Run ``make_path(True)``; on WouldBlock wait and run ``make_path(False)`` after `wake_cost`.
@@ -821,26 +846,17 @@ def run_blocking(Node node, make_path, *, nonblocking=_never, double wake_cost=0
     time the caller spent before the first try (a poll that noticed what it waited for).
     Returns the call's coroutine (await it).
     """
-    cdef _PathMaker call = _maker(_MAKE_CALLABLE, node, None, None, nonblocking, wake_cost, spin_s, before, None, None)
-    call.fn = make_path
-    return _blocking(call)
+    return _blocking(_callable_maker(node, make_path, nonblocking, wake_cost, spin_s, before))
 
 
 cdef object entry_call(Node node, object proc, bint gate, object name, object args, object fd, double wake_cost,
                        object spin_s):
-    cdef _PathMaker call = _maker(_MAKE_ENTRY, node, proc, fd, None, wake_cost, spin_s, 0.0, None, None)
-    call.gate = gate
-    call.name = name
-    call.args = args
-    return _blocking(call)
+    return _blocking(_entry_maker(node, proc, gate, name, args, fd, wake_cost, spin_s))
 
 
 cdef object user_call(Node node, object proc, object fn, tuple args, object fd, double cost, object pool,
                       WaitQueue readers, object spin_s):
-    cdef _PathMaker call = _maker(_MAKE_USER, node, proc, fd, None, cost, spin_s, 0.0, pool, readers)
-    call.fn = fn
-    call.args = args
-    return _blocking(call)
+    return _blocking(_user_maker(node, proc, fn, args, fd, cost, pool, readers, spin_s))
 
 
 def run_entry(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_s: float = DEFAULT_SPIN_S):
@@ -993,35 +1009,28 @@ cdef int _wait_real_sync(Node node, WaitQueue queue, double spin_s) except -1:
 def run_blocking_sync(Node node, make_path, *, nonblocking=lambda: False, double wake_cost=0.0,
                       double spin_s=DEFAULT_SPIN_S):
     """`run_blocking` for a caller without trio: returns the call's value."""
-    cdef _PathMaker maker = _maker(_MAKE_CALLABLE, node, None, None, nonblocking, wake_cost, spin_s, 0.0, None, None)
-    maker.fn = make_path
-    return _blocking_sync(node, maker, nonblocking, None, None, wake_cost, spin_s, None, None)
+    return _blocking_sync(_callable_maker(node, make_path, nonblocking, wake_cost, spin_s, 0.0))
 
 
 def run_entry_sync(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, double spin_s=DEFAULT_SPIN_S):
     """`run_entry` for a caller without trio: returns the call's value."""
-    cdef _PathMaker maker = _maker(_MAKE_ENTRY, node, proc, fd, None, wake_cost, spin_s, 0.0, None, None)
-    maker.gate = gate
-    maker.name = name
-    maker.args = args
-    return _blocking_sync(node, maker, None, proc, fd, wake_cost, spin_s, None, None)
+    return _blocking_sync(_entry_maker(node, proc, gate, name, args, fd, wake_cost, spin_s))
 
 
 def run_user_sync(Node node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
                   double spin_s=DEFAULT_SPIN_S):
     """`run_user` for a caller without trio: returns the call's value."""
-    cdef _PathMaker maker = _maker(_MAKE_USER, node, proc, fd, None, cost, spin_s, 0.0, pool, readers)
-    maker.fn = fn
-    maker.args = args
-    return _blocking_sync(node, maker, None, proc, fd, cost, spin_s, pool, readers)
+    return _blocking_sync(_user_maker(node, proc, fn, args, fd, cost, pool, readers, spin_s))
 
 
-cdef object _blocking_sync(Node node, _PathMaker maker, nonblocking, proc, fd, double wake_cost, double spin_s,
-                           object pool, WaitQueue first_wait):
+cdef object _blocking_sync(_PathMaker maker):
     """`_blocking` without trio. Modeled time: the call drives the engine until the path
     returns (`Node.run_now`), so a modeled result is the async call's. Real time: `_run_real_sync`."""
+    cdef Node node = maker.node
+    cdef double wake_cost = maker.wake_cost
+    nonblocking, proc, fd, spin_s = maker.nonblocking, maker.proc, maker.fd, maker.spin_s
     if not node.modeled:
-        return _run_real_sync(node, maker, nonblocking, proc, fd, spin_s, pool, first_wait)
+        return _run_real_sync(node, maker, nonblocking, proc, fd, spin_s, maker.pool, maker.first_wait)
     path = maker.make(True)
     while True:
         try:

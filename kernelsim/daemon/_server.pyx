@@ -912,17 +912,13 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
     if gate._cpu is None:
         _bind(server, gate)
     try:
-        exc = _run_now(gate._engine, gate._cpu,
-                       callgate_entry(gate._callgates, gate._costs, gate._proc, name,
-                                      (gate.node_fd, _payload_of(gate, p + 2 + ln, k - 2 - ln))), settle)
+        exc = _call_entry(gate, name, p + 2 + ln, k - 2 - ln, settle)
         if exc is not None and deferred and _retry_unsettled and isinstance(exc, WouldBlock):
             # Full only because the entries before it have not been sent yet (a transmit
             # ring smaller than GATE_SETTLE): let the devices take them, as running the
             # engine after each entry would have, and try once more before it waits.
             gate._engine.run()
-            exc = _run_now(gate._engine, gate._cpu,
-                           callgate_entry(gate._callgates, gate._costs, gate._proc, name,
-                                          (gate.node_fd, _payload_of(gate, p + 2 + ln, k - 2 - ln))), settle)
+            exc = _call_entry(gate, name, p + 2 + ln, k - 2 - ln, settle)
         if exc is not None:
             if isinstance(exc, WouldBlock):
                 server._block(gate, p[:k], exc.queue)
@@ -933,6 +929,15 @@ cdef bint _gate_entry_raw(object server, Gate gate, const unsigned char* p, Py_s
     except Exception:   # noqa: BLE001 - a process's bad entry never stops the node
         gate.set_error(errno.EINVAL)
     return True
+
+
+cdef inline object _call_entry(Gate gate, object name, const unsigned char* payload, Py_ssize_t n,
+                               bint settle):
+    """Run a call-gate entry's routine `name` on the gate's file with `n` bytes of payload:
+    what it raised, or None (`_run_now`)."""
+    return _run_now(gate._engine, gate._cpu,
+                    callgate_entry(gate._callgates, gate._costs, gate._proc, name,
+                                   (gate.node_fd, _payload_of(gate, payload, n))), settle)
 
 
 cdef object _payload_of(Gate gate, const unsigned char* p, Py_ssize_t n):
