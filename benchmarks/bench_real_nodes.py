@@ -12,8 +12,8 @@ Pool and delivery ring -> attached script):
            memory (`dp cluster up --nodes 2`), against a trio socketpair ping-pong
            between two processes (each side ``await recv`` / ``await send``); as ``dp
            cluster up`` places the processes here (on a host with fewer CPUs than
-           processes: placement pair, nodes polling, scripts sleeping), then with placement
-           none (every process sleeps on its doorbell), and placement none with scripts
+           processes: placement cross, nodes polling, scripts sleeping), then with placement
+           pair, with placement none (every process sleeps on its doorbell), and none with scripts
            that poll up to --spin-us before they sleep (``DP_SPIN_US``).
   gate     one attached script: ``dp_write`` (the call gate: a shared-memory submission
            ring the node polls) against ``write()`` (the generic entry: a request over
@@ -23,9 +23,10 @@ Pool and delivery ring -> attached script):
            OSU-style stream of ``dp bandwidth`` (windows of --window messages, one
            acknowledgement per window; DP has no flow control of its own), delivered MB/s
            (10^6 bytes of payload per second), against a bare Python shared-memory frame
-           ring (ShmLink) streaming frames of the same size between two processes. Twice:
-           as `dp bandwidth --real` runs it (real time: a window's ack may take
-           libdp._bench.ACK_TIMEOUT_MIN_REAL_S), and with that floor set to --ack-floor-ms.
+           ring (ShmLink) streaming frames of the same size between two processes. As
+           the cluster places its processes and `dp bandwidth --real` runs it (real time:
+           a window's ack may take libdp._bench.ACK_TIMEOUT_MIN_REAL_S), then with
+           placements pair and none, and with --ack-floor-ms once more with that floor.
            (With the modeled floor of 0.5 ms the gate posts a window far faster than the
            four processes deliver it, marks land in a full pool and most of the stream
            is dropped: try --ack-floor-ms 0.5.)
@@ -35,8 +36,9 @@ Pool and delivery ring -> attached script):
            sleeping on the doorbells, once polling --spin-us first (sched_yield between
            polls), once polling with --floor-work-us of busy work per node pass -- what the
            hops alone cost on this host, and what a node's own CPU adds on top; then
-           the same placed as placement pair places a 2-node cluster (each "node" pinned
-           with its "script", the nodes polling, the scripts sleeping).
+           the same placed as placements cross and pair place a 2-node cluster (each "node"
+           pinned to a CPU of its own, each "script" on the other node's CPU or on its own
+           node's, the nodes polling, the scripts sleeping).
   packet   the rtt rows over AF_PACKET (one network namespace per node, veth pair), against
            a bare Python AF_PACKET ping-pong over the very same veth pair (another
            EtherType, so the nodes never see it; measured while the nodes are idle).
@@ -108,16 +110,19 @@ def _dp_rtt(cluster, iters: int, spin_us: float | None = None, tails: list | Non
     return _median_us(results[0])
 
 
-def _rtt_rows(label, cluster, args, baseline, unplaced=None):
+def _rtt_rows(label, cluster, args, baseline, unplaced=None, paired=None):
     """The DP round trip as `cluster` places its processes (default waits) beside `baseline()`;
     with `unplaced` (the same cluster with placement none) also that one's default waits and
-    polling scripts -- the arrangement before placement, measured in the same run."""
-    keys = ["dp", "trio"] + (["none", "poll"] if unplaced is not None else [])
+    polling scripts -- the arrangement before placement, measured in the same run; with
+    `paired` (placement pair) that one's."""
+    keys = ["dp", "trio"] + (["none", "poll"] if unplaced is not None else []) + (["pair"] if paired else [])
     got = {k: [] for k in keys + ["base"]}
     tails = []
     for _ in range(args.runs):
         got["dp"].append(_dp_rtt(cluster, args.iters, tails=tails))
         got["trio"].append(_dp_rtt(cluster, args.iters, program=trio_round_trips))
+        if paired is not None:
+            got["pair"].append(_dp_rtt(paired, args.iters))
         if unplaced is not None:
             got["none"].append(_dp_rtt(unplaced, args.iters))
             got["poll"].append(_dp_rtt(unplaced, args.iters, args.spin_us))
@@ -128,6 +133,8 @@ def _rtt_rows(label, cluster, args, baseline, unplaced=None):
     _row("  same runs, mean | 99th percentile", statistics.median(m for m, _ in tails), "us",
          f"p99 {statistics.median(p for _, p in tails):.1f} us")
     _row("  same, the scripts' trio calls", med["trio"], "us", f"runs {_runs(got['trio'])}")
+    if paired is not None:
+        _row("  same, placement pair (nodes poll)", med["pair"], "us", f"runs {_runs(got['pair'])}")
     if unplaced is not None:
         _row("  same, placement none (all sleep)", med["none"], "us", f"runs {_runs(got['none'])}")
         _row(f"  same, placement none, scripts poll {args.spin_us:g} us", med["poll"], "us",
@@ -314,25 +321,28 @@ def _floor_node(prefix, inbound, outbound, spin_s, work_s, cpu=None):
             outs[i].send(buf[:k])
 
 
-def _floor_rtt(iters: int, spin_s: float, work_s: float, pair: bool = False) -> float:
+def _floor_rtt(iters: int, spin_s: float, work_s: float, placement: str = "none") -> float:
     """Median µs of a 1-byte round trip along the six ring hops of a DP round trip, no DP.
-    `pair`: placed as ``dp cluster up`` places a 2-node cluster on a small host (each
-    "node" on a CPU of its own with its "script"; the nodes poll `spin_s`, the scripts sleep)."""
+    `placement` ``cross`` or ``pair``: placed as ``dp cluster up`` places a 2-node cluster
+    on a small host (each "node" on a CPU of its own, each "script" on the other node's or
+    its own node's; the nodes poll `spin_s`, the scripts sleep)."""
     from kernelsim.media._shmring import ShmRing
-    from libdp._realnode import plan_placement
+    from libdp._realnode import plan_placement, script_cpu
     prefix = f"dpfloor{os.getpid()}-"
     rings = {n: ShmRing.create(prefix + n, 64, 256) for n in _FLOOR_HOPS}
-    cpu = plan_placement(2, "pair")[1] if pair else {0: None, 1: None}
-    script_spin = 0.0 if pair else spin_s
+    placed = placement != "none"
+    cpu = plan_placement(2, placement)[1] if placed else {0: None, 1: None}
+    scripts = [script_cpu(placement, cpu[n], cpu.values()) if placed else None for n in (0, 1)]
+    script_spin = 0.0 if placed else spin_s
     procs = [_ctx.Process(target=_floor_node, args=(prefix, ["s0n0", "n1n0"], ["n0n1", "n0s0"], spin_s, work_s, cpu[0])),
              _ctx.Process(target=_floor_node, args=(prefix, ["n0n1", "s1n1"], ["n1s1", "n1n0"], spin_s, work_s, cpu[1])),
-             _ctx.Process(target=_floor_node, args=(prefix, ["n1s1"], ["s1n1"], script_spin, 0.0, cpu[1]))]  # script 1 echoes
+             _ctx.Process(target=_floor_node, args=(prefix, ["n1s1"], ["s1n1"], script_spin, 0.0, scripts[1]))]  # script 1 echoes
     mask = os.sched_getaffinity(0)
     try:
         for p in procs:
             p.start()
-        if cpu[0] is not None:
-            os.sched_setaffinity(0, {cpu[0]})               # this process is script 0
+        if scripts[0] is not None:
+            os.sched_setaffinity(0, {scripts[0]})           # this process is script 0
         out_ring, in_ring = rings["s0n0"], rings["n0s0"]
         buf = bytearray(64)
         perf = time.perf_counter_ns
@@ -362,13 +372,14 @@ def _floor_rtt(iters: int, spin_s: float, work_s: float, pair: bool = False) -> 
 def bench_floor(args):
     spin = args.spin_us * 1e-6
     work = args.floor_work_us * 1e-6
-    rows = {"sleeping on doorbells": (0.0, 0.0, False), f"polling {args.spin_us:g} us first": (spin, 0.0, False),
-            f"polling, {args.floor_work_us:g} us work per node pass": (spin, work, False),
-            "pair placement, nodes poll": (spin, 0.0, True),
-            f"pair placement, nodes poll, {args.floor_work_us:g} us work": (spin, work, True)}
+    rows = {"sleeping on doorbells": (0.0, 0.0, "none"), f"polling {args.spin_us:g} us first": (spin, 0.0, "none"),
+            f"polling, {args.floor_work_us:g} us work per node pass": (spin, work, "none")}
+    for placement in ("cross", "pair"):
+        rows[f"{placement} placement, nodes poll"] = (spin, 0.0, placement)
+        rows[f"{placement} placement, nodes poll, {args.floor_work_us:g} us work"] = (spin, work, placement)
     out = {}
-    for label, (s, w, pair) in rows.items():
-        runs = [_floor_rtt(args.iters, s, w, pair) for _ in range(args.runs)]
+    for label, (s, w, placement) in rows.items():
+        runs = [_floor_rtt(args.iters, s, w, placement) for _ in range(args.runs)]
         out[label] = statistics.median(runs)
         _row(f"hops alone, {label}", out[label], "us", f"runs {', '.join(f'{x:.1f}' for x in runs)}")
     print("# floor: six ring hops among four processes, no DP; a DP round trip adds four node passes "
@@ -385,10 +396,12 @@ def _row(label, value, unit, note=""):
 
 def bench_rtt(args, cluster):
     unplaced = cluster_up(2, name=f"bsn{os.getpid()}", transport="shm", tied=True, placement="none")
+    paired = cluster_up(2, name=f"bsp{os.getpid()}", transport="shm", tied=True, placement="pair")
     try:
         m, base = _rtt_rows("script-node-shm-node-script", cluster, args, lambda: _trio_socketpair_rtt(args.iters),
-                            unplaced)
+                            unplaced, paired)
     finally:
+        cluster_down(paired)
         cluster_down(unplaced)
     s = m["base"]
     _row("trio socketpair ping-pong, 2 processes", s, "us", f"runs {_runs(base)}")
@@ -431,11 +444,11 @@ def _dp_stream(cluster, args, size: int, ack_floor_s: float | None) -> dict:
 
 def bench_stream(args, cluster):
     """The stream as `cluster` runs it (the default arrangement), beside the same cluster
-    with its nodes sleeping at once (``--spin-us 0``) and beside placement none."""
+    with placement pair and with placement none."""
     size = 1500                             # the largest DP message of the cluster's 21140
     rows = {f"as is (placement {cluster.extra.get('placement', 'none')}, nodes poll)":
             _dp_stream(cluster, args, size, None)}
-    for label, kw in (("placement pair, nodes sleep (--spin-us 0)", {"placement": "pair", "spin_s": 0.0}),
+    for label, kw in (("placement pair, nodes poll", {"placement": "pair"}),
                       ("placement none", {"placement": "none"})):
         other = cluster_up(2, name=f"bst{os.getpid()}", transport="shm", tied=True, **kw)
         try:
@@ -464,6 +477,8 @@ def bench_packet(args):
             m, bare = _rtt_rows("over AF_PACKET/veth, netns", c, args, lambda: _bare_packet_rtt(c, args.iters), u)
         finally:
             cluster_down(u)
+        # (placement pair over AF_PACKET is not measured here: bringing a third packet
+        # cluster up costs seconds of namespaces; the shm rows compare the placements)
     finally:
         cluster_down(c)
     b = m["base"]

@@ -28,8 +28,8 @@ node, which closes its endpoints. The poll is **bounded and adaptive** (`_Spinne
 most ``spin_s`` (``attach(spin_s=)``, else ``DP_SPIN_US``, else 200 µs with four usable
 CPUs or more and none below), yielding the CPU between tries, and none at all while this
 process's waits keep outlasting it -- an idle server sleeps at once instead of burning its
-cap on every call. A process that joined its node's CPU (``attach(pin=)``, placement
-``pair``) does not poll by default: it would poll on the core its node needs. Measured on
+cap on every call. A process its cluster placed (``attach(pin=)``, placement ``cross``
+or ``pair``) does not poll by default: it would poll on the core a node needs. Measured on
 a loaded 2-core host (benchmarks/bench_real_nodes.py): unpinned, scripts that poll up to
 1 ms cut a 1-byte round trip from about 100-120 µs to 58-80 µs; paired with polling
 nodes, sleeping scripts take 31-34 µs, polling ones over 1 ms.
@@ -78,10 +78,10 @@ def attach(node: int | None = None, *, run_dir: str | None = None, cluster: str 
     ENOENT if no node is running there; ENETDOWN if it stopped. `spin_s`: the most a wait
     polls before it sleeps (else ``DP_SPIN_US`` microseconds, else `DEFAULT_SPIN_S`).
 
-    `pin`: join the node on its CPU when its cluster pairs scripts with nodes (``dp
-    cluster up`` on a host with fewer CPUs than processes: `libdp._realnode.plan_placement`);
+    `pin`: run on the CPU the node's cluster places its scripts on (``dp cluster up`` on
+    a host with fewer CPUs than processes: `libdp._realnode.plan_placement`, `script_cpu`);
     default ``DP_PIN`` (0 or 1), else yes. A pinned process waits without polling unless
-    `spin_s` or ``DP_SPIN_US`` says otherwise: it would poll on the core its node needs.
+    `spin_s` or ``DP_SPIN_US`` says otherwise: it would poll on the core a node needs.
     """
     explicit_spin = spin_s is not None or bool(os.environ.get("DP_SPIN_US"))
     spin_s = spin_from_environment() if spin_s is None else _check_spin(spin_s)
@@ -112,11 +112,12 @@ _pinned = {"mask": None, "links": 0}      # this process's CPUs before it joined
 
 
 def _join_node_cpu(hello: dict, pin: bool | None) -> bool:
-    """Pin this process to its node's CPU if the node's cluster pairs them; True if it did.
+    """Pin this process to the CPU the node's cluster places its scripts on (the hello's
+    ``script_cpu``: `libdp._realnode.script_cpu`), if it places them; True if it did.
     Only the first attachment of a process pins it (one attached to several nodes stays
     where the first put it); the last `detach` gives the process its CPUs back."""
-    cpu = hello.get("cpu")
-    if hello.get("placement") != "pair" or cpu is None:
+    cpu = hello.get("script_cpu")
+    if cpu is None:
         return False
     if pin is None:
         raw = os.environ.get("DP_PIN", "1").strip()
@@ -540,7 +541,7 @@ class AttachedDP:
         self.dp_write_nowait = self._endpoints.write_nowait
         self.dp_read_nowait = self._endpoints.read_nowait
         self.sync = SyncAttachedDP(self)
-        self.pinned = False             # joined its node's CPU (attach, pair placement)
+        self.pinned = False             # runs where its cluster places scripts (attach, cross/pair placement)
 
     @property
     def nid(self) -> int:

@@ -186,11 +186,7 @@ def _run_bench(args, kind):
             results, stats = run_real_spmd(functools.partial(run.program, **run.kwargs), platform=args.platform,
                                            nic=args.nic, params=params, load=args.load,
                                            transport=args.transport or "shm", seed=args.seed,
-                                           cluster=args.cluster, kernel=args.kernel or "node",
-                                           # A stream is a pipeline of four processes: on a small host
-                                           # it runs faster where the OS spreads them than paired with
-                                           # their nodes (docs/real-nodes.md, "Placement").
-                                           placement="none" if kind in ("bandwidth", "bibw") else "auto")
+                                           cluster=args.cluster, kernel=args.kernel or "node")
         else:
             cluster = Cluster(nodes=2, platform=args.platform, nic=args.nic, params=params, seed=args.seed,
                               load=args.load)

@@ -69,10 +69,11 @@ def add_commands(sub, common) -> None:
                         "-- where the other commands look -- and the cluster is named as that directory)")
     q.add_argument("--spin-us", type=float, default=None, metavar="US",
                    help="how long an idle node polls before it sleeps (default: 1000 with 4 CPUs or more, or "
-                        "with pair placement and a CPU per node; else 0)")
-    q.add_argument("--placement", choices=("auto", "pair", "none"), default="auto",
-                   help="pair: node i pinned to CPU i, its scripts join it there; none: the OS places them; "
-                        "auto (default): pair when the host has fewer CPUs than 2 x nodes")
+                        "with cross or pair placement and a CPU per node; else 0)")
+    q.add_argument("--placement", choices=("auto", "cross", "pair", "none"), default="auto",
+                   help="cross: node i pinned to CPU i, its scripts on the next node's CPU; pair: node i "
+                        "pinned to CPU i, its scripts beside it; none: the OS places them; auto (default): "
+                        "cross when the host has fewer CPUs than 2 x nodes (pair on one CPU)")
     q.set_defaults(func=_cluster_up)
     q = csub.add_parser("down", help="stop every node and remove every namespace, ring and file the cluster made")
     _cluster_opts(q)

@@ -42,12 +42,13 @@ from libdp._cluster import Cluster, build_profile, resolve_platform
 from nic_drivers import nic as nic_package
 
 __all__ = ["serve_node", "run_as_node", "start_node", "stop_node", "node_status", "cluster_up", "cluster_down", "cluster_status",
-           "frame_router", "plan_placement", "PLACEMENTS", "READY_TIMEOUT_S"]
+           "frame_router", "plan_placement", "script_cpu", "PLACEMENTS", "READY_TIMEOUT_S"]
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 _BASE_PORT = 47000
-PLACEMENTS = ("auto", "pair", "none")
+PLACEMENTS = ("auto", "cross", "pair", "none")
+PINNED = ("cross", "pair")     # placements that pin every node to a CPU and place its scripts
 PAIR_NODE_SPIN_S = 1e-3
 
 
@@ -57,24 +58,45 @@ PAIR_NODE_SPIN_S = 1e-3
 def plan_placement(nodes: int, placement: str = "auto", cpus=None) -> tuple[str, dict]:
     """Where the processes of a cluster in a box run: (placement, {nid: cpu}).
 
-    ``pair``: node i is pinned to CPU i (mod the CPUs this process may use), and the
-    scripts that attach to it join it there (`libdp.attach`): a script's hand-off to its
-    node and back is a wake-up on the core both run on -- cache-hot, no migration, no
-    inter-processor interrupt -- while node-to-node traffic crosses cores over the
-    shared-memory link, where the receiving node polls. ``none``: the OS places every
-    process. ``auto``: ``pair`` when the host has fewer CPUs than a node and a script per
-    node need (``2 * nodes``), else ``none``. Measured on a loaded 2-core host
-    (docs/real-nodes.md, "Placement"): a 1-byte round trip 91-100 µs unpinned with every
-    process sleeping, 35 µs paired with the nodes polling.
+    ``cross`` and ``pair`` pin node i to CPU i (mod the CPUs this process may use) and
+    differ in where a script that attaches to a node runs (`script_cpu`, `libdp.attach`):
+
+    - ``cross``: on the next node's CPU. A script and its node are consecutive stages of
+      every message's path (script -> gate -> node -> wire, and back), so on two cores
+      they work at once -- a stream's writer posts the next messages while its node sends
+      the last ones, and in a round trip the script going to sleep is no longer on the
+      node's way -- while each core holds one stage of each direction.
+    - ``pair``: on its node's CPU: a script's hand-off to its node and back is a wake-up
+      on the core both run on (cache-hot, no inter-processor interrupt), but the two take
+      turns on it.
+
+    ``none``: the OS places every process. ``auto``: where the host has fewer CPUs than
+    a node and a script per node need (``2 * nodes``), ``cross`` (``pair`` on one CPU,
+    where the two are the same), else ``none``. Measured on a loaded 2-core host
+    (docs/real-nodes.md, "Placement"): a 1-byte round trip 34-42 µs crossed, 48-61 µs
+    paired, 120 µs unpinned; a 1500-byte stream 248-312 MB/s crossed, 153-205 paired,
+    159 unpinned.
     """
     if placement not in PLACEMENTS:
         raise OSError(errno.EINVAL, f"placement is one of {', '.join(PLACEMENTS)}, not {placement!r}")
     cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
     if placement == "auto":
-        placement = "pair" if 2 * nodes > len(cpus) else "none"
+        placement = "none" if 2 * nodes <= len(cpus) else "cross" if len(cpus) > 1 else "pair"
     if placement == "none":
         return "none", {}
-    return "pair", {nid: cpus[nid % len(cpus)] for nid in range(nodes)}
+    return placement, {nid: cpus[nid % len(cpus)] for nid in range(nodes)}
+
+
+def script_cpu(placement: str, cpu: int | None, node_cpus) -> int | None:
+    """The CPU a script attached to a node pinned to `cpu` joins (None: it stays where it
+    is), given the CPUs of all the cluster's nodes: `cpu` itself under ``pair``, the next
+    of `node_cpus` after it (round) under ``cross``."""
+    if placement not in PINNED or cpu is None:
+        return None
+    if placement == "pair":
+        return cpu
+    ring = sorted(set(node_cpus) | {cpu})
+    return ring[(ring.index(cpu) + 1) % len(ring)]
 
 
 def _pin(cpu: int, who: str) -> None:
@@ -163,6 +185,7 @@ def serve_node(cluster: ClusterFile, nid: int, *, ready=None, spin_s: float | No
     if cpu is not None:
         _pin(cpu, f"node {nid}")
     placement = cluster.extra.get("placement", "none") if cpu is not None else "none"
+    scripts_on = script_cpu(placement, cpu, [n.cpu for n in cluster.nodes if n.cpu is not None])
     node, transport = build_node(cluster, nid, seed=int(cluster.extra.get("seed", 0)))
     # What the node has built stays as long as it runs: the cyclic collector need not walk
     # it again on every full collection (as Cluster.run does for a modeled cluster).
@@ -171,7 +194,8 @@ def serve_node(cluster: ClusterFile, nid: int, *, ready=None, spin_s: float | No
     server = NodeServer(node, cluster.socket_path(nid), log=_log,
                         describe=lambda: {"cluster": cluster.name, "transport": cluster.transport,
                                           "nic": _nic(cluster), "nids": cluster.nids(),
-                                          "params": list(cluster.params), "cpu": cpu, "placement": placement},
+                                          "params": list(cluster.params), "cpu": cpu, "placement": placement,
+                                          "script_cpu": scripts_on},
                         **({} if spin_s is None else {"spin_s": spin_s}))
     try:
         if tied_to is not None:
@@ -427,9 +451,9 @@ def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic
         if not isinstance(spin_s, (int, float)) or isinstance(spin_s, bool) or not 0 <= spin_s <= 1:
             raise OSError(errno.EINVAL, f"a node's spin is 0..1 s, not {spin_s!r}")
         extra["spin_s"] = float(spin_s)
-    elif placement == "pair" and len(set(cpus.values())) == nodes:
-        # A node alone on its core with its scripts polls (yielding): its scripts sleep and,
-        # woken on that core, preempt it; the peer node's frames find it awake.
+    elif placement in PINNED and len(set(cpus.values())) == nodes:
+        # A node with a core of its own polls (yielding): the scripts on that core sleep
+        # and, woken there, preempt it; the peer node's frames find it awake.
         extra["spin_s"] = PAIR_NODE_SPIN_S
     if transport == "udp":
         base = base_port if base_port is not None else free_udp_base(nodes)

@@ -29,7 +29,7 @@ import trio.testing
 
 from libdp._attach import attach
 from libdp._cli import main
-from libdp._realnode import _wait_gone, cluster_down, cluster_up, node_status, plan_placement, start_node
+from libdp._realnode import _wait_gone, cluster_down, cluster_up, node_status, plan_placement, script_cpu, start_node
 from libdp._realprograms import all_to_all
 from libdp._realrun import run_real_spmd
 
@@ -482,12 +482,19 @@ def test_node_start_stop_and_status_from_the_command_line(run_base, capsys):
     assert not os.path.exists(c.run_dir) and _shm_entries(c.name) == []
 
 
-def test_placement_pairs_nodes_with_cpus_only_where_cores_are_short():
-    assert plan_placement(2, "auto", cpus={0, 1}) == ("pair", {0: 0, 1: 1})
-    assert plan_placement(3, "auto", cpus={2, 5}) == ("pair", {0: 2, 1: 5, 2: 2})
+def test_placement_pins_nodes_to_cpus_only_where_cores_are_short():
+    assert plan_placement(2, "auto", cpus={0, 1}) == ("cross", {0: 0, 1: 1})
+    assert plan_placement(3, "auto", cpus={2, 5}) == ("cross", {0: 2, 1: 5, 2: 2})
+    assert plan_placement(2, "auto", cpus={3}) == ("pair", {0: 3, 1: 3})     # one CPU: crossing is pairing
     assert plan_placement(2, "auto", cpus=range(4)) == ("none", {})      # a core for every process
     assert plan_placement(2, "pair", cpus=range(8)) == ("pair", {0: 0, 1: 1})
+    assert plan_placement(2, "cross", cpus=range(8)) == ("cross", {0: 0, 1: 1})
     assert plan_placement(2, "none", cpus={0}) == ("none", {})
+    # Where scripts go: beside their node (pair), on the next node's CPU (cross), round.
+    assert script_cpu("pair", 5, [2, 5]) == 5
+    assert script_cpu("cross", 2, [2, 5, 2]) == 5 and script_cpu("cross", 5, [2, 5, 2]) == 2
+    assert script_cpu("cross", 3, [3]) == 3
+    assert script_cpu("none", 1, [0, 1]) is None and script_cpu("cross", None, []) is None
     with pytest.raises(OSError) as e:
         plan_placement(2, "spread")
     assert e.value.errno == errno.EINVAL
@@ -535,6 +542,38 @@ def test_a_paired_node_and_its_script_share_a_cpu_until_the_script_detaches(run_
     finally:
         cluster_down(c)
     assert os.sched_getaffinity(0) == mine
+
+
+def test_a_crossed_script_runs_on_the_next_nodes_cpu(run_base, monkeypatch):
+    """Placement cross: each node pinned to its CPU, a script attaching to node i runs on
+    node i+1's (round; its own node's CPU where the cluster has one CPU), waits without
+    polling, and gets its own CPUs back when it detaches."""
+    monkeypatch.delenv("DP_SPIN_US", raising=False)
+    monkeypatch.delenv("DP_PIN", raising=False)
+    c = cluster_up(2, name=f"cross{os.getpid()}", tied=True, placement="cross")
+    mine = os.sched_getaffinity(0)
+    try:
+        cpus = [c.node(0).cpu, c.node(1).cpu]
+        assert c.extra["placement"] == "cross" and all(cpu in mine for cpu in cpus)
+        assert [os.sched_getaffinity(node_status(c, n)["pid"]) for n in (0, 1)] == [{cpus[0]}, {cpus[1]}]
+        assert c.extra["spin_s"] > 0 if cpus[0] != cpus[1] else "spin_s" not in c.extra
+        dp = attach(node=0, run_dir=c.run_dir)
+        try:
+            assert dp.pinned and os.sched_getaffinity(0) == {cpus[1]} and dp.spin_s == 0.0
+            fd = dp.sync.dp_open(3)
+            dp.sync.dp_target(fd, 1, 3)
+            back = attach(node=1, run_dir=c.run_dir)     # the same process: stays where the first put it
+            try:
+                fb = back.sync.dp_open(3)
+                dp.sync.dp_write(fd, b"across")
+                assert back.sync.dp_read(fb) == b"across" and os.sched_getaffinity(0) == {cpus[1]}
+            finally:
+                back.detach()
+        finally:
+            dp.detach()
+        assert os.sched_getaffinity(0) == mine
+    finally:
+        cluster_down(c)
 
 
 def test_sigterm_stops_a_node_that_is_polling(run_base):
