@@ -181,18 +181,28 @@ def _status(args) -> int:
         print()
         return 0
     print(f"# cluster {cluster.name!r}: {len(cluster.nodes)} nodes, {cluster.nic} over {cluster.transport}, "
-          f"run directory {cluster.run_dir}")
+          f"placement {cluster.extra.get('placement', 'none')}, run directory {cluster.run_dir}")
     for st in nodes:
         if st.get("state") != "up":
             print(f"node {st['nid']}: {st['state']}")
             continue
         mods = ", ".join(f"{m['name']}({m['use_count']})" if m.get("use_count") else m["name"]
                          for m in st["modules"])
-        print(f"node {st['nid']}: up, pid {st['pid']}, modules {mods}")
+        print(f"node {st['nid']}: up, pid {st['pid']}{_where(st)}, modules {mods}")
         for p in st["processes"]:
             eps = ", ".join(f"ep {f['ep']}" if "ep" in f else f["kind"] for f in p["files"]) or "no files"
             print(f"  process {p['pid']} ({p['name']}): {eps}")
     return 0
+
+
+def _where(st: dict) -> str:
+    """Where a node runs and where the scripts attaching to it go (`plan_placement`)."""
+    cpu, scripts = st.get("cpu"), st.get("script_cpu")
+    if cpu is None:
+        return ""
+    if scripts is None:
+        return f", CPU {cpu}"
+    return f", CPU {cpu} (its scripts {'beside it' if scripts == cpu else f'on CPU {scripts}'})"
 
 
 # --------------------------------------------------------------------------- dp cluster

@@ -7,7 +7,9 @@ benchmarks/).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import json
 import mmap  # noqa: F401 - used by the attacker script's imports
 import multiprocessing
@@ -557,6 +559,12 @@ def test_a_crossed_script_runs_on_the_next_nodes_cpu(run_base, monkeypatch):
         assert c.extra["placement"] == "cross" and all(cpu in mine for cpu in cpus)
         assert [os.sched_getaffinity(node_status(c, n)["pid"]) for n in (0, 1)] == [{cpus[0]}, {cpus[1]}]
         assert c.extra["spin_s"] > 0 if cpus[0] != cpus[1] else "spin_s" not in c.extra
+        assert [node_status(c, n)["script_cpu"] for n in (0, 1)] == [cpus[1], cpus[0]]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["cluster", "status", "--cluster", c.path]) == 0
+        assert "placement cross" in out.getvalue()
+        assert f"node 0: up, pid {node_status(c, 0)['pid']}, CPU {cpus[0]} (its scripts " in out.getvalue()
         dp = attach(node=0, run_dir=c.run_dir)
         try:
             assert dp.pinned and os.sched_getaffinity(0) == {cpus[1]} and dp.spin_s == 0.0
