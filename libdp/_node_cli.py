@@ -189,6 +189,10 @@ def _status(args) -> int:
         mods = ", ".join(f"{m['name']}({m['use_count']})" if m.get("use_count") else m["name"]
                          for m in st["modules"])
         print(f"node {st['nid']}: up, pid {st['pid']}{_where(st)}, modules {mods}")
+        loop = st.get("loop")
+        if loop:
+            print(f"  loop: busy {loop['busy_s']:.3f} s in {loop['busy_passes']} of {loop['passes']} passes, "
+                  f"slept {loop['sleeps']} times")
         for p in st["processes"]:
             eps = ", ".join(f"ep {f['ep']}" if "ep" in f else f["kind"] for f in p["files"]) or "no files"
             print(f"  process {p['pid']} ({p['name']}): {eps}")

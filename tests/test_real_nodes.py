@@ -575,6 +575,8 @@ def test_a_crossed_script_runs_on_the_next_nodes_cpu(run_base, monkeypatch):
                 fb = back.sync.dp_open(3)
                 dp.sync.dp_write(fd, b"across")
                 assert back.sync.dp_read(fb) == b"across" and os.sched_getaffinity(0) == {cpus[1]}
+                loop = node_status(c, 1)["loop"]        # the node's loop counts what it did
+                assert 1 <= loop["busy_passes"] <= loop["passes"] and loop["busy_s"] > 0 and loop["sleeps"] >= 0
             finally:
                 back.detach()
         finally:

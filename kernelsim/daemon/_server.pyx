@@ -226,6 +226,19 @@ class Session:
         return self.sock.fileno()
 
 
+cdef class LoopStats:
+    """What a node's loop has done: ``busy_s`` of wall time in passes that found work,
+    ``passes`` (every pass), ``busy_passes``, ``sleeps`` (times it slept in epoll).
+    ``dp node status`` shows them; a stream's node CPU per message is ``busy_s`` over the
+    messages (the rest of its CPU, if it polls, is polling)."""
+    cdef public double busy_s
+    cdef public long long passes, busy_passes, sleeps
+
+    def as_dict(self) -> dict:
+        return {"busy_s": self.busy_s, "passes": self.passes, "busy_passes": self.busy_passes,
+                "sleeps": self.sleeps}
+
+
 class NodeServer:
     """Serve `node` (a real-time `kernelsim.Node`) on the UNIX socket `path` until stopped."""
 
@@ -251,6 +264,7 @@ class NodeServer:
         self._closed_gate_entries = 0            # entries of gates since dropped (`gate_entries`)
         self._gate_names: dict[bytes, str] = {}
         self.refused = 0
+        self.loop_stats = LoopStats()
 
     # ---------------------------------------------------------------- life
 
@@ -318,13 +332,16 @@ class NodeServer:
         cdef list ports = node.real_ports, gates = self._gates
         epoll_poll = self._epoll.poll
         cdef double spin_s = self.spin_s
-        cdef double last_work = wall_now(), now
+        cdef double last_work = wall_now(), now, start
         cdef unsigned int empty = 0
+        cdef LoopStats stats = self.loop_stats
         while not self._stopping:
             # A signal's Python handler (SIGTERM/SIGINT: `stop`) runs only when something
             # asks for it: a polling pass is compiled code and may never sleep in a system
             # call that would be interrupted, so each pass asks.
             PyErr_CheckSignals()
+            start = wall_now()
+            stats.passes += 1
             # The gates first: entries that ring no doorbell (a pool's slots given back) are
             # taken before the frames that may need them.
             work = _poll_gates(self, gates)
@@ -339,10 +356,13 @@ class NodeServer:
             # What this pass delivered -- and what the requests handled since the last pass
             # did: every process woken once, before the node polls on or sleeps.
             publish_posts()
-            if work and spin_s > 0.0:
+            if work:
                 last_work = wall_now()
-                empty = 0
-                continue
+                stats.busy_s += last_work - start
+                stats.busy_passes += 1
+                if spin_s > 0.0:
+                    empty = 0
+                    continue
             if not work:
                 # The sockets (requests, new processes, exits) are asked every
                 # SOCKET_POLL_EVERY empty passes of a poll, not every pass: a pass is a
@@ -378,6 +398,7 @@ class NodeServer:
                 ok = p.prepare_to_sleep() and ok
             for r, _ in sleeping:
                 ok = r.prepare_to_sleep() and ok
+            stats.sleeps += 1
             events = epoll_poll(-1) if ok and not self._stopping else []
             # Only a doorbell that rang has anything to read: one system call per wake-up
             # instead of one per ring (a bell rung after epoll returned stays readable and
@@ -793,7 +814,8 @@ class NodeServer:
             procs.append({"pid": s.peer_pid, "kernel_pid": s.proc.pid, "name": s.proc.name, "files": files})
         return {"nid": self.node.nid, "pid": os.getpid(), "uptime_s": time.time() - self.started,
                 "modules": self.node.modules.lsmod(), "processes": procs, "calls": self.calls,
-                "gate_entries": self.gate_entries, "refused": self.refused, **self.describe()}
+                "gate_entries": self.gate_entries, "refused": self.refused, "loop": self.loop_stats.as_dict(),
+                **self.describe()}
 
     # ---------------------------------------------------------------- leaving
 
