@@ -49,7 +49,7 @@ STOP_TIMEOUT_S = 10.0
 _BASE_PORT = 47000
 PLACEMENTS = ("auto", "cross", "pair", "none")
 PINNED = ("cross", "pair")     # placements that pin every node to a CPU and place its scripts
-PAIR_NODE_SPIN_S = 1e-3
+PINNED_NODE_SPIN_S = 1e-3
 
 
 # --------------------------------------------------------------------------- placement
@@ -419,7 +419,7 @@ def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic
     Everything made is removed again if a step fails. EEXIST if the cluster is up already.
     `tied`: the nodes stop when this process exits (``cluster_down`` still removes the rest).
     `spin_s`: how long an idle node polls before it sleeps (default: the node server's; with
-    ``pair`` placement and a CPU per node, `PAIR_NODE_SPIN_S`). `placement`: `plan_placement`.
+    ``cross`` or ``pair`` placement and a CPU per node, `PINNED_NODE_SPIN_S`). `placement`: `plan_placement`.
     `start`: False makes the cluster's file, wires and rings but starts no node process
     (each node is then a program's own: `run_as_node`).
     """
@@ -454,7 +454,7 @@ def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic
     elif placement in PINNED and len(set(cpus.values())) == nodes:
         # A node with a core of its own polls (yielding): the scripts on that core sleep
         # and, woken there, preempt it; the peer node's frames find it awake.
-        extra["spin_s"] = PAIR_NODE_SPIN_S
+        extra["spin_s"] = PINNED_NODE_SPIN_S
     if transport == "udp":
         base = base_port if base_port is not None else free_udp_base(nodes)
         for s in specs:
