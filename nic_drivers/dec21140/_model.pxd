@@ -110,6 +110,7 @@ cdef class Dec21140(NicModel):
     cdef _tx_kick(self)
     cdef Py_ssize_t _next_desc(self, Py_ssize_t cur, unsigned int des1, unsigned int end_bit,
                                unsigned int chain_bit, Py_ssize_t base) except? -1
+    cdef int _then(self, double t, int what, Py_ssize_t d) except -1
     cdef int on_event(self, int what, object arg) except -1
     cdef object _boxed(self, Py_ssize_t d)
     cdef _tx_fetched(self)

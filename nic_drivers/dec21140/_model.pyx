@@ -164,6 +164,22 @@ cdef class Dec21140(NicModel):
             return self.mem.rd32(cur + 12)
         return cur + 16 + ((self.csr[0] >> 2) & 0x1F) * 4
 
+    cdef int _then(self, double t, int what, Py_ssize_t d) except -1:
+        """The last thing one of the card's transmit events does: its next one, at `t`, on
+        descriptor `d`. Run at once when nothing else can happen before it
+        (`Engine.advance`: the same effects at the same instant, in the same order), posted
+        otherwise. (A frame's fetch, load and next fetch were three events each.)"""
+        if self.engine.advance(t):
+            if what == TX_FETCHED:
+                self._tx_fetched()
+            elif what == TX_LOADED:
+                self._tx_loaded(d)
+            else:
+                self._tx_setup_done(d)
+        else:
+            self.engine.post(t, self, what, None if what == TX_FETCHED else self._boxed(d))
+        return 0
+
     cdef int on_event(self, int what, object arg) except -1:
         if what == TX_FETCHED:
             self._tx_fetched()
@@ -209,7 +225,7 @@ cdef class Dec21140(NicModel):
         self.tx_state = TS_READING
         if des1 & TDES1_SET:
             # Setup frame: loads the address filter; we accept and complete it.
-            self.engine.post(self.engine.now + self.dma_time(length), self, TX_SETUP_DONE, self._boxed(d))
+            self._then(self.engine.now + self.dma_time(length), TX_SETUP_DONE, d)
             return
         if self.engine.realtime:
             # Real time: the DMA is done at once and nothing of this card's comes between
@@ -218,8 +234,7 @@ cdef class Dec21140(NicModel):
             return
         # Store and forward waits for the whole frame; otherwise the wire starts once
         # the FIFO holds the transmit threshold (128 bytes at 100 Mb/s).
-        self.engine.post(self.engine.now + self.dma_time(length if self.csr[6] & SF else min(length, 128)),
-                         self, TX_LOADED, self._boxed(d))
+        self._then(self.engine.now + self.dma_time(length if self.csr[6] & SF else min(length, 128)), TX_LOADED, d)
 
     cdef _tx_setup_done(self, Py_ssize_t d):
         """Load the 16-entry perfect filter: each address in three longwords' low halves."""
@@ -293,12 +308,13 @@ cdef class Dec21140(NicModel):
             self._raise(TI)
 
     cdef _tx_advance(self, Py_ssize_t d, double t):
-        """Step to the next descriptor and fetch it, starting at time `t`."""
+        """Step to the next descriptor and fetch it, starting at time `t` (the last thing
+        of each event that calls it)."""
         cdef unsigned int des1 = self.mem.rd32(d + 4)
         self.tx_cur = self._next_desc(d, des1, TDES1_TER, TDES1_TCH, self.csr[4])
         self.tx_pending_kick = False
         self.tx_state = TS_FETCHING
-        self.engine.post(t + self.dma_time(16), self, TX_FETCHED, None)
+        self._then(t + self.dma_time(16), TX_FETCHED, 0)
 
     # -- receive ring walker (the medium calls frame_in by C at the frame's last bit) ----
 
