@@ -131,11 +131,12 @@ cdef class Dec21140(NicModel):
 
     # -- interrupt summary -------------------------------------------------------------
 
-    cdef _raise(self, unsigned int bits):
+    cdef _raise(self, unsigned int bits, bint last=False):
+        # `last`: the card's event does nothing more at this instant (NicModel._set_line)
         self.csr[5] |= bits
-        self._update_irq()
+        self._update_irq(last)
 
-    cdef _update_irq(self):
+    cdef _update_irq(self, bint last=False):
         cdef unsigned int s = self.csr[5] & ~(<unsigned int> (NIS | AIS))
         cdef unsigned int en = self.csr[7]
         if s & en & NIS_SOURCES:
@@ -143,7 +144,7 @@ cdef class Dec21140(NicModel):
         if s & en & AIS_SOURCES:
             s |= AIS
         self.csr[5] = (self.csr[5] & ~(<unsigned int> 0x7 << 17) & ~(<unsigned int> 0x7 << 20)) | (s & 0x1FFFF)
-        self._set_line((s & en & (NIS | AIS)) != 0)
+        self._set_line((s & en & (NIS | AIS)) != 0, last)
 
     # -- transmit ring walker ----------------------------------------------------------
 
@@ -186,7 +187,7 @@ cdef class Dec21140(NicModel):
         elif what == TX_LOADED:
             self._tx_loaded(<Py_ssize_t> arg)
         elif what == TX_WIRE_DONE:
-            self._tx_wire_done(<Py_ssize_t> arg)
+            self._tx_wire_done(<Py_ssize_t> arg, True)
         elif what >= RX_DONE:
             self._rx_done(what)
         else:
@@ -290,7 +291,7 @@ cdef class Dec21140(NicModel):
         if self.engine.realtime:
             # Real time: the frame is in the transport already; completed before the next
             # fetch, as the two events would run in the order posted.
-            self._tx_wire_done(d)
+            self._tx_wire_done(d, False)
             self._tx_advance(d, start)
             return
         # The FIFO holds one frame beyond the one on the wire: fetch the next one as
@@ -298,14 +299,14 @@ cdef class Dec21140(NicModel):
         self.engine.post(end, self, TX_WIRE_DONE, self._boxed(d))
         self._tx_advance(d, start)
 
-    cdef _tx_wire_done(self, Py_ssize_t d):
+    cdef _tx_wire_done(self, Py_ssize_t d, bint last):
         cdef unsigned int des1 = self.mem.rd32(d + 4)
-        self._tx_complete(d, des1)
+        self._tx_complete(d, des1, last)
 
-    cdef _tx_complete(self, Py_ssize_t d, unsigned int des1):
+    cdef _tx_complete(self, Py_ssize_t d, unsigned int des1, bint last=False):
         self.mem.wr32(d, 0)                           # status write-back: OWN cleared, no errors
         if des1 & TDES1_IC:
-            self._raise(TI)
+            self._raise(TI, last)
 
     cdef _tx_advance(self, Py_ssize_t d, double t):
         """Step to the next descriptor and fetch it, starting at time `t` (the last thing
@@ -450,7 +451,7 @@ cdef class Dec21140(NicModel):
                 self._rxq[(self._rxq_head + j) % cap] = self._rxq[(self._rxq_head + j + 1) % cap]
         self._rxq_len -= 1
         self.mem.wr32(done.desc, done.status)         # OWN cleared: the host's now
-        self._raise(RI)
+        self._raise(RI, True)                       # the event's last thing
         return 0
 
     def stats(self):
