@@ -209,17 +209,23 @@ cdef class FdTable:
 
     def install(self, f) -> int:
         fd = f.fileno()
+        self._last_fd = self._last_file = None
         self._files[fd] = f
         return fd
 
     cpdef object get(self, object fd):
+        if fd is self._last_fd and fd is not None:
+            return self._last_file
         f = self._files.get(fd) if type(fd) is int or isinstance(fd, int) else None
         if f is None:
             raise OSError(errno.EBADF, f"bad file descriptor {fd!r}")
+        if type(fd) is int:
+            self._last_fd, self._last_file = fd, f
         return f
 
     def remove(self, fd: int):
         f = self.get(fd)
+        self._last_fd = self._last_file = None
         del self._files[fd]
         return f
 
