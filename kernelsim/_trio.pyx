@@ -25,6 +25,7 @@ from cpython.list cimport PyList_GET_SIZE
 from cpython.pythread cimport PyThread_get_thread_ident
 cdef extern from "Python.h":
     Py_ssize_t PyDict_GET_SIZE(dict d)
+    Py_ssize_t Py_SIZE(object o)        # a deque's length (trio's run queue)
 from cpython.object cimport PyObject_GenericSetAttr
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport reuse
@@ -50,7 +51,7 @@ from kernelsim._clock import EngineClock
 from kernelsim._clock cimport RunnableCounter, join_run, live_counter, own_counter
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
-from kernelsim._waits cimport Waiter, WaitQueue
+from kernelsim._waits cimport Pool, Waiter, WaitQueue
 from kernelsim._node cimport KernelRoutine, Node, OpenFile, Process, kernel_entry, poll_ports, defer_raising, raise_readable
 
 cdef extern from "<poll.h>" nogil:
@@ -312,6 +313,15 @@ cdef int _wake(object task) except -1:
     _task_send.set(task, _value_none())
     _task_abort_func.set(task, None)
     _task_sleep_data.set(task, None)
+    if c is not None and c.runner is runner and _alone(c):
+        # The run's own parts, read once (`RunnableCounter._bind`); the counter is the only
+        # instrument, so its task_scheduled hook is all there is to call.
+        c.kernel_woken = task           # it resumes in the kernel, parked there (`_step_woken`)
+        if c.is_guest and Py_SIZE(c.runq) == 0:
+            runner.force_guest_tick_asap()
+        c.runq_append(task)
+        c.runnable += 1
+        return 0
     if c is not None and c.runner is runner:
         runq = c.runq                   # the run's own, read once (`RunnableCounter.before_run`)
         hooks = c.hooks.get("task_scheduled")
@@ -891,6 +901,12 @@ cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
     return (<OpenFile> f).nonblocking if isinstance(f, OpenFile) else f.nonblocking
 
 
+cdef inline bint _empty(object pool) except -1:
+    if isinstance(pool, Pool):
+        return (<Pool> pool).count == 0
+    return pool.count == 0
+
+
 async def _blocking(_PathMaker maker):
     """The loop every blocking call is (`run_blocking`, `run_entry`, `run_user`): the call
     `maker` describes.
@@ -910,7 +926,7 @@ async def _blocking(_PathMaker maker):
         return await _blocking_real(node, maker, nonblocking, proc, fd, spin_s, pool, first_wait)
     try:
         task = _task()
-        if first_wait is not None and pool.count == 0:
+        if first_wait is not None and _empty(pool):
             if not _is_nonblocking(nonblocking, proc, fd):
                 # `wait_on` inlined (a coroutine less on the resume that ends the wait).
                 done = _completion(None)
