@@ -39,6 +39,7 @@ cdef class FdTable:
     cdef object _last_fd, _last_file
 
     cpdef object get(self, object fd)
+    cdef object peek(self, object fd)
 
 
 # A process and its node: what every call reads on its way in (the node's engine, CPU,

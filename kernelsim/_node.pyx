@@ -223,6 +223,18 @@ cdef class FdTable:
             self._last_fd, self._last_file = fd, f
         return f
 
+    cdef object peek(self, object fd):
+        """The file open on `fd` (an int), or None: `get` without the error, for a caller
+        that goes the checking way when this finds nothing."""
+        if fd is self._last_fd and fd is not None:
+            return self._last_file
+        if type(fd) is not int:
+            return None
+        f = self._files.get(fd)
+        if f is not None:
+            self._last_fd, self._last_file = fd, f
+        return f
+
     def remove(self, fd: int):
         f = self.get(fd)
         self._last_fd = self._last_file = None

@@ -207,6 +207,11 @@ cdef class _Field:
                 return <object> v
         return getattr(o, self.name)
 
+    cdef inline bint has(self, object o) noexcept:
+        """Whether `get` reads `o`'s slot, and finds it set (it cannot raise)."""
+        return type(o) is self.cls and self.offset >= 0 and \
+            (<PyObject**> ((<char*> <PyObject*> o) + self.offset))[0] != NULL
+
     cdef inline int set(self, object o, object value) except -1:
         cdef PyObject** slot
         cdef PyObject* old
@@ -298,11 +303,14 @@ cdef object _wait_message(abort_func):
 
 cdef int _wake(object task) except -1:
     """``trio.lowlevel.reschedule(task)``: runnable again, its wait returning None."""
-    try:
-        runner = _task_runner.get(task)
-    except AttributeError:
-        _reschedule(task)
-        return 0
+    if _task_runner.has(task):
+        runner = _task_runner.get(task)     # (no `try` block: see `_step_woken`)
+    else:
+        try:
+            runner = _task_runner.get(task)
+        except AttributeError:
+            _reschedule(task)
+            return 0
     if not _fast_wake:
         runner.reschedule(task)
         return 0
@@ -1299,6 +1307,14 @@ cdef object _run_in(ctx, fn, arg):
         PyContext_Exit(ctx)
 
 
+cdef object _step_in(task, send_fn, send):
+    return _run_in(_task_context.get(task), send_fn, send)
+
+
+ctypedef PyObject* (*_StepInFn)(object, object, object) noexcept
+cdef _StepInFn _step_in_unchecked = <_StepInFn> _step_in
+
+
 cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     """Step the one runnable task here, as trio's next pass would, if that pass would do
     nothing else; 1 if it was stepped (parked again, or given back to trio), else 0.
@@ -1334,16 +1350,20 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     _hosting = done.hosting = True
     _task_abort_func.set(task, done.host_abort)
     cdef bint deferring = defer_raising(False)     # its own calls defer for themselves
-    try:
-        msg = _run_in(_task_context.get(other), send_fn, send)
-    except BaseException as exc:
+    # (Stepped through a pointer that does not say it can fail, its error taken here: a
+    # `try` block walks the stack of handled exceptions, one entry per coroutine.)
+    cdef PyObject* res = _step_in_unchecked(other, send_fn, send)
+    if res == NULL:
+        exc = take_raised()
         given = _GivenBack.__new__(_GivenBack)
         given.exc = exc
-    finally:
-        defer_raising(deferring)
-        _hosting = done.hosting = False
-        _task_abort_func.set(task, None)
-        _set_task(counter, task)
+    else:
+        msg = <object> res
+        Py_XDECREF(res)
+    defer_raising(deferring)
+    _hosting = done.hosting = False
+    _task_abort_func.set(task, None)
+    _set_task(counter, task)
     if given is None:
         if type(msg) is _WaitTaskRescheduled:
             # Parked again: trio's handling of the message.
