@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+from libdp import _am_call
 from libdp.am import AM
 
 __all__ = ["am_pingpong", "am_pingpong_program", "am_bandwidth", "am_bandwidth_program", "am_window_program",
@@ -47,13 +48,9 @@ async def am_pingpong_program(dp, rank, size, words=(1, 2, 3, 4), iters=1000, wa
         return None
     got = [0]
     am = await AM.open(dp)
-
-    def ping(tok, *args):
-        tok.reply(H_PONG, *args)
-
-    def pong(tok, *args):
-        got[0] += 1
-
+    # ping replies with the words it got; pong counts replies in got[0] (compiled, as are
+    # the loops: `libdp._am_call.request_rounds`, `serve_rounds`)
+    ping, pong = _am_call.pingpong_handlers(H_PONG, got)
     am.set_handler(H_PING, ping)
     am.set_handler(H_PONG, pong)
     rows = []
@@ -64,18 +61,11 @@ async def am_pingpong_program(dp, rank, size, words=(1, 2, 3, 4), iters=1000, wa
             if rank == 0:
                 args = tuple(range(1, m + 1))
                 got[0] = 0
-                t0 = dp.now()
-                for i in range(total):
-                    if i == warmup:
-                        t0 = dp.now()
-                    await am.am_request(peer, H_PING, *args)
-                    await am.poll_until(lambda i=i: got[0] > i)
+                t0 = await _am_call.request_rounds(am, dp, peer, H_PING, args, warmup, total, got)
                 rtt = (dp.now() - t0) / iters
                 rows.append({"words": m, "rtt_us": rtt * 1e6, "one_way_us": rtt * 1e6 / 2})
             else:
-                ep = am.ep
-                start = ep.handlers_run
-                await am.poll_until(lambda: ep.handlers_run - start >= total)
+                await _am_call.serve_rounds(am, total)
         stats = am.stats()
     finally:
         await am.close()
