@@ -224,3 +224,37 @@ async def serve_rounds(am, Py_ssize_t total):
         await poll_until(ep, am.dp, served)
     else:
         await am.poll_until(served)
+
+
+# -- the AM bandwidth sweep's store loop (`libdp._am_bench._bw_size`), compiled ------------
+#
+# The 1 MB sweep is mostly 16- to 128-byte stores: per store, the loop's bytecode and an
+# interpreted frame for the completion callback and for the data handler cost about as
+# much as a tenth of the modeled transfer. The same calls, in the same order.
+
+def bw_handlers(dict state):
+    """The sweep's data handler (counts ``state["arrived"]``) and store-completion callback
+    (counts ``state["done"]``)."""
+    def data(tok, addr, nbytes, arg):
+        state["arrived"] += 1
+
+    def completed(_arg):
+        state["done"] += 1
+
+    return data, completed
+
+
+async def store_rounds(store_async, store, dest, base, remote, Py_ssize_t n, Py_ssize_t count, Py_ssize_t total,
+                       bint is_async, int h_data, completed, dict state):
+    """`count` stores of `n` bytes from ``base + i * n`` to ``remote + i * n`` (the last one
+    cut at `total`), each with handler `h_data` and argument `i`: ``store_async(...,
+    completed)`` when `is_async`, else a blocking ``store`` counted in ``state["done"]``."""
+    cdef Py_ssize_t i, off, m
+    for i in range(count):
+        off = i * n                          # (i * n) % total: i < count <= ceil(total / n)
+        m = n if off + n <= total else total - off
+        if is_async:
+            await store_async(dest, base + off, remote + off, m, h_data, i, completed)
+        else:
+            await store(dest, base + off, remote + off, m, h_data, i)
+            state["done"] += 1
