@@ -30,6 +30,7 @@ from kernelsim._node cimport KernelRoutine, OpenFile, Process
 from kernelsim._path cimport Path, RxHandler
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport reuse, step_any
+from kernelsim._pyiter cimport take_raised
 from kernelsim._netdev cimport NetDevice
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_AS_STRING
@@ -506,13 +507,14 @@ cdef class _WritePath(Path):
     cdef int step(self, double* cost) except -1:
         # Once over (returned or raised, as the generator it replaces would be), the path
         # holds nothing: a spare one (`_write_path`) keeps no endpoint or node alive.
-        cdef int r
-        try:
-            r = self._step(cost)
-        except BaseException:
+        # (`_step` through a pointer that does not say it can fail, the error taken here:
+        # a `try` block costs more than the step.)
+        cdef int r = _write_step_unchecked(self, cost)
+        if r == -1:
+            exc = take_raised()
             self.state = 4
             self.dp = self.e = self.data = self.cur = self.blocked = None
-            raise
+            raise exc
         if r == 0:
             self.dp = self.e = self.data = self.cur = self.blocked = None
         return r
@@ -538,9 +540,11 @@ cdef class _WritePath(Path):
             else:
                 dev, hw = dp.nart.lookup(nid)
                 nd = <NetDevice?> dev               # the driver's transmit calls are C calls
-                try:
-                    buf = nd.tx_buffer()
-                except WouldBlock as wb:
+                buf = _tx_buffer_unchecked(nd)      # (no `try` block: see `step`)
+                if buf == -1:
+                    wb = take_raised()
+                    if not isinstance(wb, WouldBlock):
+                        raise wb
                     self.blocked = wb
                     self.state = 2
                     cost[0] = dp.c_xmit
@@ -648,6 +652,16 @@ cdef inline object _sent_bytes(Py_ssize_t n):
         _sent_obj = n
         _sent_n = n
     return _sent_obj
+
+
+cdef Py_ssize_t _tx_buffer(NetDevice nd) except -1:
+    return nd.tx_buffer()
+
+
+ctypedef Py_ssize_t (*_TxBufferFn)(NetDevice) noexcept
+cdef _TxBufferFn _tx_buffer_unchecked = <_TxBufferFn> _tx_buffer
+ctypedef int (*_WriteStepFn)(_WritePath, double*) noexcept
+cdef _WriteStepFn _write_step_unchecked = <_WriteStepFn> _WritePath._step
 
 
 cdef _WritePath _write_path(DirectedPoint dp, Endpoint e, data):

@@ -1,12 +1,14 @@
-cdef class TokenBufferPool:
+from kernelsim._waits cimport Pool
+
+
+cdef class TokenBufferPool(Pool):
     cdef readonly object region        # the node's shared region holding the slots
     cdef unsigned char[::1] _buf       # region.buf while pinned
     cdef bint _pinned
     cdef readonly int nslots
     cdef readonly int slot_bytes
     cdef int* _fifo
-    cdef int _head
-    cdef readonly int count
+    cdef int _head                     # (and Pool.count queued from there)
     cdef int* _free
     cdef int _nfree
     cdef int* _len

@@ -23,9 +23,10 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memmove
 
 from kernelsim._physmem cimport span_check, span_ok, window_on
+from kernelsim._waits cimport Pool
 
 
-cdef class TokenBufferPool:
+cdef class TokenBufferPool(Pool):
     def __cinit__(self, region, int nslots, int slot_bytes):
         cdef int i
         if nslots <= 0 or slot_bytes <= 0:

@@ -6,6 +6,8 @@ cdef class RunnableCounter:
     # park and wake (constant for the run): read once at ``before_run``.
     cdef readonly object runner
     cdef object runq
+    cdef object runq_append         # its bound append (a deque's: a method lookup per wake)
+    cdef bint is_guest              # the runner's (constant for a run)
     cdef dict hooks
     # trio's table of every instrument of the run (``hooks["_all"]``, made once with the
     # table): while the counter is alone in it, no hook calls anything else (`_trio._quiet`).

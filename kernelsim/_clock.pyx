@@ -82,6 +82,8 @@ cdef class RunnableCounter:
         """Take the parts of `runner` the calls read (False: another trio's internals)."""
         try:
             self.runq = runner.runq
+            self.runq_append = self.runq.append
+            self.is_guest = runner.is_guest
             self.hooks = runner.instruments.data
             self.deadlines = runner.deadlines
         except AttributeError:          # another trio's internals: the calls look them up
@@ -117,7 +119,8 @@ cdef class RunnableCounter:
         if _joining is self:
             _joining = None
         self.live = False
-        self.runner = self.runq = self.hooks = self.deadlines = self._main_task = self.kernel_woken = None
+        self.runner = self.runq = self.runq_append = self.hooks = self.deadlines = self._main_task = None
+        self.kernel_woken = None
         self.instruments = None
         self.context = None
         self.send_coro0 = self.send_fn0 = self.send_coro1 = self.send_fn1 = None

@@ -213,6 +213,7 @@ cdef class Cpu(EventTarget):
 
     cdef _finish(self, _Job job, object value, object exc):
         cdef object on_done = job.on_done
+        cdef bint ahead = self._ahead
         (self._irq if job.level == IRQ_LEVEL else self._proc).unlink(job)
         if self._running is job:
             self._running = None
@@ -228,6 +229,10 @@ cdef class Cpu(EventTarget):
         else:
             on_done(value, exc)
         if self.modeled:
+            # The next path starts as the last thing of whoever owned this instant: it may
+            # go on ahead as this one could (what `on_done` did that someone outside must
+            # see first -- a wake, an event -- the engine's advance refuses to pass).
+            self._ahead = ahead
             self._dispatch()
 
     def stats(self):

@@ -34,5 +34,5 @@ cdef class IrqController:
     cdef double entry_s, exit_s
     cdef list _lines
 
-    cpdef set_level(self, int line, bint high)
-    cdef _start(self, _Line ln)
+    cpdef set_level(self, int line, bint high, bint last=*)
+    cdef _start(self, _Line ln, bint last=*)

@@ -128,13 +128,16 @@ cdef class IrqController:
                 return i
         raise OSError(errno.EBUSY, "no free IRQ line")
 
-    cpdef set_level(self, int line, bint high):
+    cpdef set_level(self, int line, bint high, bint last=False):
+        """Drive `line` to `high`. ``last=True``: the caller owns this instant (an engine
+        event of the device's) and does nothing more at it, so the interrupt path may go
+        on ahead (`Cpu.submit`)."""
         cdef _Line ln = self._lines[line]
         ln.level = high
         if high and not ln.in_service and ln.handlers:
-            self._start(ln)
+            self._start(ln, last)
 
-    cdef _start(self, _Line ln):
+    cdef _start(self, _Line ln, bint last=False):
         ln.in_service = True
         ln.count += 1
         cdef _IrqPath path = ln.path       # free: its last run has returned (in_service)
@@ -146,7 +149,7 @@ cdef class IrqController:
         path.pending = self.entry_s
         path.exit_s = self.exit_s
         path.real = not self.cpu.modeled
-        self.cpu.submit(LEVEL_IRQ, path, ln)
+        self.cpu.submit(LEVEL_IRQ, path, ln, last)
 
     def stats(self):
         return {f"irq{i}": {"handlers": [n for n, _ in (<_Line> ln).handlers], "interrupts": (<_Line> ln).count}

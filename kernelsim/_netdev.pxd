@@ -17,7 +17,7 @@ cdef class NetDevice(IrqHandler):
     cdef readonly list _allocs
     cdef dict __dict__                  # a driver's own state
 
-    cdef int drive_irq(self, bint level) except -1     # set_irq by C (a card's IRQ sink)
+    cdef int drive_irq(self, bint level, bint last=*) except -1     # set_irq by C (a card's IRQ sink)
     # The transmit interface as C calls: a protocol's per-frame path calls these, every
     # driver implements them, and the Python-level tx_reserve / write_link_header /
     # tx_commit_path call them.

@@ -85,9 +85,10 @@ cdef class NetDevice(IrqHandler):
         """The device's interrupt pin (device models call this as their IRQ sink)."""
         self.drive_irq(level)
 
-    cdef int drive_irq(self, bint level) except -1:
+    cdef int drive_irq(self, bint level, bint last=False) except -1:
+        # `last`: see IrqController.set_level
         if self.irq_line >= 0:
-            self._irq.set_level(self.irq_line, level)
+            self._irq.set_level(self.irq_line, level, last)
         return 0
 
     def release_resources(self) -> None:

@@ -34,8 +34,12 @@ cdef bint defer_raising(bint on) noexcept
 
 cdef class FdTable:
     cdef dict _files
+    # The last fd looked up (that int object) and its file: a DP process asks for one fd
+    # three times per message (its call, the blocking test, the entry), a dict lookup each.
+    cdef object _last_fd, _last_file
 
     cpdef object get(self, object fd)
+    cdef object peek(self, object fd)
 
 
 # A process and its node: what every call reads on its way in (the node's engine, CPU,

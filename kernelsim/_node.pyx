@@ -209,17 +209,35 @@ cdef class FdTable:
 
     def install(self, f) -> int:
         fd = f.fileno()
+        self._last_fd = self._last_file = None
         self._files[fd] = f
         return fd
 
     cpdef object get(self, object fd):
+        if fd is self._last_fd and fd is not None:
+            return self._last_file
         f = self._files.get(fd) if type(fd) is int or isinstance(fd, int) else None
         if f is None:
             raise OSError(errno.EBADF, f"bad file descriptor {fd!r}")
+        if type(fd) is int:
+            self._last_fd, self._last_file = fd, f
+        return f
+
+    cdef object peek(self, object fd):
+        """The file open on `fd` (an int), or None: `get` without the error, for a caller
+        that goes the checking way when this finds nothing."""
+        if fd is self._last_fd and fd is not None:
+            return self._last_file
+        if type(fd) is not int:
+            return None
+        f = self._files.get(fd)
+        if f is not None:
+            self._last_fd, self._last_file = fd, f
         return f
 
     def remove(self, fd: int):
         f = self.get(fd)
+        self._last_fd = self._last_file = None
         del self._files[fd]
         return f
 
@@ -250,6 +268,7 @@ cdef class Process:
 
 
 from kernelsim._path cimport Path, reuse, step_any
+from kernelsim._pyiter cimport take_raised
 
 
 cdef class KernelRoutine:
@@ -305,15 +324,13 @@ cdef class _Entry(Path):
                 msg = f"no {self.what} {self.name}"
                 self.table = self.name = self.proc = self.args = None
                 raise OSError(errno.ENOSYS, msg)
-            try:
-                if isinstance(fn, KernelRoutine) and type(self.args) is tuple:
-                    self.cur = (<KernelRoutine> fn).start(self.proc, <tuple> self.args)
-                else:
-                    self.cur = fn(self.proc, *self.args)
-            except BaseException:
+            # (The routine's start and the steps below are called through pointers that do
+            # not say they can fail, the error taken here: a `try` block costs more.)
+            if _entry_start_unchecked(self, fn) == -1:
+                exc = take_raised()
                 self.table = self.name = self.proc = self.args = None
                 self.state = 3          # over, as the generator it replaces would be
-                raise
+                raise exc
             self.state = 2
             self.proc = None
             self.args = None
@@ -321,12 +338,12 @@ cdef class _Entry(Path):
             self.value = None
             return 0
         while True:
-            try:
-                r = step_any(self.cur, cost, &res)
-            except BaseException:
+            r = _entry_step_unchecked(self, cost, &res)
+            if r == -1:
+                exc = take_raised()
                 self.cur = self.table = self.name = None
                 self.state = 3
-                raise
+                raise exc
             if r == 0:
                 break
             if not self.real:
@@ -337,6 +354,24 @@ cdef class _Entry(Path):
         self.state = 3
         self.value = out
         return 0
+
+
+cdef int _entry_start(_Entry e, object fn) except -1:
+    if isinstance(fn, KernelRoutine) and type(e.args) is tuple:
+        e.cur = (<KernelRoutine> fn).start(e.proc, <tuple> e.args)
+    else:
+        e.cur = fn(e.proc, *e.args)
+    return 0
+
+
+cdef int _entry_step(_Entry e, double* cost, PyObject** res) except -1:
+    return step_any(e.cur, cost, res)
+
+
+ctypedef int (*_EntryStartFn)(_Entry, object) noexcept
+ctypedef int (*_EntryStepFn)(_Entry, double*, PyObject**) noexcept
+cdef _EntryStartFn _entry_start_unchecked = <_EntryStartFn> _entry_start
+cdef _EntryStepFn _entry_step_unchecked = <_EntryStepFn> _entry_step
 
 
 cdef object kernel_entry(Node node, bint gate, object proc, object name, object args, bint entry):

@@ -25,6 +25,7 @@ from cpython.list cimport PyList_GET_SIZE
 from cpython.pythread cimport PyThread_get_thread_ident
 cdef extern from "Python.h":
     Py_ssize_t PyDict_GET_SIZE(dict d)
+    Py_ssize_t Py_SIZE(object o)        # a deque's length (trio's run queue)
 from cpython.object cimport PyObject_GenericSetAttr
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport reuse
@@ -50,7 +51,7 @@ from kernelsim._clock import EngineClock
 from kernelsim._clock cimport RunnableCounter, join_run, live_counter, own_counter
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
-from kernelsim._waits cimport Waiter, WaitQueue
+from kernelsim._waits cimport Pool, Waiter, WaitQueue
 from kernelsim._node cimport KernelRoutine, Node, OpenFile, Process, kernel_entry, poll_ports, defer_raising, raise_readable
 
 cdef extern from "<poll.h>" nogil:
@@ -206,6 +207,11 @@ cdef class _Field:
                 return <object> v
         return getattr(o, self.name)
 
+    cdef inline bint has(self, object o) noexcept:
+        """Whether `get` reads `o`'s slot, and finds it set (it cannot raise)."""
+        return type(o) is self.cls and self.offset >= 0 and \
+            (<PyObject**> ((<char*> <PyObject*> o) + self.offset))[0] != NULL
+
     cdef inline int set(self, object o, object value) except -1:
         cdef PyObject** slot
         cdef PyObject* old
@@ -297,11 +303,14 @@ cdef object _wait_message(abort_func):
 
 cdef int _wake(object task) except -1:
     """``trio.lowlevel.reschedule(task)``: runnable again, its wait returning None."""
-    try:
-        runner = _task_runner.get(task)
-    except AttributeError:
-        _reschedule(task)
-        return 0
+    if _task_runner.has(task):
+        runner = _task_runner.get(task)     # (no `try` block: see `_step_woken`)
+    else:
+        try:
+            runner = _task_runner.get(task)
+        except AttributeError:
+            _reschedule(task)
+            return 0
     if not _fast_wake:
         runner.reschedule(task)
         return 0
@@ -312,6 +321,15 @@ cdef int _wake(object task) except -1:
     _task_send.set(task, _value_none())
     _task_abort_func.set(task, None)
     _task_sleep_data.set(task, None)
+    if c is not None and c.runner is runner and _alone(c):
+        # The run's own parts, read once (`RunnableCounter._bind`); the counter is the only
+        # instrument, so its task_scheduled hook is all there is to call.
+        c.kernel_woken = task           # it resumes in the kernel, parked there (`_step_woken`)
+        if c.is_guest and Py_SIZE(c.runq) == 0:
+            runner.force_guest_tick_asap()
+        c.runq_append(task)
+        c.runnable += 1
+        return 0
     if c is not None and c.runner is runner:
         runq = c.runq                   # the run's own, read once (`RunnableCounter.before_run`)
         hooks = c.hooks.get("task_scheduled")
@@ -891,6 +909,12 @@ cdef bint _is_nonblocking(object nonblocking, object proc, object fd) except -1:
     return (<OpenFile> f).nonblocking if isinstance(f, OpenFile) else f.nonblocking
 
 
+cdef inline bint _empty(object pool) except -1:
+    if isinstance(pool, Pool):
+        return (<Pool> pool).count == 0
+    return pool.count == 0
+
+
 async def _blocking(_PathMaker maker):
     """The loop every blocking call is (`run_blocking`, `run_entry`, `run_user`): the call
     `maker` describes.
@@ -910,7 +934,7 @@ async def _blocking(_PathMaker maker):
         return await _blocking_real(node, maker, nonblocking, proc, fd, spin_s, pool, first_wait)
     try:
         task = _task()
-        if first_wait is not None and pool.count == 0:
+        if first_wait is not None and _empty(pool):
             if not _is_nonblocking(nonblocking, proc, fd):
                 # `wait_on` inlined (a coroutine less on the resume that ends the wait).
                 done = _completion(None)
@@ -1283,6 +1307,14 @@ cdef object _run_in(ctx, fn, arg):
         PyContext_Exit(ctx)
 
 
+cdef object _step_in(task, send_fn, send):
+    return _run_in(_task_context.get(task), send_fn, send)
+
+
+ctypedef PyObject* (*_StepInFn)(object, object, object) noexcept
+cdef _StepInFn _step_in_unchecked = <_StepInFn> _step_in
+
+
 cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     """Step the one runnable task here, as trio's next pass would, if that pass would do
     nothing else; 1 if it was stepped (parked again, or given back to trio), else 0.
@@ -1318,16 +1350,20 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     _hosting = done.hosting = True
     _task_abort_func.set(task, done.host_abort)
     cdef bint deferring = defer_raising(False)     # its own calls defer for themselves
-    try:
-        msg = _run_in(_task_context.get(other), send_fn, send)
-    except BaseException as exc:
+    # (Stepped through a pointer that does not say it can fail, its error taken here: a
+    # `try` block walks the stack of handled exceptions, one entry per coroutine.)
+    cdef PyObject* res = _step_in_unchecked(other, send_fn, send)
+    if res == NULL:
+        exc = take_raised()
         given = _GivenBack.__new__(_GivenBack)
         given.exc = exc
-    finally:
-        defer_raising(deferring)
-        _hosting = done.hosting = False
-        _task_abort_func.set(task, None)
-        _set_task(counter, task)
+    else:
+        msg = <object> res
+        Py_XDECREF(res)
+    defer_raising(deferring)
+    _hosting = done.hosting = False
+    _task_abort_func.set(task, None)
+    _set_task(counter, task)
     if given is None:
         if type(msg) is _WaitTaskRescheduled:
             # Parked again: trio's handling of the message.

@@ -6,6 +6,13 @@ cdef class Waiter:
     cdef int wake_up(self) except -1
 
 
+cdef class Pool:
+    # What a process can see of a pool mapped into it (a DP endpoint's TBP): how many
+    # messages it holds. A blocking user-level call looks at it before it starts
+    # (`kernelsim._trio.run_user`), by a C read rather than an attribute and an int.
+    cdef readonly int count
+
+
 cdef class WaitQueue:
     cdef list _waiters
     cdef readonly Engine engine

@@ -10,7 +10,11 @@ registers) is woken by a C call, any other callable by a Python one.
 """
 from kernelsim._engine cimport Engine
 
-__all__ = ["WaitQueue", "SpinnerQueue", "Waiter"]
+__all__ = ["WaitQueue", "SpinnerQueue", "Waiter", "Pool"]
+
+
+cdef class Pool:
+    pass
 
 
 cdef class Waiter:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+from libdp import _am_call
 from libdp.am import AM
 
 __all__ = ["am_pingpong", "am_pingpong_program", "am_bandwidth", "am_bandwidth_program", "am_window_program",
@@ -47,13 +48,9 @@ async def am_pingpong_program(dp, rank, size, words=(1, 2, 3, 4), iters=1000, wa
         return None
     got = [0]
     am = await AM.open(dp)
-
-    def ping(tok, *args):
-        tok.reply(H_PONG, *args)
-
-    def pong(tok, *args):
-        got[0] += 1
-
+    # ping replies with the words it got; pong counts replies in got[0] (compiled, as are
+    # the loops: `libdp._am_call.request_rounds`, `serve_rounds`)
+    ping, pong = _am_call.pingpong_handlers(H_PONG, got)
     am.set_handler(H_PING, ping)
     am.set_handler(H_PONG, pong)
     rows = []
@@ -64,18 +61,11 @@ async def am_pingpong_program(dp, rank, size, words=(1, 2, 3, 4), iters=1000, wa
             if rank == 0:
                 args = tuple(range(1, m + 1))
                 got[0] = 0
-                t0 = dp.now()
-                for i in range(total):
-                    if i == warmup:
-                        t0 = dp.now()
-                    await am.am_request(peer, H_PING, *args)
-                    await am.poll_until(lambda i=i: got[0] > i)
+                t0 = await _am_call.request_rounds(am, dp, peer, H_PING, args, warmup, total, got)
                 rtt = (dp.now() - t0) / iters
                 rows.append({"words": m, "rtt_us": rtt * 1e6, "one_way_us": rtt * 1e6 / 2})
             else:
-                ep = am.ep
-                start = ep.handlers_run
-                await am.poll_until(lambda: ep.handlers_run - start >= total)
+                await _am_call.serve_rounds(am, total)
         stats = am.stats()
     finally:
         await am.close()
@@ -99,9 +89,9 @@ async def am_bandwidth_program(dp, rank, size, op="store", mode="async", sizes=D
     am.set_handler(H_ADDR, lambda tok, addr: state.__setitem__("remote", addr))
     am.set_handler(H_DONE, lambda tok, k: state.__setitem__("finished", k))
 
-    def data(tok, addr, nbytes, arg):             # store handler (rank 1) / get handler (rank 0)
-        state["arrived"] += 1
-
+    # the store handler (rank 1) / get handler (rank 0) counts state["arrived"]; a store's
+    # completion counts state["done"] (compiled: `libdp._am_call.bw_handlers`)
+    data, completed = _am_call.bw_handlers(state)
     am.set_handler(H_DATA, data)
     rows = []
     try:
@@ -118,7 +108,7 @@ async def am_bandwidth_program(dp, rank, size, op="store", mode="async", sizes=D
             if max_transfers:
                 count = min(count, max_transfers)
             if rank == 0:
-                rows.append(await _bw_size(am, state, op, mode, n, count, seg, total))
+                rows.append(await _bw_size(am, state, op, mode, n, count, seg, total, completed))
                 if progress is not None:
                     progress(rows[-1])
                 await am.am_request_1(peer, H_DONE, k + 1)
@@ -134,28 +124,19 @@ async def am_bandwidth_program(dp, rank, size, op="store", mode="async", sizes=D
     return rows
 
 
-async def _bw_size(am, state, op, mode, n, count, seg, total):
+async def _bw_size(am, state, op, mode, n, count, seg, total, completed):
     dp = am.dp
     remote = state["remote"]
     state["done"] = state["arrived"] = 0
-
-    def completed(_arg):
-        state["done"] += 1
-
     # The loop's invariants are read once (no modeled time either way: the host program's
     # own work is not modeled, only its calls).
     dest, base = 1 - am.nid, seg.addr
     store_async, store, get, poll_until = am.am_store_async, am.am_store, am.am_get, am.poll_until
     t0 = dp.now()
     if op == "store":
-        for i in range(count):
-            off = i * n                          # (i * n) % total: i < count <= ceil(total / n)
-            m = n if off + n <= total else total - off
-            if mode == "async":
-                await store_async(dest, base + off, remote + off, m, H_DATA, i, completed)
-            else:
-                await store(dest, base + off, remote + off, m, H_DATA, i)
-                state["done"] += 1
+        # count stores of n bytes from base + i * n to remote + i * n (compiled)
+        await _am_call.store_rounds(store_async, store, dest, base, remote, n, count, total, mode == "async",
+                                    H_DATA, completed, state)
         await poll_until(lambda: state["done"] >= count)
     else:
         for i in range(count):

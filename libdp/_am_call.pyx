@@ -146,3 +146,115 @@ async def get(ep, dp, dest, remote_addr, local_buf, nbytes, handler, arg):
     x = ep.get(dest, remote_addr, local_buf, nbytes, handler, arg)
     await call(ep, dp, _TRANSFER, x)
     return x
+
+
+# -- the AM ping-pong benchmark's loops (`libdp._am_bench`), compiled -----------------------
+#
+# As `libdp._calls.pingpong_rounds` is for DP: the same calls, in the same order, as the
+# benchmark's Python loop made -- without its bytecode, a closure per round trip for the
+# poll's predicate, and an interpreted frame per handler run and per predicate test. An
+# `AM` whose am_request and poll_until are not overridden is called by C; any other `am`
+# the Python way.
+
+cdef object _AM_REQUEST = None
+cdef object _AM_POLL_UNTIL = None
+
+
+cdef bint _plain_am(am) except -1:
+    global _AM_REQUEST, _AM_POLL_UNTIL
+    if _AM_REQUEST is None:
+        from libdp.am import AM         # (libdp.am imports this module)
+        _AM_REQUEST, _AM_POLL_UNTIL = AM.am_request, AM.poll_until
+    cls = type(am)
+    return getattr(cls, "am_request", None) is _AM_REQUEST and getattr(cls, "poll_until", None) is _AM_POLL_UNTIL
+
+
+def pingpong_handlers(int h_pong, list got):
+    """The ping-pong's two handlers: ``ping`` replies `h_pong` with the words it got,
+    ``pong`` counts a reply in ``got[0]``."""
+    def ping(tok, *args):
+        tok.reply(h_pong, *args)
+
+    def pong(tok, *args):
+        got[0] += 1
+
+    return ping, pong
+
+
+async def request_rounds(am, dp, peer, int h_ping, tuple args, Py_ssize_t warmup, Py_ssize_t total, list got):
+    """Rank 0's `total` round trips: each an ``am_request`` of `h_ping` with `args`, then a
+    poll until its reply is counted in ``got[0]``; returns ``dp.now()`` when the round
+    trip numbered `warmup` began."""
+    cdef Py_ssize_t i
+    cdef Py_ssize_t want = 0
+    cdef bint plain = _plain_am(am)
+    cdef AmEndpoint ep
+
+    def replied():
+        return got[0] > want
+
+    t0 = dp.now()
+    for i in range(total):
+        if i == warmup:
+            t0 = dp.now()
+        want = i
+        if not plain:
+            await am.am_request(peer, h_ping, *args)
+            await am.poll_until(replied)
+            continue
+        # `AM.am_request` and `AM.poll_until`, as they are
+        ep = am.ep
+        if ep.closed or ep._handler_depth:
+            ep.check_caller(f"am_request_{len(args)}")
+        to, msg = ep.request_msg(peer, h_ping, args)
+        await call(ep, am.dp, _REQUEST, to, msg)
+        await poll_until(ep, am.dp, replied)
+    return t0
+
+
+async def serve_rounds(am, Py_ssize_t total):
+    """Rank 1: poll until `total` more handlers have run on the endpoint."""
+    ep = am.ep
+    start = ep.handlers_run
+
+    def served():
+        return ep.handlers_run - start >= total
+
+    if _plain_am(am):
+        await poll_until(ep, am.dp, served)
+    else:
+        await am.poll_until(served)
+
+
+# -- the AM bandwidth sweep's store loop (`libdp._am_bench._bw_size`), compiled ------------
+#
+# The 1 MB sweep is mostly 16- to 128-byte stores: per store, the loop's bytecode and an
+# interpreted frame for the completion callback and for the data handler cost about as
+# much as a tenth of the modeled transfer. The same calls, in the same order.
+
+def bw_handlers(dict state):
+    """The sweep's data handler (counts ``state["arrived"]``) and store-completion callback
+    (counts ``state["done"]``)."""
+    def data(tok, addr, nbytes, arg):
+        state["arrived"] += 1
+
+    def completed(_arg):
+        state["done"] += 1
+
+    return data, completed
+
+
+async def store_rounds(store_async, store, dest, base, remote, Py_ssize_t n, Py_ssize_t count, Py_ssize_t total,
+                       bint is_async, int h_data, completed, dict state):
+    """`count` stores of `n` bytes from ``base + i * n`` to ``remote + i * n`` (the last one
+    cut at `total`), each with handler `h_data` and argument `i`: ``store_async(...,
+    completed)`` when `is_async`, else a blocking ``store`` counted in ``state["done"]``."""
+    cdef Py_ssize_t i, off, m
+    for i in range(count):
+        off = i * n                          # (i * n) % total: i < count <= ceil(total / n)
+        m = n if off + n <= total else total - off
+        if is_async:
+            await store_async(dest, base + off, remote + off, m, h_data, i, completed)
+        else:
+            await store(dest, base + off, remote + off, m, h_data, i)
+            state["done"] += 1

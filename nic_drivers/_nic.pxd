@@ -21,7 +21,7 @@ cdef class NicModel(FrameSink):
     cdef readonly long long dma_bytes, irq_raised
 
     cdef _init_nic(self, Engine engine, PhysMem mem, profile, bint bursts)
-    cdef _set_line(self, bint line)
+    cdef _set_line(self, bint line, bint last=*)
     cdef double dma_span(self, Py_ssize_t nbytes) noexcept
     cpdef double dma_time(self, Py_ssize_t nbytes)
 

@@ -59,13 +59,15 @@ cdef class NicModel(FrameSink):
         self._irq_sink = sink
         self._irq_dev = owner if isinstance(owner, NetDevice) and getattr(sink, "__name__", "") == "set_irq" else None
 
-    cdef _set_line(self, bint line):
+    cdef _set_line(self, bint line, bint last=False):
+        """Drive the card's interrupt line. ``last=True``: the card's own engine event does
+        nothing more at this instant (see IrqController.set_level)."""
         if line != self._line:
             self._line = line
             if line:
                 self.irq_raised += 1
             if self._irq_dev is not None:
-                self._irq_dev.drive_irq(line)
+                self._irq_dev.drive_irq(line, last)
             elif self._irq_sink is not None:
                 self._irq_sink(line)
 

@@ -342,6 +342,11 @@ cdef class AtmNetDevice(NicDriver):
 
     def interrupt_path(self, double pending=0.0):
         """The interrupt handler's path (`_AtmIrq`: the generator it is, for reading)."""
+        return self.irq_path(pending)
+
+    cdef object irq_path(self, double pending):
+        # The interrupt controller's C call for `interrupt_path` (the default is a Python
+        # call of it, with `pending` as a float object).
         cdef _AtmIrq path = _AtmIrq.__new__(_AtmIrq)
         path.nd = self
         path.card = self.card

@@ -105,18 +105,19 @@ cdef class Dec21140(NicModel):
     cdef _reset(self)
     cpdef unsigned int csr_read(self, int n)
     cpdef csr_write(self, int n, unsigned int value)
-    cdef _raise(self, unsigned int bits)
-    cdef _update_irq(self)
+    cdef _raise(self, unsigned int bits, bint last=*)
+    cdef _update_irq(self, bint last=*)
     cdef _tx_kick(self)
     cdef Py_ssize_t _next_desc(self, Py_ssize_t cur, unsigned int des1, unsigned int end_bit,
                                unsigned int chain_bit, Py_ssize_t base) except? -1
+    cdef int _then(self, double t, int what, Py_ssize_t d) except -1
     cdef int on_event(self, int what, object arg) except -1
     cdef object _boxed(self, Py_ssize_t d)
     cdef _tx_fetched(self)
     cdef _tx_setup_done(self, Py_ssize_t d)
     cdef _tx_loaded(self, Py_ssize_t d)
-    cdef _tx_wire_done(self, Py_ssize_t d)
-    cdef _tx_complete(self, Py_ssize_t d, unsigned int des1)
+    cdef _tx_wire_done(self, Py_ssize_t d, bint last)
+    cdef _tx_complete(self, Py_ssize_t d, unsigned int des1, bint last=*)
     cdef _tx_advance(self, Py_ssize_t d, double t)
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok)
     cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1

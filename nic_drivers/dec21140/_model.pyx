@@ -131,11 +131,12 @@ cdef class Dec21140(NicModel):
 
     # -- interrupt summary -------------------------------------------------------------
 
-    cdef _raise(self, unsigned int bits):
+    cdef _raise(self, unsigned int bits, bint last=False):
+        # `last`: the card's event does nothing more at this instant (NicModel._set_line)
         self.csr[5] |= bits
-        self._update_irq()
+        self._update_irq(last)
 
-    cdef _update_irq(self):
+    cdef _update_irq(self, bint last=False):
         cdef unsigned int s = self.csr[5] & ~(<unsigned int> (NIS | AIS))
         cdef unsigned int en = self.csr[7]
         if s & en & NIS_SOURCES:
@@ -143,7 +144,7 @@ cdef class Dec21140(NicModel):
         if s & en & AIS_SOURCES:
             s |= AIS
         self.csr[5] = (self.csr[5] & ~(<unsigned int> 0x7 << 17) & ~(<unsigned int> 0x7 << 20)) | (s & 0x1FFFF)
-        self._set_line((s & en & (NIS | AIS)) != 0)
+        self._set_line((s & en & (NIS | AIS)) != 0, last)
 
     # -- transmit ring walker ----------------------------------------------------------
 
@@ -164,13 +165,29 @@ cdef class Dec21140(NicModel):
             return self.mem.rd32(cur + 12)
         return cur + 16 + ((self.csr[0] >> 2) & 0x1F) * 4
 
+    cdef int _then(self, double t, int what, Py_ssize_t d) except -1:
+        """The last thing one of the card's transmit events does: its next one, at `t`, on
+        descriptor `d`. Run at once when nothing else can happen before it
+        (`Engine.advance`: the same effects at the same instant, in the same order), posted
+        otherwise. (A frame's fetch, load and next fetch were three events each.)"""
+        if self.engine.advance(t):
+            if what == TX_FETCHED:
+                self._tx_fetched()
+            elif what == TX_LOADED:
+                self._tx_loaded(d)
+            else:
+                self._tx_setup_done(d)
+        else:
+            self.engine.post(t, self, what, None if what == TX_FETCHED else self._boxed(d))
+        return 0
+
     cdef int on_event(self, int what, object arg) except -1:
         if what == TX_FETCHED:
             self._tx_fetched()
         elif what == TX_LOADED:
             self._tx_loaded(<Py_ssize_t> arg)
         elif what == TX_WIRE_DONE:
-            self._tx_wire_done(<Py_ssize_t> arg)
+            self._tx_wire_done(<Py_ssize_t> arg, True)
         elif what >= RX_DONE:
             self._rx_done(what)
         else:
@@ -209,7 +226,7 @@ cdef class Dec21140(NicModel):
         self.tx_state = TS_READING
         if des1 & TDES1_SET:
             # Setup frame: loads the address filter; we accept and complete it.
-            self.engine.post(self.engine.now + self.dma_time(length), self, TX_SETUP_DONE, self._boxed(d))
+            self._then(self.engine.now + self.dma_time(length), TX_SETUP_DONE, d)
             return
         if self.engine.realtime:
             # Real time: the DMA is done at once and nothing of this card's comes between
@@ -218,8 +235,7 @@ cdef class Dec21140(NicModel):
             return
         # Store and forward waits for the whole frame; otherwise the wire starts once
         # the FIFO holds the transmit threshold (128 bytes at 100 Mb/s).
-        self.engine.post(self.engine.now + self.dma_time(length if self.csr[6] & SF else min(length, 128)),
-                         self, TX_LOADED, self._boxed(d))
+        self._then(self.engine.now + self.dma_time(length if self.csr[6] & SF else min(length, 128)), TX_LOADED, d)
 
     cdef _tx_setup_done(self, Py_ssize_t d):
         """Load the 16-entry perfect filter: each address in three longwords' low halves."""
@@ -275,7 +291,7 @@ cdef class Dec21140(NicModel):
         if self.engine.realtime:
             # Real time: the frame is in the transport already; completed before the next
             # fetch, as the two events would run in the order posted.
-            self._tx_wire_done(d)
+            self._tx_wire_done(d, False)
             self._tx_advance(d, start)
             return
         # The FIFO holds one frame beyond the one on the wire: fetch the next one as
@@ -283,22 +299,23 @@ cdef class Dec21140(NicModel):
         self.engine.post(end, self, TX_WIRE_DONE, self._boxed(d))
         self._tx_advance(d, start)
 
-    cdef _tx_wire_done(self, Py_ssize_t d):
+    cdef _tx_wire_done(self, Py_ssize_t d, bint last):
         cdef unsigned int des1 = self.mem.rd32(d + 4)
-        self._tx_complete(d, des1)
+        self._tx_complete(d, des1, last)
 
-    cdef _tx_complete(self, Py_ssize_t d, unsigned int des1):
+    cdef _tx_complete(self, Py_ssize_t d, unsigned int des1, bint last=False):
         self.mem.wr32(d, 0)                           # status write-back: OWN cleared, no errors
         if des1 & TDES1_IC:
-            self._raise(TI)
+            self._raise(TI, last)
 
     cdef _tx_advance(self, Py_ssize_t d, double t):
-        """Step to the next descriptor and fetch it, starting at time `t`."""
+        """Step to the next descriptor and fetch it, starting at time `t` (the last thing
+        of each event that calls it)."""
         cdef unsigned int des1 = self.mem.rd32(d + 4)
         self.tx_cur = self._next_desc(d, des1, TDES1_TER, TDES1_TCH, self.csr[4])
         self.tx_pending_kick = False
         self.tx_state = TS_FETCHING
-        self.engine.post(t + self.dma_time(16), self, TX_FETCHED, None)
+        self._then(t + self.dma_time(16), TX_FETCHED, 0)
 
     # -- receive ring walker (the medium calls frame_in by C at the frame's last bit) ----
 
@@ -434,7 +451,7 @@ cdef class Dec21140(NicModel):
                 self._rxq[(self._rxq_head + j) % cap] = self._rxq[(self._rxq_head + j + 1) % cap]
         self._rxq_len -= 1
         self.mem.wr32(done.desc, done.status)         # OWN cleared: the host's now
-        self._raise(RI)
+        self._raise(RI, True)                       # the event's last thing
         return 0
 
     def stats(self):

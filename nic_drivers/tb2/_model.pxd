@@ -70,7 +70,7 @@ cdef class Tb2Adapter(NicModel):
     cpdef reg_write(self, unsigned int off, unsigned int value, int width=*)
     cdef bint _fifos_valid(self)
     cdef _pop(self, unsigned int n)
-    cdef _update_irq(self)
+    cdef _update_irq(self, bint last=*)
     cdef _tx_check(self)
     cdef _send_entry(self, int entry, Py_ssize_t nbytes, int slot, double ready, bint free)
     cdef _tx_free_entry(self, int entry)

@@ -332,8 +332,9 @@ cdef class Tb2Adapter(NicModel):
 
     # -- interrupt (SP-A39: available, off unless enabled) -------------------------------
 
-    cdef _update_irq(self):
-        self._set_line((self.int_enable & self.int_status) != 0)
+    cdef _update_irq(self, bint last=False):
+        # `last`: the card's event does nothing more at this instant (NicModel._set_line)
+        self._set_line((self.int_enable & self.int_status) != 0, last)
 
     # -- send side: the i860 walks the send FIFO ------------------------------------------
 
@@ -605,7 +606,7 @@ cdef class Tb2Adapter(NicModel):
         self.rx_packets += 1
         self.rx_bytes += dlen
         self.int_status |= C_INT_RX
-        self._update_irq()
+        self._update_irq(self.on_rx is None)      # (the last thing of the commit's event)
         if self.on_rx is not None:
             self.on_rx()
 

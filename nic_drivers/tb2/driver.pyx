@@ -27,7 +27,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SI
 from libc.string cimport memset
 from kernelsim._node cimport Costs
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
-from kernelsim._path cimport Path
+from kernelsim._path cimport Path, reuse
 from kernelsim._netdev cimport RxWalk
 from nic_drivers._nic cimport NicDriver
 from nic_drivers.tb2._model cimport RX_VALID_BIT, Tb2Adapter
@@ -239,7 +239,16 @@ cdef class Tb2NetDevice(NicDriver):
 
     def interrupt_path(self, double pending=0.0):
         """The interrupt handler's path (`_Tb2Irq`: the generator it is, for reading)."""
-        cdef _Tb2Irq path = _Tb2Irq.__new__(_Tb2Irq)
+        return self.irq_path(pending)
+
+    cdef object irq_path(self, double pending):
+        # The interrupt controller's C call for `interrupt_path` (the default is a Python
+        # call of it, with `pending` as a float object); the path is a spare when one is free.
+        cdef _Tb2Irq path = <_Tb2Irq> reuse(_irqs, _Tb2Irq)
+        path.value = None
+        path.proto_path = None
+        path.state = IRQ_START
+        path.done = path.addr = path.n = 0
         path.nd = self
         path.f = self.fifos
         path.pending = pending
@@ -315,6 +324,9 @@ cdef class _Tb2Commit(Path):
             nd.tx_bytes += self.nbytes
         self.value = None
         return 0
+
+
+cdef list _irqs = [None] * 4        # spare interrupt paths (`kernelsim._path.reuse`)
 
 
 # The interrupt path's instants (`_Tb2Irq.state`): where it goes on after a yield.
