@@ -1,7 +1,7 @@
 """Real nodes (issue 10): scripts attached to node processes, against bare Python baselines
 measured in the same run.
 
-    python benchmarks/bench_real_nodes.py [--only rtt,floor,gate,stream,packet,alltoall]
+    python benchmarks/bench_real_nodes.py [--only rtt,floor,handoff,gate,stream,packet,alltoall]
                                           [--iters 2000] [--runs 3] [--count 20000] [--window 64] [--nodes 8]
 
 Rows (wall time; every DP row runs the real stack: attached script -> call gate -> node
@@ -39,6 +39,10 @@ Pool and delivery ring -> attached script):
            the same placed as placements cross and pair place a 2-node cluster (each "node"
            pinned to a CPU of its own, each "script" on the other node's CPU or on its own
            node's, the nodes polling, the scripts sleeping).
+  handoff  one hand-off between two processes, no DP: a pipe ping-pong with both on one
+           CPU and on two; a process sleeping in epoll on an eventfd woken from the other
+           CPU, and woken by a process polling on its own CPU that the other CPU asks
+           through shared memory.
   packet   the rtt rows over AF_PACKET (one network namespace per node, veth pair), against
            a bare Python AF_PACKET ping-pong over the very same veth pair (another
            EtherType, so the nodes never see it; measured while the nodes are idle).
@@ -387,6 +391,133 @@ def bench_floor(args):
     return out
 
 
+# ------------------------------------------------------------------ hand-offs
+
+_WORD_REQ, _WORD_ACK, _WORD_STOP = 0, 8, 16
+
+
+def _pipe_pingpong(cpu_a: int, cpu_b: int, iters: int) -> float:
+    """Median µs of a 1-byte pipe ping-pong, blocking reads, the two processes on these CPUs."""
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.sched_setaffinity(0, {cpu_b})
+            while os.read(r1, 1) == b"x":
+                os.write(w2, b"x")
+        finally:
+            os._exit(0)
+    mask = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {cpu_a})
+        perf, out = time.perf_counter_ns, []
+        for _ in range(iters):
+            t = perf()
+            os.write(w1, b"x")
+            os.read(r2, 1)
+            out.append(perf() - t)
+        return _median_us(out)
+    finally:
+        os.write(w1, b"Q")
+        os.waitpid(pid, 0)
+        os.sched_setaffinity(0, mask)
+        for fd in (r1, w1, r2, w2):
+            os.close(fd)
+
+
+def _wake_latency(cpus, proxy: bool, iters: int) -> float:
+    """Median µs from a request on CPU cpus[1] to the answer of a process sleeping (epoll on an
+    eventfd) on cpus[0] beside a process polling there (yielding): the requester writes the
+    eventfd itself (a cross-CPU wake-up), or -- `proxy` -- only a word in shared memory that
+    the poller sees and answers by writing the eventfd (a wake-up on the sleeper's CPU)."""
+    import mmap
+    import struct
+    shm = mmap.mmap(-1, 4096)
+    efd = os.eventfd(0, os.EFD_NONBLOCK)
+    word = struct.Struct("<q")
+
+    def sleeper():
+        ep = select.epoll()
+        ep.register(efd, select.EPOLLIN)
+        while not word.unpack_from(shm, _WORD_STOP)[0]:
+            ep.poll(0.1)
+            try:
+                os.eventfd_read(efd)
+            except BlockingIOError:
+                pass
+            word.pack_into(shm, _WORD_ACK, word.unpack_from(shm, _WORD_REQ)[0])
+
+    def poller():
+        seen = 0
+        while not word.unpack_from(shm, _WORD_STOP)[0]:
+            req = word.unpack_from(shm, _WORD_REQ)[0]
+            if proxy and req != seen:
+                seen = req
+                os.eventfd_write(efd, 1)
+            else:
+                os.sched_yield()
+
+    kids = []
+    for fn in (sleeper, poller):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.sched_setaffinity(0, {cpus[0]})
+                fn()
+            finally:
+                os._exit(0)
+        kids.append(pid)
+    mask = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {cpus[1]})
+        time.sleep(0.05)
+        perf, out = time.perf_counter_ns, []
+        for i in range(1, iters + 1):
+            t = perf()
+            word.pack_into(shm, _WORD_REQ, i)
+            if not proxy:
+                os.eventfd_write(efd, 1)
+            deadline = time.perf_counter() + 1.0
+            while word.unpack_from(shm, _WORD_ACK)[0] != i:
+                if time.perf_counter() > deadline:      # never hang: ask again
+                    os.eventfd_write(efd, 1)
+                    deadline = time.perf_counter() + 1.0
+            out.append(perf() - t)
+            time.sleep(20e-6)
+        return _median_us(out)
+    finally:
+        word.pack_into(shm, _WORD_STOP, 1)
+        os.eventfd_write(efd, 1)
+        for pid in kids:
+            os.waitpid(pid, 0)
+        os.sched_setaffinity(0, mask)
+        os.close(efd)
+        shm.close()
+
+
+def bench_handoff(args):
+    """What one hand-off between processes costs on this host, without DP: the unit a round
+    trip between attached scripts pays four times (docs/real-nodes.md)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        print("# handoff: skipped (needs two CPUs)")
+        return {}
+    a, b = cpus[0], cpus[1]
+    rows = {"pipe ping-pong, both on one CPU (two context switches)": lambda: _pipe_pingpong(a, a, args.iters),
+            "pipe ping-pong, on two CPUs (two cross-CPU wake-ups)": lambda: _pipe_pingpong(a, b, args.iters),
+            "a sleeper woken from the other CPU": lambda: _wake_latency((a, b), False, args.iters),
+            "a sleeper woken by a poller on its own CPU": lambda: _wake_latency((a, b), True, args.iters)}
+    out = {}
+    for label, fn in rows.items():
+        runs = [fn() for _ in range(args.runs)]
+        out[label] = statistics.median(runs)
+        _row(label, out[label], "us", f"runs {_runs(runs)}")
+    print("# handoff: a DP round trip between attached scripts makes four hand-offs (two wake a "
+          "sleeping script) beside its four node passes", flush=True)
+    return out
+
+
 # ------------------------------------------------------------------ rows
 
 
@@ -558,7 +689,7 @@ def _node_pids(run_dir: str) -> list[int]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="rtt,floor,gate,stream,packet,alltoall")
+    ap.add_argument("--only", default="rtt,floor,handoff,gate,stream,packet,alltoall")
     ap.add_argument("--iters", type=int, default=2000, help="round trips per run (default 2000)")
     ap.add_argument("--runs", type=int, default=3, help="runs per round-trip row, turns per gate row")
     ap.add_argument("--count", type=int, default=20000, help="messages streamed, calls per gate row")
@@ -589,6 +720,8 @@ def main(argv=None) -> int:
             cluster_down(c)
     if "floor" in rows:
         bench_floor(args)
+    if "handoff" in rows:
+        bench_handoff(args)
     if rows & {"packet", "alltoall"}:
         from kernelsim.media.netns import NetnsCluster
         ok, why = NetnsCluster.available()
