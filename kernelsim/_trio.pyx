@@ -874,12 +874,13 @@ cdef enum:
 
 
 cdef int _over(_PathMaker call) except -1:
-    # A spare lets go of its call: it would keep the call's objects alive until its next use.
+    # A spare lets go of what is its call's own (the message, closures, the coroutine);
+    # the node's objects it names live as long as the node, as a spare completion's engine.
     call.state = _OVER
-    call.node = None
-    call.fn = call.proc = call.name = call.args = None
-    call.nonblocking = call.fd = call.pool = call.rest = None
-    call.first_wait = None
+    call.args = None
+    call.fn = None
+    call.nonblocking = None
+    call.rest = None
     return 0
 
 
@@ -934,14 +935,21 @@ cdef PyObject* _call_next(PyObject* call) noexcept:
     cdef PyObject* res = NULL
     cdef int r = _call_send_unchecked(<_PathMaker> call, None, &res)
     if r == 0:
-        _PyGen_SetStopIterationValue(<object> res)
-        Py_XDECREF(res)
+        if type(<object> res) is tuple or isinstance(<object> res, BaseException):
+            _PyGen_SetStopIterationValue(<object> res)      # (wrapped, as its args would be read)
+            Py_XDECREF(res)
+        else:
+            # Set as is, not chained to an exception being handled (`_PyErr_SetObject` walks
+            # the thread's stack of them to find one): the awaiting coroutine takes the value.
+            Py_INCREF(StopIteration)
+            PyErr_Restore(<PyObject*> StopIteration, res, NULL)
         return NULL
     return res if r == 1 else NULL
 
 
 cdef extern from "Python.h":
     int _PyGen_SetStopIterationValue(object value) noexcept
+    void PyErr_Restore(PyObject* kind, PyObject* value, PyObject* tb) noexcept
     ctypedef int (*sendfunc)(PyObject*, PyObject*, PyObject**) noexcept
     ctypedef PyObject* (*iternextfunc)(PyObject*) noexcept
     ctypedef struct PyAsyncMethods:
