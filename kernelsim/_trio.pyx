@@ -120,7 +120,8 @@ _WaitTaskRescheduled = getattr(_trio_traps, "WaitTaskRescheduled", None)
 try:
     _REPLICATED_WAKE = {_trio_run.Runner.reschedule: "d25a5648b6a42879", _Value.__init__: "9616215324e31dd9"}
     _REPLICATED_PARK = {_wait_task_rescheduled: "c6691068007dfa47", _WaitTaskRescheduled.__init__: "5281303e20dd6bd4",
-                        _Value.unwrap: "db4601d0345fb3f8", outcome.Outcome._set_unwrapped: "b61ac41048137da2"}
+                        _Value.unwrap: "db4601d0345fb3f8", outcome.Outcome._set_unwrapped: "b61ac41048137da2",
+                        _async_yield: "6b9cd7444475d9a9"}
 except AttributeError:                  # a trio without these internals
     _REPLICATED_WAKE = _REPLICATED_PARK = None
 
@@ -383,14 +384,128 @@ cdef object _to_trio(object checkpoint):
 
 cdef object _park(abort_func):
     """``_unwrap(await _park(abort))`` is ``await trio.lowlevel.wait_task_rescheduled(abort)``
-    -- with trio's own bottom generator awaited directly, a coroutine less per park."""
+    -- with trio's own bottom generator, `_async_yield`, awaited directly (as `_Yield`, its
+    C twin), a coroutine less per park."""
     if not _hosting:
         # trio's loop looks at descriptors next (see OpenFile); a stepped task's park
         # goes back to the task that steps it, still in the kernel.
         raise_readable()
+    cdef _Yield y
     if _fast_park:
-        return _async_yield(_wait_message(abort_func))
+        y = _Yield.__new__(_Yield)
+        y.message = _wait_message(abort_func)
+        return y
     return _park_outcome(abort_func)
+
+
+# -- awaitables as C objects ----------------------------------------------------------------
+#
+# A cdef class with ``__await__`` and ``__next__`` is awaitable; the two slots the awaiting
+# coroutine steps it by -- am_send (each resume) and tp_iternext (its first step) -- are set
+# to C functions at import, so that no Python-level ``send`` is called and no coroutine or
+# generator (a frame, made and freed per await) stands in between.
+
+cdef extern from "Python.h":
+    int _PyGen_SetStopIterationValue(object value) noexcept
+    void PyErr_Restore(PyObject* kind, PyObject* value, PyObject* tb) noexcept
+    ctypedef int (*sendfunc)(PyObject*, PyObject*, PyObject**) noexcept
+    ctypedef PyObject* (*iternextfunc)(PyObject*) noexcept
+    ctypedef struct PyAsyncMethods:
+        sendfunc am_send
+    ctypedef struct _TypeSlots "PyTypeObject":
+        PyAsyncMethods* tp_as_async
+        iternextfunc tp_iternext
+
+
+cdef PyObject* _stop_with(PyObject* value) noexcept:
+    """tp_iternext's return: StopIteration with `value` (a reference it takes)."""
+    if type(<object> value) is tuple or isinstance(<object> value, BaseException):
+        _PyGen_SetStopIterationValue(<object> value)        # (wrapped, as its args would be read)
+        Py_XDECREF(value)
+    else:
+        # Set as is, not chained to an exception being handled (`_PyErr_SetObject` walks the
+        # thread's stack of them to find one): the awaiting coroutine takes the value.
+        Py_INCREF(StopIteration)
+        PyErr_Restore(<PyObject*> StopIteration, value, NULL)
+    return NULL
+
+
+@cython.final
+@cython.freelist(4)
+cdef class _Yield:
+    """trio's ``_async_yield(message)`` -- yield `message` to trio's loop, return what the
+    task is resumed with -- as a C object rather than a Python generator per park."""
+    cdef object message
+    cdef int state                  # 0: not yet yielded; 1: yielded; 2: over
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.send(None)
+
+    def send(self, value):
+        cdef PyObject* res = NULL
+        cdef int r = _yield_send_unchecked(self, value, &res)
+        if r == -1:
+            raise take_raised()
+        out = <object> res
+        Py_XDECREF(res)
+        if r == 1:
+            return out
+        raise StopIteration(out)
+
+    def throw(self, typ, val=None, tb=None):
+        # Thrown in at the yield, it is raised there, as in the generator.
+        self.state = 2
+        self.message = None
+        if val is None:
+            val = typ() if isinstance(typ, type) else typ
+        if tb is not None:
+            val = val.with_traceback(tb)
+        raise val
+
+    def close(self):
+        self.state = 2
+        self.message = None
+
+
+cdef int _yield_send(_Yield y, object value, PyObject** res) except -1:
+    res[0] = NULL
+    if y.state == 0:
+        if value is not None:
+            raise TypeError("can't send non-None value to a just-started generator")
+        y.state = 1
+        m = y.message
+        y.message = None
+        Py_INCREF(m)
+        res[0] = <PyObject*> m
+        return 1
+    if y.state == 1:
+        y.state = 2
+        Py_INCREF(value)
+        res[0] = <PyObject*> value
+        return 0
+    raise RuntimeError("cannot reuse already awaited coroutine")
+
+
+ctypedef int (*_YieldSend)(_Yield, object, PyObject**) noexcept
+cdef _YieldSend _yield_send_unchecked = <_YieldSend> _yield_send
+
+
+cdef PyObject* _yield_next(PyObject* y) noexcept:
+    cdef PyObject* res = NULL
+    cdef int r = _yield_send_unchecked(<_Yield> y, None, &res)
+    if r == 0:
+        return _stop_with(res)
+    return res if r == 1 else NULL
+
+
+(<_TypeSlots*> _Yield).tp_as_async.am_send = <sendfunc> _yield_send
+(<_TypeSlots*> _Yield).tp_iternext = _yield_next
 
 
 async def _park_outcome(abort_func):
@@ -930,33 +1045,13 @@ cdef _RestSend _call_rest_unchecked = <_RestSend> _call_rest
 
 
 cdef PyObject* _call_next(PyObject* call) noexcept:
-    # tp_iternext: the awaiting coroutine's first step. A value is handed back as
-    # StopIteration's, which the awaiting coroutine takes without making an instance.
+    # tp_iternext: the awaiting coroutine's first step.
     cdef PyObject* res = NULL
     cdef int r = _call_send_unchecked(<_PathMaker> call, None, &res)
     if r == 0:
-        if type(<object> res) is tuple or isinstance(<object> res, BaseException):
-            _PyGen_SetStopIterationValue(<object> res)      # (wrapped, as its args would be read)
-            Py_XDECREF(res)
-        else:
-            # Set as is, not chained to an exception being handled (`_PyErr_SetObject` walks
-            # the thread's stack of them to find one): the awaiting coroutine takes the value.
-            Py_INCREF(StopIteration)
-            PyErr_Restore(<PyObject*> StopIteration, res, NULL)
-        return NULL
+        return _stop_with(res)
     return res if r == 1 else NULL
 
-
-cdef extern from "Python.h":
-    int _PyGen_SetStopIterationValue(object value) noexcept
-    void PyErr_Restore(PyObject* kind, PyObject* value, PyObject* tb) noexcept
-    ctypedef int (*sendfunc)(PyObject*, PyObject*, PyObject**) noexcept
-    ctypedef PyObject* (*iternextfunc)(PyObject*) noexcept
-    ctypedef struct PyAsyncMethods:
-        sendfunc am_send
-    ctypedef struct _TypeSlots "PyTypeObject":
-        PyAsyncMethods* tp_as_async
-        iternextfunc tp_iternext
 
 (<_TypeSlots*> _PathMaker).tp_as_async.am_send = <sendfunc> _call_send
 (<_TypeSlots*> _PathMaker).tp_iternext = _call_next
