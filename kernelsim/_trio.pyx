@@ -29,7 +29,7 @@ cdef extern from "Python.h":
 from cpython.object cimport PyObject_GenericSetAttr
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport reuse
-from kernelsim._pyiter cimport take_raised
+from kernelsim._pyiter cimport PyIter_Send, take_raised
 from cpython.exc cimport PyErr_Occurred
 import contextvars
 import errno
@@ -120,7 +120,8 @@ _WaitTaskRescheduled = getattr(_trio_traps, "WaitTaskRescheduled", None)
 try:
     _REPLICATED_WAKE = {_trio_run.Runner.reschedule: "d25a5648b6a42879", _Value.__init__: "9616215324e31dd9"}
     _REPLICATED_PARK = {_wait_task_rescheduled: "c6691068007dfa47", _WaitTaskRescheduled.__init__: "5281303e20dd6bd4",
-                        _Value.unwrap: "db4601d0345fb3f8", outcome.Outcome._set_unwrapped: "b61ac41048137da2"}
+                        _Value.unwrap: "db4601d0345fb3f8", outcome.Outcome._set_unwrapped: "b61ac41048137da2",
+                        _async_yield: "6b9cd7444475d9a9"}
 except AttributeError:                  # a trio without these internals
     _REPLICATED_WAKE = _REPLICATED_PARK = None
 
@@ -383,14 +384,128 @@ cdef object _to_trio(object checkpoint):
 
 cdef object _park(abort_func):
     """``_unwrap(await _park(abort))`` is ``await trio.lowlevel.wait_task_rescheduled(abort)``
-    -- with trio's own bottom generator awaited directly, a coroutine less per park."""
+    -- with trio's own bottom generator, `_async_yield`, awaited directly (as `_Yield`, its
+    C twin), a coroutine less per park."""
     if not _hosting:
         # trio's loop looks at descriptors next (see OpenFile); a stepped task's park
         # goes back to the task that steps it, still in the kernel.
         raise_readable()
+    cdef _Yield y
     if _fast_park:
-        return _async_yield(_wait_message(abort_func))
+        y = _Yield.__new__(_Yield)
+        y.message = _wait_message(abort_func)
+        return y
     return _park_outcome(abort_func)
+
+
+# -- awaitables as C objects ----------------------------------------------------------------
+#
+# A cdef class with ``__await__`` and ``__next__`` is awaitable; the two slots the awaiting
+# coroutine steps it by -- am_send (each resume) and tp_iternext (its first step) -- are set
+# to C functions at import, so that no Python-level ``send`` is called and no coroutine or
+# generator (a frame, made and freed per await) stands in between.
+
+cdef extern from "Python.h":
+    int _PyGen_SetStopIterationValue(object value) noexcept
+    void PyErr_Restore(PyObject* kind, PyObject* value, PyObject* tb) noexcept
+    ctypedef int (*sendfunc)(PyObject*, PyObject*, PyObject**) noexcept
+    ctypedef PyObject* (*iternextfunc)(PyObject*) noexcept
+    ctypedef struct PyAsyncMethods:
+        sendfunc am_send
+    ctypedef struct _TypeSlots "PyTypeObject":
+        PyAsyncMethods* tp_as_async
+        iternextfunc tp_iternext
+
+
+cdef PyObject* _stop_with(PyObject* value) noexcept:
+    """tp_iternext's return: StopIteration with `value` (a reference it takes)."""
+    if type(<object> value) is tuple or isinstance(<object> value, BaseException):
+        _PyGen_SetStopIterationValue(<object> value)        # (wrapped, as its args would be read)
+        Py_XDECREF(value)
+    else:
+        # Set as is, not chained to an exception being handled (`_PyErr_SetObject` walks the
+        # thread's stack of them to find one): the awaiting coroutine takes the value.
+        Py_INCREF(StopIteration)
+        PyErr_Restore(<PyObject*> StopIteration, value, NULL)
+    return NULL
+
+
+@cython.final
+@cython.freelist(4)
+cdef class _Yield:
+    """trio's ``_async_yield(message)`` -- yield `message` to trio's loop, return what the
+    task is resumed with -- as a C object rather than a Python generator per park."""
+    cdef object message
+    cdef int state                  # 0: not yet yielded; 1: yielded; 2: over
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.send(None)
+
+    def send(self, value):
+        cdef PyObject* res = NULL
+        cdef int r = _yield_send_unchecked(self, value, &res)
+        if r == -1:
+            raise take_raised()
+        out = <object> res
+        Py_XDECREF(res)
+        if r == 1:
+            return out
+        raise StopIteration(out)
+
+    def throw(self, typ, val=None, tb=None):
+        # Thrown in at the yield, it is raised there, as in the generator.
+        self.state = 2
+        self.message = None
+        if val is None:
+            val = typ() if isinstance(typ, type) else typ
+        if tb is not None:
+            val = val.with_traceback(tb)
+        raise val
+
+    def close(self):
+        self.state = 2
+        self.message = None
+
+
+cdef int _yield_send(_Yield y, object value, PyObject** res) except -1:
+    res[0] = NULL
+    if y.state == 0:
+        if value is not None:
+            raise TypeError("can't send non-None value to a just-started generator")
+        y.state = 1
+        m = y.message
+        y.message = None
+        Py_INCREF(m)
+        res[0] = <PyObject*> m
+        return 1
+    if y.state == 1:
+        y.state = 2
+        Py_INCREF(value)
+        res[0] = <PyObject*> value
+        return 0
+    raise RuntimeError("cannot reuse already awaited coroutine")
+
+
+ctypedef int (*_YieldSend)(_Yield, object, PyObject**) noexcept
+cdef _YieldSend _yield_send_unchecked = <_YieldSend> _yield_send
+
+
+cdef PyObject* _yield_next(PyObject* y) noexcept:
+    cdef PyObject* res = NULL
+    cdef int r = _yield_send_unchecked(<_Yield> y, None, &res)
+    if r == 0:
+        return _stop_with(res)
+    return res if r == 1 else NULL
+
+
+(<_TypeSlots*> _Yield).tp_as_async.am_send = <sendfunc> _yield_send
+(<_TypeSlots*> _Yield).tp_iternext = _yield_next
 
 
 async def _park_outcome(abort_func):
@@ -789,17 +904,25 @@ cdef enum:
 cdef class _PathMaker:
     """One blocking call: how it builds its path -- ``make(True)`` for the first try,
     ``make(False)`` for the continuation after a wait (no second kernel entry) -- and what
-    `_blocking` needs besides, so that the call's coroutine is made with one argument (a
-    call of a function of ten, per DP call, parsed them all). One class for the three
-    kinds, not a subclass each: Cython keeps a freelist only for a class that is no
-    subclass, and a round trip makes four makers."""
+    the call needs besides. One class for the three kinds, not a subclass each: Cython
+    keeps a freelist only for a class that is no subclass, and a round trip makes four.
+
+    It is also the async call itself (`run_blocking`, `run_entry`, `run_user` return it):
+    an awaitable that runs the call when first stepped. Most calls of a modeled ping-pong
+    end without giving trio a pass (they drove the engine inline, or were woken while
+    their task stepped another): those return at once, with no coroutine made. A call
+    that must give trio a pass (a park, a checkpoint) goes on in a coroutine made at that
+    point (`_blocking_rest`), which the call then steps. The calls made for a trio task
+    are spares (`_makers`) and let go of everything once over (`_over`)."""
     cdef int kind
+    cdef int state              # _NEW, _GOING_ON (in `rest`), _OVER
     cdef bint gate
     cdef Node node
     cdef object fn, proc, name, args
     cdef object nonblocking, fd, spin_s, pool
     cdef WaitQueue first_wait
     cdef double wake_cost, before
+    cdef object rest            # the coroutine the call goes on in
 
     cdef object make(self, bint first):
         if self.kind == _MAKE_ENTRY:
@@ -812,11 +935,135 @@ cdef class _PathMaker:
             return self.fn(*self.args)
         return self.fn(first)
 
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    # The Python-level protocol; the C one is the type's am_send and tp_iternext (set at
+    # import, below), which the awaiting coroutine uses.
+    def __next__(self):
+        return self.send(None)
+
+    def send(self, value):
+        cdef PyObject* res = NULL
+        cdef int r = _call_send_unchecked(self, value, &res)
+        if r == -1:
+            raise take_raised()
+        out = <object> res
+        Py_XDECREF(res)
+        if r == 1:
+            return out
+        raise StopIteration(out)
+
+    def throw(self, typ, val=None, tb=None):
+        if self.state == _GOING_ON:
+            try:
+                return self.rest.throw(typ, val, tb)
+            except BaseException:
+                _over(self)
+                raise
+        if self.state == _NEW:
+            _over(self)
+        if val is None:
+            val = typ() if isinstance(typ, type) else typ
+        if tb is not None:
+            val = val.with_traceback(tb)
+        raise val
+
+    def close(self):
+        if self.state == _GOING_ON:
+            try:
+                self.rest.close()
+            finally:
+                _over(self)
+        elif self.state == _NEW:
+            _over(self)
+
+
+cdef enum:
+    _NEW = 0
+    _GOING_ON = 1
+    _OVER = 2
+
+
+cdef int _over(_PathMaker call) except -1:
+    # A spare lets go of what is its call's own (the message, closures, the coroutine);
+    # the node's objects it names live as long as the node, as a spare completion's engine.
+    call.state = _OVER
+    call.args = None
+    call.fn = None
+    call.nonblocking = None
+    call.rest = None
+    return 0
+
+
+cdef int _call_send(_PathMaker call, object value, PyObject** res) except -1:
+    """Step the call (a PySendResult): 1 and what it yielded to trio in ``res[0]``; 0 and
+    its value; or its error raised."""
+    cdef int r
+    res[0] = NULL
+    if call.state == _GOING_ON:
+        r = _call_rest_unchecked(call.rest, value, res)
+        if r != 1:
+            _over(call)
+        return r
+    if call.state == _OVER:
+        raise RuntimeError("cannot reuse already awaited call")
+    if value is not None:
+        raise TypeError("can't send non-None value to a just-started call")
+    r = _start_unchecked(call, res)
+    if r == 1:
+        # It must give trio a pass: from here on it is `call.rest`'s.
+        call.state = _GOING_ON
+        r = _call_rest_unchecked(call.rest, None, res)
+        if r == 1:
+            return 1
+        _over(call)
+        return r
+    if r == -1:
+        exc = take_raised()
+        _over(call)
+        raise_readable()                # control leaves the kernel (see OpenFile)
+        raise exc
+    _over(call)
+    raise_readable()
+    return 0
+
+
+cdef int _call_rest(object rest, object value, PyObject** res) except -1:
+    return <int> PyIter_Send(rest, value, res)
+
+
+ctypedef int (*_CallSend)(_PathMaker, object, PyObject**) noexcept
+ctypedef int (*_RestSend)(object, object, PyObject**) noexcept
+ctypedef int (*_Start)(_PathMaker, PyObject**) noexcept
+cdef _CallSend _call_send_unchecked = <_CallSend> _call_send
+cdef _Start _start_unchecked = <_Start> _start
+cdef _RestSend _call_rest_unchecked = <_RestSend> _call_rest
+
+
+cdef PyObject* _call_next(PyObject* call) noexcept:
+    # tp_iternext: the awaiting coroutine's first step.
+    cdef PyObject* res = NULL
+    cdef int r = _call_send_unchecked(<_PathMaker> call, None, &res)
+    if r == 0:
+        return _stop_with(res)
+    return res if r == 1 else NULL
+
+
+(<_TypeSlots*> _PathMaker).tp_as_async.am_send = <sendfunc> _call_send
+(<_TypeSlots*> _PathMaker).tp_iternext = _call_next
+
+cdef list _makers = [None] * 8     # spares (`kernelsim._path.reuse`) for the async calls
+
 
 cdef inline _PathMaker _maker(int kind, Node node, object proc, object fd, object nonblocking, double wake_cost,
-                              object spin_s, double before, object pool, WaitQueue first_wait):
-    cdef _PathMaker maker = _PathMaker.__new__(_PathMaker)
+                              object spin_s, double before, object pool, WaitQueue first_wait, bint spare):
+    cdef _PathMaker maker = <_PathMaker> reuse(_makers, _PathMaker) if spare else _PathMaker.__new__(_PathMaker)
     maker.kind = kind
+    maker.state = _NEW
     maker.node = node
     maker.proc = proc
     maker.fd = fd
@@ -826,31 +1073,37 @@ cdef inline _PathMaker _maker(int kind, Node node, object proc, object fd, objec
     maker.before = before
     maker.pool = pool
     maker.first_wait = first_wait
+    maker.rest = None
     return maker
 
 
 cdef _PathMaker _callable_maker(Node node, object make_path, object nonblocking, double wake_cost, object spin_s,
-                                double before):
+                                double before, bint spare):
     cdef _PathMaker maker = _maker(_MAKE_CALLABLE, node, None, None, nonblocking, wake_cost, spin_s, before, None,
-                                   None)
+                                   None, spare)
     maker.fn = make_path
+    maker.gate = False
+    maker.name = maker.args = None
     return maker
 
 
 cdef _PathMaker _entry_maker(Node node, object proc, bint gate, object name, object args, object fd,
-                             double wake_cost, object spin_s):
-    cdef _PathMaker maker = _maker(_MAKE_ENTRY, node, proc, fd, None, wake_cost, spin_s, 0.0, None, None)
+                             double wake_cost, object spin_s, bint spare):
+    cdef _PathMaker maker = _maker(_MAKE_ENTRY, node, proc, fd, None, wake_cost, spin_s, 0.0, None, None, spare)
     maker.gate = gate
     maker.name = name
     maker.args = args
+    maker.fn = None
     return maker
 
 
 cdef _PathMaker _user_maker(Node node, object proc, object fn, tuple args, object fd, double cost, object pool,
-                            WaitQueue readers, object spin_s):
-    cdef _PathMaker maker = _maker(_MAKE_USER, node, proc, fd, None, cost, spin_s, 0.0, pool, readers)
+                            WaitQueue readers, object spin_s, bint spare):
+    cdef _PathMaker maker = _maker(_MAKE_USER, node, proc, fd, None, cost, spin_s, 0.0, pool, readers, spare)
     maker.fn = fn
     maker.args = args
+    maker.gate = False
+    maker.name = None
     return maker
 
 
@@ -862,26 +1115,26 @@ def run_blocking(Node node, make_path, *, nonblocking=_never, double wake_cost=0
     wait (no second kernel entry). `nonblocking()` is asked after each WouldBlock:
     True turns it into BlockingIOError(EAGAIN), as on a non-blocking fd. `before`: CPU
     time the caller spent before the first try (a poll that noticed what it waited for).
-    Returns the call's coroutine (await it).
+    Returns the call, an awaitable (await it once).
     """
-    return _blocking(_callable_maker(node, make_path, nonblocking, wake_cost, spin_s, before))
+    return _callable_maker(node, make_path, nonblocking, wake_cost, spin_s, before, True)
 
 
 cdef object entry_call(Node node, object proc, bint gate, object name, object args, object fd, double wake_cost,
                        object spin_s):
-    return _blocking(_entry_maker(node, proc, gate, name, args, fd, wake_cost, spin_s))
+    return _entry_maker(node, proc, gate, name, args, fd, wake_cost, spin_s, True)
 
 
 cdef object user_call(Node node, object proc, object fn, tuple args, object fd, double cost, object pool,
                       WaitQueue readers, object spin_s):
-    return _blocking(_user_maker(node, proc, fn, args, fd, cost, pool, readers, spin_s))
+    return _user_maker(node, proc, fn, args, fd, cost, pool, readers, spin_s, True)
 
 
 def run_entry(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_s: float = DEFAULT_SPIN_S):
     """`run_blocking` of process `proc`'s call `name` through the call gate (`gate`) or the
     generic system-call entry, on file `fd` (None: no file; else its ``nonblocking``
     flag is read after each WouldBlock): ``node.callgate_path(proc, name, args, first)``
-    or ``node.syscall_path(...)``, without a closure per call. Returns the coroutine.
+    or ``node.syscall_path(...)``, without a closure per call. Returns the call (await it).
     (`entry_call` is the same for a C caller: libdp's per-message calls.)"""
     return entry_call(node, proc, gate, name, args, fd, wake_cost, spin_s)
 
@@ -895,8 +1148,8 @@ def run_user(Node node, proc, fn, tuple args, fd, double cost=0.0, object pool=N
     arrivals wake. When the call starts and finds the pool empty it waits on `readers`
     first (unless `fd` is non-blocking); the call then starts `cost` later (the poll that
     noticed the arrival). After a WouldBlock the retry also starts `cost` later. Returns
-    the coroutine; the pool is looked at when it runs, not when it is made. (`user_call`
-    is the same for a C caller.)"""
+    the call (await it); the pool is looked at when it runs, not when it is made.
+    (`user_call` is the same for a C caller.)"""
     return user_call(node, proc, fn, args, fd, cost, pool, readers, spin_s)
 
 
@@ -915,49 +1168,79 @@ cdef inline bint _empty(object pool) except -1:
     return pool.count == 0
 
 
-async def _blocking(_PathMaker maker):
-    """The loop every blocking call is (`run_blocking`, `run_entry`, `run_user`): the call
-    `maker` describes.
+cdef inline bint _passes(int how, task) except -1:
+    """Must the call give trio a pass (or deliver a cancellation) after `how`?"""
+    if how == _INLINE:
+        return _cancel_pending(task)
+    return how != _WOKEN
 
-    In modeled time this is `run_path` and `wait_on` inlined: every blocking call of a
-    ping-pong is one of these, and a coroutine less per call is a task switch cheaper.
-    """
+
+cdef int _start(_PathMaker call, PyObject** res) except -1:
+    """The call up to where it must give trio a pass: 0 with its value in ``res[0]`` if it
+    ended first (its error raised), else 1 with `call.rest` made to go on from there.
+
+    In modeled time this is `run_path` and `wait_on` inlined."""
     cdef Engine engine
-    cdef Cpu on
     cdef _Completion done
     cdef int how
-    cdef Node node = maker.node
-    cdef WaitQueue first_wait = maker.first_wait
-    cdef double wake_cost = maker.wake_cost, before = maker.before
-    nonblocking, proc, fd, spin_s, pool = maker.nonblocking, maker.proc, maker.fd, maker.spin_s, maker.pool
+    cdef Node node = call.node
+    cdef WaitQueue first_wait = call.first_wait
+    cdef double before = call.before
     if not node.modeled:
-        return await _blocking_real(node, maker, nonblocking, proc, fd, spin_s, pool, first_wait)
+        call.rest = _blocking_real(node, call, call.nonblocking, call.proc, call.fd, call.spin_s, call.pool,
+                                   first_wait)
+        return 1
+    task = _task()
+    if first_wait is not None and _empty(call.pool):
+        if not _is_nonblocking(call.nonblocking, call.proc, call.fd):
+            done = _completion(None)    # the queue's wake stops the engine itself
+            how = _start_wait(node.engine, first_wait, done, task)
+            if _passes(how, task):
+                call.rest = _blocking_rest(call, task, done, how, True)
+                return 1
+            before = call.wake_cost
+    path = call.make(True)
+    if before:
+        path = _lead(before, path)
+    engine = node.engine
+    done = _completion(engine)
+    how = _start_path(engine, node.cpu, path, done, task)
+    if (how == _INLINE or how == _WOKEN) and (done.exc is None or not isinstance(done.exc, WouldBlock)) \
+            and not (how == _INLINE and _cancel_pending(task)):
+        value = _outcome(done)
+        Py_INCREF(value)
+        res[0] = <PyObject*> value
+        return 0
+    call.rest = _blocking_rest(call, task, done, how, False)
+    return 1
+
+
+async def _blocking_rest(_PathMaker call, task, _Completion done, int how, bint waiting):
+    """The call `_start` began, from where it must give trio a pass: after the wait for
+    its first try (`waiting`) or after a try that went `how` (its completion `done`)."""
+    cdef Node node = call.node
+    cdef Engine engine = node.engine
+    cdef Cpu on = node.cpu
+    cdef double wake_cost = call.wake_cost
+    nonblocking, proc, fd = call.nonblocking, call.proc, call.fd
     try:
-        task = _task()
-        if first_wait is not None and _empty(pool):
-            if not _is_nonblocking(nonblocking, proc, fd):
-                # `wait_on` inlined (a coroutine less on the resume that ends the wait).
-                done = _completion(None)
-                how = _start_wait(node.engine, first_wait, done, task)
-                if how == _INLINE:
-                    if _cancel_pending(task):
-                        await _to_trio(_checkpoint_if_cancelled)
-                elif how == _DONE:
-                    await _to_trio(_checkpoint)
-                elif how == _PARK:
-                    done.task = task
-                    _unwrap(await _park(done.abort_wait))
-                elif how == _WOKEN_AMONG:
-                    await _to_trio(_shielded_checkpoint)
-                before = wake_cost
-        path = maker.make(True)
-        if before:
-            path = _lead(before, path)
-        engine = node.engine
-        on = node.cpu
-        while True:
+        if waiting:
+            if how == _INLINE:
+                if _cancel_pending(task):
+                    await _to_trio(_checkpoint_if_cancelled)
+            elif how == _DONE:
+                await _to_trio(_checkpoint)
+            elif how == _PARK:
+                done.task = task
+                _unwrap(await _park(done.abort_wait))
+            elif how == _WOKEN_AMONG:
+                await _to_trio(_shielded_checkpoint)
+            path = call.make(True)
+            if wake_cost:
+                path = _lead(wake_cost, path)
             done = _completion(engine)
             how = _start_path(engine, on, path, done, task)
+        while True:
             if how == _PARK:
                 done.task = task
                 _unwrap(await _park(_refuse_abort))
@@ -988,10 +1271,11 @@ async def _blocking(_PathMaker maker):
                 _unwrap(await _park(done.abort_wait))
             elif how == _WOKEN_AMONG:
                 await _to_trio(_shielded_checkpoint)
-            path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
+            path = _lead(wake_cost, call.make(False)) if wake_cost else call.make(False)
+            done = _completion(engine)
+            how = _start_path(engine, on, path, done, task)
     finally:
         raise_readable()                # control leaves the kernel (see OpenFile)
-
 
 def run_path_sync(Node node, path):
     return node.run_now(path)
@@ -1033,18 +1317,18 @@ cdef int _wait_real_sync(Node node, WaitQueue queue, double spin_s) except -1:
 def run_blocking_sync(Node node, make_path, *, nonblocking=lambda: False, double wake_cost=0.0,
                       double spin_s=DEFAULT_SPIN_S):
     """`run_blocking` for a caller without trio: returns the call's value."""
-    return _blocking_sync(_callable_maker(node, make_path, nonblocking, wake_cost, spin_s, 0.0))
+    return _blocking_sync(_callable_maker(node, make_path, nonblocking, wake_cost, spin_s, 0.0, False))
 
 
 def run_entry_sync(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, double spin_s=DEFAULT_SPIN_S):
     """`run_entry` for a caller without trio: returns the call's value."""
-    return _blocking_sync(_entry_maker(node, proc, gate, name, args, fd, wake_cost, spin_s))
+    return _blocking_sync(_entry_maker(node, proc, gate, name, args, fd, wake_cost, spin_s, False))
 
 
 def run_user_sync(Node node, proc, fn, tuple args, fd, double cost=0.0, object pool=None, WaitQueue readers=None,
                   double spin_s=DEFAULT_SPIN_S):
     """`run_user` for a caller without trio: returns the call's value."""
-    return _blocking_sync(_user_maker(node, proc, fn, args, fd, cost, pool, readers, spin_s))
+    return _blocking_sync(_user_maker(node, proc, fn, args, fd, cost, pool, readers, spin_s, False))
 
 
 cdef object _blocking_sync(_PathMaker maker):

@@ -47,16 +47,17 @@ cdef class DPCalls:
         not confirmed. EDESTADDRREQ before `dp_target`, EMSGSIZE above ``dp.max_message``,
         EFAULT if `data` is not bytes-like; waits (or EAGAIN non-blocking) while the ring is full.
 
-        Await it like any async call. (It returns the blocking loop's own coroutine rather
-        than being one around it: a task parked in it resumes through one frame less, and
-        misuse is still raised by the ``await``.)
+        Await it like any async call. (It returns the call itself, an awaitable
+        (`kernelsim.run_entry`), rather than being a coroutine around it: a call that ends
+        without parking makes no coroutine at all, and misuse is still raised by the
+        ``await``.)
         """
         return self._write(fd, data)
 
     def dp_read(self, fd, nbytes=65536):
         """Copy the next message out of the endpoint's TBP (user-level; polls while empty).
 
-        Await it like any async call (see `dp_write` for why it is not a coroutine itself).
+        Await it like any async call (see `dp_write` for why it is not a coroutine).
         """
         return self._read(fd, nbytes)
 

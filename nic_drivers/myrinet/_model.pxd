@@ -13,6 +13,7 @@ from nic_drivers._nic cimport NicModel
 cdef class NiHandler:
     # A control program's handler that the NI processor starts by a C call (see _model.pyx).
     cdef object start(self, object arg)
+    cdef object start_packet(self, Py_ssize_t off, Py_ssize_t n)
 
 
 cdef inline void _put(list table, Py_ssize_t i, object value) noexcept:

@@ -190,6 +190,12 @@ cdef class NiHandler:
     cdef object start(self, object arg):
         raise NotImplementedError
 
+    cdef object start_packet(self, Py_ssize_t off, Py_ssize_t n):
+        """As ``on_packet``, the path of ``start((off, n))`` made when the packet is posted
+        rather than when the processor takes it up -- for a handler whose start does nothing
+        else (no tuple, no item per packet); None: not such a handler, post ``(off, n)``."""
+        return None
+
     def __call__(self, arg=None):
         return self.start(arg)
 
@@ -822,7 +828,13 @@ cdef class LanaiNI(NicModel):
         self.rx_armed = False
         self.rx_packets += 1
         self.rx_bytes += n
-        self.post(self.firmware.on_packet, (self.rx_off, n), True)
+        on_packet = self.firmware.on_packet
+        if isinstance(on_packet, NiHandler):
+            path = (<NiHandler> on_packet).start_packet(self.rx_off, n)
+            if path is not None:
+                self._queue(path, True)
+                return
+        self.post(on_packet, (self.rx_off, n), True)
 
     # -- statistics --------------------------------------------------------------------
 

@@ -69,7 +69,7 @@ cdef class MyrinetNetDevice(NicDriver):
     cdef public double _owed, desc_pio_s
     cdef public long long tx_pio, tx_dma, polls
     cdef public object fw, routes
-    cdef public _WaitQueue bulk_tx_space
+    cdef public _WaitQueue bulk_tx_space, bulk_rx_space, rx_poll_space    # (every packet wakes one)
     cdef readonly PhysMem hostmem        # the node's memory (the rings, the transmit buffers)
     cdef object _hdr_dst
     cdef object _known_of                # the RouteTable whose `known` dict _known_routes is
@@ -328,9 +328,9 @@ cdef class MyrinetNetDevice(NicDriver):
         if addr == self.txdone:
             self.bulk_tx_space.wake()
         elif self.bulk_ring and self.bulk_ring <= addr < self.bulk_ring + self.nbulk * self.slot_bytes:
-            (<_WaitQueue> self.bulk_rx_space).wake()
+            self.bulk_rx_space.wake()
         elif self.rx_ring <= addr < self.rx_ring + self.nrx * self.slot_bytes:
-            (<_WaitQueue> self.rx_poll_space).wake()
+            self.rx_poll_space.wake()
         return 0
 
     # -- the EPOS bulk-transfer interface (EP-A01..A20, EP-C01..C08): see pipeline.py ------------------

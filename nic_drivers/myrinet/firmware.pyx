@@ -460,6 +460,15 @@ cdef class _Handler(NiHandler):
             p.ring = <_Ring?> arg
         return p
 
+    cdef object start_packet(self, Py_ssize_t off, Py_ssize_t n):
+        cdef _FwPath p
+        if self.kind != K_PACKET:
+            return None
+        p = _path(self.fw, K_PACKET)        # (a spare: taking it is all its start does)
+        p.buf = off
+        p.n = n
+        return p
+
 
 cdef _Handler _handler(DPFirmware fw, int kind):
     cdef _Handler h = _Handler.__new__(_Handler)
