@@ -430,6 +430,18 @@ cdef PyObject* _stop_with(PyObject* value) noexcept:
     return NULL
 
 
+cdef inline object _sent(int r, PyObject* res):
+    """The Python-level ``send`` of an awaitable whose C send gave `r` and `res` (as the
+    am_send slot: 1 yielded `res`, 0 returned it, -1 raised): yield, StopIteration, or raise."""
+    if r == -1:
+        raise take_raised()
+    out = <object> res
+    Py_XDECREF(res)
+    if r == 1:
+        return out
+    raise StopIteration(out)
+
+
 @cython.final
 @cython.freelist(4)
 cdef class _Yield:
@@ -449,14 +461,8 @@ cdef class _Yield:
 
     def send(self, value):
         cdef PyObject* res = NULL
-        cdef int r = _yield_send_unchecked(self, value, &res)
-        if r == -1:
-            raise take_raised()
-        out = <object> res
-        Py_XDECREF(res)
-        if r == 1:
-            return out
-        raise StopIteration(out)
+        cdef int r = _yield_send_unchecked(self, value, &res)       # before `res` is read
+        return _sent(r, res)
 
     def throw(self, typ, val=None, tb=None):
         # Thrown in at the yield, it is raised there, as in the generator.
@@ -948,14 +954,8 @@ cdef class _PathMaker:
 
     def send(self, value):
         cdef PyObject* res = NULL
-        cdef int r = _call_send_unchecked(self, value, &res)
-        if r == -1:
-            raise take_raised()
-        out = <object> res
-        Py_XDECREF(res)
-        if r == 1:
-            return out
-        raise StopIteration(out)
+        cdef int r = _call_send_unchecked(self, value, &res)       # before `res` is read
+        return _sent(r, res)
 
     def throw(self, typ, val=None, tb=None):
         if self.state == _GOING_ON:
