@@ -24,15 +24,20 @@ unchanged. How each call reaches the node's kernel (`kernelsim.daemon`):
 
 Waiting polls first and then sleeps on the descriptor *and* the control socket, so a node
 that dies wakes every blocked call with ENETDOWN; a process that dies is noticed by its
-node, which closes its endpoints. The poll is **bounded and adaptive** (`_Spinner`): at
+node, which closes its endpoints. The poll is **bounded and adaptive** (`Spinner`): at
 most ``spin_s`` (``attach(spin_s=)``, else ``DP_SPIN_US``, else 200 µs with four usable
 CPUs or more and none below), yielding the CPU between tries, and none at all while this
 process's waits keep outlasting it -- an idle server sleeps at once instead of burning its
-cap on every call. A process its cluster placed (``attach(pin=)``, placement ``cross``
-or ``pair``) does not poll by default: it would poll on the core a node needs. Measured on
-a loaded 2-core host (benchmarks/bench_real_nodes.py): unpinned, scripts that poll up to
-1 ms cut a 1-byte round trip from about 100-120 µs to 58-80 µs; paired with polling
-nodes, sleeping scripts take 31-34 µs, polling ones over 1 ms.
+cap on every call. A process its cluster placed (``attach(pin=)``) polls by default only
+where it shares a CPU with *another* node (placement ``cross``, `CROSSED_SPIN_S`): in a
+round trip that node's work and this process's wait alternate, so a yield between polls
+hands the core over without a wake-up, where a sleeping script would be woken across
+CPUs. Under ``pair`` it shares the core with its own node, whose work comes right before
+and after its own, and sleeps at once. Measured on a 2-core host
+(benchmarks/bench_real_nodes.py): unpinned, scripts that poll up to 1 ms cut a 1-byte
+round trip from about 100-120 µs to 58-80 µs; paired with polling nodes, sleeping
+scripts take 31-34 µs, polling ones over 1 ms; crossed, polling scripts take 31-38 µs
+against 40-59 µs asleep (session 32, interleaved runs), and stream as fast.
 """
 from __future__ import annotations
 
@@ -54,12 +59,13 @@ from kernelsim.media._shmring import ShmRing
 from libdp._api import NodeView
 from libdp._calls import _bytes, _check_count
 from libdp._clusterfile import ClusterFile, default_run_dir, node_from_environment, node_socket
-from libdp._endpoint_rings import EndpointTable, endpoint_rings
+from libdp._endpoint_rings import EndpointTable, Spinner, endpoint_rings
 
 __all__ = ["attach", "AttachedDP", "SyncAttachedDP", "NodeLink", "RemoteToken", "DEFAULT_SPIN_S",
            "spin_from_environment"]
 
 DEFAULT_SPIN_S = default_spin(200e-6)      # 0 where no core is spare (see kernelsim.daemon's essay)
+CROSSED_SPIN_S = 1e-3                      # a placed script on another node's CPU (placement cross) polls this long
 MAX_SPIN_S = 0.01                          # DP_SPIN_US beyond this is a mistake, not a poll
 _U32 = struct.Struct("<I")
 _OP_RELEASE = 1
@@ -80,8 +86,9 @@ def attach(node: int | None = None, *, run_dir: str | None = None, cluster: str 
 
     `pin`: run on the CPU the node's cluster places its scripts on (``dp cluster up`` on
     a host with fewer CPUs than processes: `libdp._realnode.plan_placement`, `script_cpu`);
-    default ``DP_PIN`` (0 or 1), else yes. A pinned process waits without polling unless
-    `spin_s` or ``DP_SPIN_US`` says otherwise: it would poll on the core a node needs.
+    default ``DP_PIN`` (0 or 1), else yes. Unless `spin_s` or ``DP_SPIN_US`` says otherwise,
+    a pinned process polls `CROSSED_SPIN_S` on another node's CPU (placement ``cross``) and
+    not at all on its own node's (``pair``: it would poll on the core its node needs next).
     """
     explicit_spin = spin_s is not None or bool(os.environ.get("DP_SPIN_US"))
     spin_s = spin_from_environment() if spin_s is None else _check_spin(spin_s)
@@ -102,7 +109,8 @@ def attach(node: int | None = None, *, run_dir: str | None = None, cluster: str 
         link.close()
         raise
     if pinned and not explicit_spin:
-        spin_s = 0.0
+        crossed = link.hello.get("script_cpu") != link.hello.get("cpu")
+        spin_s = CROSSED_SPIN_S if crossed else 0.0
     dp = AttachedDP(link, spin_s=spin_s)
     dp.pinned = pinned
     return dp
@@ -396,7 +404,7 @@ class _Endpoint(_File):
             self.rings = endpoint_rings(self.ring, self.deliveries, self.tbp_mm, self._err, self._err_at,
                                         fd=self.fd, ep=self.ep, slot_bytes=self.slot_bytes,
                                         max_message=self.max_message, write_head=_WRITE_HEAD,
-                                        gate_fileop=GATE_FILEOP, op_release=_OP_RELEASE)
+                                        gate_fileop=GATE_FILEOP, op_release=_OP_RELEASE, spinner=owner.spinner)
         except BaseException:
             self.deliveries.close()
             self.tbp.release()
@@ -532,7 +540,7 @@ class AttachedDP:
     def __init__(self, link: NodeLink, *, spin_s: float = DEFAULT_SPIN_S):
         self.link = link
         self.spin_s = spin_s
-        self.spinner = _Spinner(spin_s)
+        self.spinner = Spinner(spin_s)
         self.node = NodeView(link.nid, _ProfileView(link.hello.get("profile", {}), link.hello.get("platform")),
                              False, lambda: link.admin("stats"))
         self._files: dict[int, _File] = {}
@@ -694,15 +702,21 @@ class AttachedDP:
         if data is not None:
             await checkpoint()
             return data
-        if not e.nonblocking and self.spinner.cap <= 0.0:
-            # A process that sleeps at once (on its node's CPU), where trio has nothing else
-            # to do: one poll(2), which is the call's checkpoint, then the read in C -- the
-            # sync read's C sleep, in trio's terms. Anything else waits `_await`'s way.
-            rings.flush_releases()
+        if not e.nonblocking:
+            # The poll in C (none if the spinner says sleep at once); then, where trio has
+            # nothing else to do, one poll(2), which is the call's checkpoint, and the read
+            # in C -- the sync read's C wait, in trio's terms. Anything else waits
+            # `_await`'s way.
+            start = _perf()
+            data = rings.poll_read(nbytes)
+            if data is not None:
+                await checkpoint()
+                return data
             rings.check_error()
             if sleep_until_readable(e.waitset(self.link.sock).fileno()):
                 data = rings.read(nbytes)
                 if data is not None:
+                    self.spinner.waited(_perf() - start)
                     return data
         got = await self._await(e, e.take, e.deliveries)
         return rings.copy_out(got[0], got[1], nbytes)
@@ -869,9 +883,9 @@ class SyncAttachedDP:
 
     def _read_waiting(self, e, nbytes):
         rings = e.rings
-        if not e.nonblocking and self._dp.spinner.cap <= 0.0:
-            # A process that sleeps at once (on its node's CPU) sleeps in C: wake-up, pop,
-            # copy and release in one call -- from now on inside read_wait's one call.
+        if not e.nonblocking:
+            # The wait in C: the poll its spinner allows, the sleep, the wake-up, pop, copy
+            # and release in one call -- from now on inside read_wait's one call.
             ws_fd = (e._waitset or e.waitset(self.link.sock)).fileno()
             sock_fd = self.link.sock.fileno()
             rings.sleep_on(ws_fd, sock_fd)
@@ -920,43 +934,3 @@ class SyncAttachedDP:
                 if polls:
                     spinner.waited(_perf() - start)
                 return got
-
-
-class _Spinner:
-    """Bounded adaptive polling before a wait sleeps (see the module's essay).
-
-    A wait polls for up to `cap` -- unless the last `MISSES_TO_SLEEP` waits all outlasted
-    the cap (polling could not have caught them: an idle server, a slow peer), and then
-    it sleeps at once until a wait ends within the cap again. A count, not an average:
-    one wait stretched by a preempting neighbour must not switch polling off.
-    """
-
-    __slots__ = ("cap", "misses")
-
-    MISSES_TO_SLEEP = 3
-
-    def __init__(self, cap: float):
-        self.cap = cap
-        self.misses = 0
-
-    def limit(self) -> float:
-        return self.cap if self.misses < self.MISSES_TO_SLEEP else 0.0
-
-    def waited(self, seconds: float) -> None:
-        self.misses = self.misses + 1 if seconds > self.cap else 0
-
-    def spin(self, attempt):
-        """Try `attempt` until it gives something or the limit has passed, yielding the CPU between tries."""
-        got = attempt()
-        if got:
-            return got
-        limit = self.limit()
-        if limit <= 0.0:
-            return None
-        end = _perf() + limit
-        while _perf() < end:
-            os.sched_yield()
-            got = attempt()
-            if got:
-                return got
-        return None

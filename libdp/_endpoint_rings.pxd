@@ -5,6 +5,14 @@ from kernelsim.media._shmring cimport ShmRing
 from kernelsim.daemon._rings cimport EventRing
 
 
+cdef class Spinner:
+    cdef readonly double cap        # the most a wait polls before it sleeps (s)
+    cdef readonly int misses        # consecutive waits that outlasted the cap
+
+    cdef double limit_s(self) noexcept
+    cdef void waited_s(self, double seconds) noexcept
+
+
 cdef class EndpointRings:
     cdef ShmRing gate               # the endpoint's submission ring (the call gate)
     cdef EventRing deliveries       # its delivery ring
@@ -20,12 +28,15 @@ cdef class EndpointRings:
     cdef unsigned char* entry       # the release gate entry being batched
     cdef Py_ssize_t n_releases, release_cap, per_entry
     cdef int sleep_waitset, sleep_sock # read_wait sleeps on these (`sleep_on`), or -1: it does not
+    cdef Spinner spinner            # how long a wait polls first (the process's, shared by its endpoints)
 
     cpdef int check_error(self) except -1
     cpdef Py_ssize_t write(self, data) except -2
     cpdef object take(self)
     cdef int _check_slot(self, Py_ssize_t slot, Py_ssize_t n) except -1
     cpdef object read(self, Py_ssize_t nbytes)
+    cdef object _poll_read(self, Py_ssize_t nbytes, double start)
+    cpdef object poll_read(self, Py_ssize_t nbytes)
     cpdef object read_sleeping(self, Py_ssize_t nbytes, int waitset_fd, int sock_fd)
     cpdef object read_wait(self, Py_ssize_t nbytes)
     cpdef bytes copy_out(self, Py_ssize_t slot, Py_ssize_t n, Py_ssize_t nbytes)

@@ -10,11 +10,14 @@ two scripts of one round trip spent about as much CPU as one node pass. Here the
 the copy, the release batch and the gate entries are C, and so is the delivery ring's pop
 (by C call into kernelsim.daemon._rings, where the ring protocol is written once).
 
-A blocking read that sleeps at once (`read_sleeping`: a script on its node's CPU, which
-must give the CPU to the node rather than poll it) sleeps here too, in epoll_wait(2) on the
-file's wait set (its delivery eventfd and the node's control socket): the wake-up, the pop,
-the copy and the release are one C call. Only what needs the Python layer -- the control
-socket readable (an answer, or the node gone) -- returns to it.
+A blocking read waits here too (`read_sleeping`): it polls the delivery ring for as long
+as the process's `Spinner` allows, offering the CPU with sched_yield(2) between polls --
+a crossed script shares its core with another node, whose work alternates with this
+wait -- and then sleeps in epoll_wait(2) on the file's wait set (its delivery eventfd and
+the node's control socket): the poll, the wake-up, the pop, the copy and the release are
+one C call. A Python poll loop took about a microsecond a turn, and every turn is a
+stretch in which the core's other process waits for the yield. Only what needs the
+Python layer -- the control socket readable (an answer, or the node gone) -- returns to it.
 
 Errors and their messages are those of the Python layer they replace: EFAULT for a
 message that is not bytes-like, EDESTADDRREQ before ``dp_target``, EMSGSIZE over the
@@ -28,6 +31,11 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, 
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
 from libc.errno cimport errno as c_errno, EINTR
+
+from kernelsim._engine cimport wall_now
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
 
 cdef extern from "<sys/epoll.h>" nogil:
     ctypedef union epoll_data_t:
@@ -58,15 +66,65 @@ DEF RELEASE_BATCH = 16          # releases sent at once while more deliveries wa
 DEF SLEEP_MS = 500              # a sleeping read looks at the file's error word this often
 
 
+cdef class Spinner:
+    """Bounded adaptive polling before a wait sleeps (see libdp._attach's essay).
+
+    A wait polls for up to `cap` seconds -- unless the last `MISSES_TO_SLEEP` waits all
+    outlasted the cap (polling could not have caught them: an idle server, a slow peer),
+    and then it sleeps at once until a wait ends within the cap again. A count, not an
+    average: one wait stretched by a preempting neighbour must not switch polling off.
+    One per attached process, shared by its endpoints' C waits and its Python ones.
+    """
+
+    MISSES_TO_SLEEP = 3
+
+    def __cinit__(self, double cap):
+        self.cap = cap
+        self.misses = 0
+
+    cdef double limit_s(self) noexcept:
+        return self.cap if self.misses < 3 else 0.0     # MISSES_TO_SLEEP
+
+    cdef void waited_s(self, double seconds) noexcept:
+        self.misses = self.misses + 1 if seconds > self.cap else 0
+
+    def limit(self) -> float:
+        """How long the next wait polls: the cap, or 0 after a run of misses."""
+        return self.limit_s()
+
+    def waited(self, double seconds) -> None:
+        """A wait took `seconds` from its first poll to what it got."""
+        self.waited_s(seconds)
+
+    def spin(self, attempt):
+        """Try `attempt` until it gives something or the limit has passed, yielding the CPU
+        between tries; None then (one try only when the limit is 0)."""
+        got = attempt()
+        if got:
+            return got
+        cdef double limit = self.limit_s()
+        if limit <= 0.0:
+            return None
+        cdef double end = wall_now() + limit
+        while wall_now() < end:
+            sched_yield()
+            got = attempt()
+            if got:
+                return got
+        return None
+
+
 def endpoint_rings(ShmRing gate, EventRing deliveries, pool, err_map, Py_ssize_t err_at, *, int fd, int ep,
                    Py_ssize_t slot_bytes, Py_ssize_t max_message, bytes write_head, int gate_fileop,
-                   int op_release):
+                   int op_release, Spinner spinner):
     """The C side of an attached endpoint (`EndpointRings`): `gate` its submission ring,
     `deliveries` its delivery `EventRing`, `pool` the read-only mapping of its Token Buffer
-    Pool, `err_map` the mapping holding its u32 error word at `err_at`."""
+    Pool, `err_map` the mapping holding its u32 error word at `err_at`; `spinner` how its
+    waits poll (the process's)."""
     cdef EndpointRings r = EndpointRings.__new__(EndpointRings)
     cdef Py_ssize_t slots
     r.sleep_waitset = r.sleep_sock = -1
+    r.spinner = spinner
     r.gate = gate
     r.deliveries = deliveries
     r.fd = fd
@@ -192,18 +250,51 @@ cdef class EndpointRings:
             return self.read_sleeping(nbytes, self.sleep_waitset, self.sleep_sock)
         return got
 
+    cdef object _poll_read(self, Py_ssize_t nbytes, double start):
+        # `read`, retried with a yield between tries until the spinner's limit has passed
+        # since `start`; a wait that ends here is counted by the spinner.
+        cdef double end, now
+        got = self.read(nbytes)
+        if got is None:
+            end = start + self.spinner.limit_s()
+            now = wall_now()
+            while now < end:
+                sched_yield()
+                got = self.read(nbytes)
+                if got is not None:
+                    break
+                PyErr_CheckSignals()            # a handler that raises ends the wait
+                now = wall_now()
+            else:
+                return None
+        self.spinner.waited_s(wall_now() - start)
+        return got
+
+    cpdef object poll_read(self, Py_ssize_t nbytes):
+        """`read`, polling (yielding the CPU between polls) for as long as the process's
+        spinner allows: the releases batched so far go to the node first. None if nothing
+        came: the caller sleeps, and tells the spinner how long the whole wait took."""
+        self.flush_releases()
+        return self._poll_read(nbytes, wall_now())
+
     cpdef object read_sleeping(self, Py_ssize_t nbytes, int waitset_fd, int sock_fd):
-        """`read` that sleeps until a message comes, on the epoll descriptor `waitset_fd`
-        (this endpoint's delivery eventfd and the node's control socket `sock_fd`): the
-        releases batched so far go to the node first, the error word is looked at on every
-        wake-up. None when the control socket is readable: the caller reads it (an answer,
-        or ENETDOWN -- the node died) and waits again its own way."""
+        """`read` that polls as `poll_read` does and then sleeps until a message comes, on
+        the epoll descriptor `waitset_fd` (this endpoint's delivery eventfd and the node's
+        control socket `sock_fd`): the releases batched so far go to the node first, the
+        error word is looked at on every wake-up. None when the control socket is readable:
+        the caller reads it (an answer, or ENETDOWN -- the node died) and waits again its
+        own way."""
         cdef epoll_event evs[2]
         cdef int n, i
+        cdef double start = wall_now()
         self.flush_releases()
+        got = self._poll_read(nbytes, start)
+        if got is not None:
+            return got
         while True:
             got = self.read(nbytes)
             if got is not None:
+                self.spinner.waited_s(wall_now() - start)
                 return got
             self.check_error()
             with nogil:

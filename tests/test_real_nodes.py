@@ -29,7 +29,8 @@ import pytest
 import trio
 import trio.testing
 
-from libdp._attach import attach
+from libdp._attach import CROSSED_SPIN_S, attach
+from libdp._endpoint_rings import Spinner
 from libdp._cli import main
 from libdp._realnode import _wait_gone, cluster_down, cluster_up, node_status, plan_placement, script_cpu, start_node
 from libdp._realprograms import all_to_all
@@ -120,6 +121,27 @@ def test_polling_scripts_deliver_the_same_and_spin_is_checked(two, monkeypatch):
             assert b.sync.dp_read(fb) == b"%d" % k
             b.sync.dp_write(fb, b"r%d" % k)
             assert a.sync.dp_read(fa) == b"r%d" % k
+        # The blocking read's wait is C (`EndpointRings.read_sleeping`), and it keeps the
+        # process's spinner's count: waits that outlast the poll make the next ones sleep at
+        # once, one that ends within it turns polling back on.
+        late = []
+        for k in range(Spinner.MISSES_TO_SLEEP):
+            writer = threading.Timer(0.2, a.sync.dp_write, (fa, b"late"))
+            t = time.perf_counter()
+            writer.start()
+            assert b.sync.dp_read(fb) == b"late"
+            late.append(time.perf_counter() - t > 0.01)   # it did wait (not behind a stalled thread)
+            writer.join()
+        assert b.spinner.misses == sum(late)
+        if all(late):
+            assert b.spinner.limit() == 0.0
+        a.sync.dp_write(fa, b"soon")                # delivered within the poll's millisecond
+        assert b.sync.dp_read(fb) == b"soon"
+        t = time.perf_counter()
+        a.sync.dp_write(fa, b"again")
+        assert b.sync.dp_read(fb) == b"again"
+        if time.perf_counter() - t < 0.001:       # so its wait ended within the poll
+            assert b.spinner.misses == 0 and b.spinner.limit() == 0.001
     finally:
         a.detach()
         b.detach()
@@ -134,20 +156,19 @@ def test_polling_scripts_deliver_the_same_and_spin_is_checked(two, monkeypatch):
 
 
 def test_a_wait_stops_polling_while_its_waits_outlast_the_poll():
-    from libdp._attach import _Spinner
-    s = _Spinner(0.001)
+    s = Spinner(0.001)
     assert s.limit() == 0.001
-    for _ in range(_Spinner.MISSES_TO_SLEEP - 1):
+    for _ in range(Spinner.MISSES_TO_SLEEP - 1):
         s.waited(0.5)                               # an idle server's waits
     assert s.limit() == 0.001                       # one stretched wait does not switch polling off
     s.waited(0.5)
     assert s.limit() == 0.0                         # waits polling cannot catch: sleep at once
     s.waited(0.0002)                                # one that polling would have caught
     assert s.limit() == 0.001
-    assert _Spinner(0.0).limit() == 0.0
-    assert _Spinner(0.001).spin(lambda: (1, 2)) == (1, 2)
+    assert Spinner(0.0).limit() == 0.0
+    assert Spinner(0.001).spin(lambda: (1, 2)) == (1, 2)
     tries = []
-    assert _Spinner(0.0).spin(lambda: tries.append(1)) is None and tries == [1]   # no poll: one try
+    assert Spinner(0.0).spin(lambda: tries.append(1)) is None and tries == [1]   # no poll: one try
 
 
 def test_tokens_are_read_only_views_of_the_pool_released_by_the_user(two):
@@ -548,8 +569,8 @@ def test_a_paired_node_and_its_script_share_a_cpu_until_the_script_detaches(run_
 
 def test_a_crossed_script_runs_on_the_next_nodes_cpu(run_base, monkeypatch):
     """Placement cross: each node pinned to its CPU, a script attaching to node i runs on
-    node i+1's (round; its own node's CPU where the cluster has one CPU), waits without
-    polling, and gets its own CPUs back when it detaches."""
+    node i+1's (round; its own node's CPU where the cluster has one CPU), polls before it
+    sleeps there (not on its own node's CPU), and gets its own CPUs back when it detaches."""
     monkeypatch.delenv("DP_SPIN_US", raising=False)
     monkeypatch.delenv("DP_PIN", raising=False)
     c = cluster_up(2, name=f"cross{os.getpid()}", tied=True, placement="cross")
@@ -567,7 +588,8 @@ def test_a_crossed_script_runs_on_the_next_nodes_cpu(run_base, monkeypatch):
         assert f"node 0: up, pid {node_status(c, 0)['pid']}, CPU {cpus[0]} (its scripts " in out.getvalue()
         dp = attach(node=0, run_dir=c.run_dir)
         try:
-            assert dp.pinned and os.sched_getaffinity(0) == {cpus[1]} and dp.spin_s == 0.0
+            assert dp.pinned and os.sched_getaffinity(0) == {cpus[1]}
+            assert dp.spin_s == (CROSSED_SPIN_S if cpus[0] != cpus[1] else 0.0)
             fd = dp.sync.dp_open(3)
             dp.sync.dp_target(fd, 1, 3)
             back = attach(node=1, run_dir=c.run_dir)     # the same process: stays where the first put it
