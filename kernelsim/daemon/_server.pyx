@@ -45,13 +45,15 @@ paper (FACTS LCI-C09), in the node. ``spin_s`` sets the poll (``dp cluster up
 `SPIN_MIN_CPUS` usable CPUs a yielding poller takes its turn behind every other runnable
 task, while a sleeper its doorbell wakes preempts them, so there nodes and the processes
 attached to them sleep at once -- unless the cluster pins each node to a CPU of its own
-(``dp cluster up --placement cross`` or ``pair``, libdp._realnode): then the node polls
-and the scripts on its core sleep, and a poll ends as soon as a ``sched_yield`` gave the
-core away (`YIELD_IDLE_S`: someone else on this core -- a script mid-stream -- wants
-it). Measured by benchmarks/bench_real_nodes.py on a loaded 2-core host, 1-byte round
-trip: unpinned, everything polling, 2-3 ms; unpinned, everything sleeping, 58-120 µs;
-pinned, nodes polling, scripts sleeping, 31-48 µs; a full-size stream is fastest
-crossed (docs/real-nodes.md, "Placement and waiting").
+(``dp cluster up --placement cross`` or ``pair``, libdp._realnode): then the node polls,
+and so do the scripts on its core under ``cross`` (another node's, whose waits alternate
+with this node's work; under ``pair`` its own scripts sleep, libdp._attach), and a poll
+ends as soon as a ``sched_yield`` gave the core away (`YIELD_IDLE_S`: someone else on
+this core -- a script mid-stream -- wants it).
+Measured by benchmarks/bench_real_nodes.py on a loaded 2-core host, 1-byte round trip:
+unpinned, everything polling, 2-3 ms; unpinned, everything sleeping, 58-120 µs; pinned,
+nodes polling, scripts sleeping, 31-48 µs; crossed, everything polling, 29-32 µs; a
+full-size stream is fastest crossed (docs/real-nodes.md, "Placement and waiting").
 
 **Deliveries wake a process once per pass**: the loop publishes the event-ring records
 a pass made (`kernelsim.daemon._rings.publish_posts`) before it polls on or sleeps.
