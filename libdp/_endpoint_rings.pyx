@@ -64,6 +64,14 @@ cdef extern from *:
 DEF RELEASE_HEAD = 2            # u8 GATE_FILEOP, u8 OP_RELEASE, then u32 slot numbers (little endian)
 DEF RELEASE_BATCH = 16          # releases sent at once while more deliveries wait
 DEF SLEEP_MS = 500              # a sleeping read looks at the file's error word this often
+# A poll's sched_yield that returns this much later ran a CPU-bound process for a time slice
+# (EEVDF's are 0.75 ms and more; a node's pass or a script's turn is tens of µs): polling
+# on this core only queues behind it for a slice per poll, where a sleeper its doorbell
+# wakes preempts it. Waits then sleep at once for CROWDED_BACKOFF_S before polling again.
+CROWDED_YIELD_S = 0.5e-3
+CROWDED_BACKOFF_S = 0.1
+cdef double _crowded_yield_s = CROWDED_YIELD_S
+cdef double _crowded_backoff_s = CROWDED_BACKOFF_S
 
 
 cdef class Spinner:
@@ -73,7 +81,11 @@ cdef class Spinner:
     outlasted the cap (polling could not have caught them: an idle server, a slow peer),
     and then it sleeps at once until a wait ends within the cap again. A count, not an
     average: one wait stretched by a preempting neighbour must not switch polling off.
-    One per attached process, shared by its endpoints' C waits and its Python ones.
+    And none for `CROWDED_BACKOFF_S` after a yield found the core crowded (`yielded`):
+    on a pinned core shared with a CPU-bound process, every poll's yield queued behind a
+    whole time slice of it (measured, 2-core host with a compiler running: a crossed
+    round trip took 1.3 ms polling, 85 µs sleeping). One per attached process, shared by
+    its endpoints' C waits and its Python ones.
     """
 
     MISSES_TO_SLEEP = 3
@@ -81,12 +93,25 @@ cdef class Spinner:
     def __cinit__(self, double cap):
         self.cap = cap
         self.misses = 0
+        self.crowded_until = 0.0
+        self.crowded = 0
 
     cdef double limit_s(self) noexcept:
-        return self.cap if self.misses < 3 else 0.0     # MISSES_TO_SLEEP
+        if self.cap <= 0.0 or self.misses >= 3:         # MISSES_TO_SLEEP
+            return 0.0
+        return self.cap if wall_now() >= self.crowded_until else 0.0
 
     cdef void waited_s(self, double seconds) noexcept:
         self.misses = self.misses + 1 if seconds > self.cap else 0
+
+    cpdef bint yielded(self, double before, double after) noexcept:
+        # A poll's yield took from `before` to `after`: True if it found the core crowded
+        # (and polling is off for a while).
+        if after - before < _crowded_yield_s:
+            return False
+        self.crowded_until = after + _crowded_backoff_s
+        self.crowded += 1
+        return True
 
     def limit(self) -> float:
         """How long the next wait polls: the cap, or 0 after a run of misses."""
@@ -98,19 +123,26 @@ cdef class Spinner:
 
     def spin(self, attempt):
         """Try `attempt` until it gives something or the limit has passed, yielding the CPU
-        between tries; None then (one try only when the limit is 0)."""
+        between tries; None then (one try only when the limit is 0), or as soon as a yield
+        found the core crowded."""
         got = attempt()
         if got:
             return got
         cdef double limit = self.limit_s()
         if limit <= 0.0:
             return None
-        cdef double end = wall_now() + limit
-        while wall_now() < end:
+        cdef double now = wall_now()
+        cdef double end = now + limit
+        cdef double then
+        while now < end:
+            then = now
             sched_yield()
+            now = wall_now()
             got = attempt()
             if got:
                 return got
+            if self.yielded(then, now):
+                break
         return None
 
 
@@ -253,18 +285,21 @@ cdef class EndpointRings:
     cdef object _poll_read(self, Py_ssize_t nbytes, double start):
         # `read`, retried with a yield between tries until the spinner's limit has passed
         # since `start`; a wait that ends here is counted by the spinner.
-        cdef double end, now
+        cdef double end, now, then
         got = self.read(nbytes)
         if got is None:
             end = start + self.spinner.limit_s()
             now = wall_now()
             while now < end:
+                then = now
                 sched_yield()
+                now = wall_now()
                 got = self.read(nbytes)
                 if got is not None:
                     break
                 PyErr_CheckSignals()            # a handler that raises ends the wait
-                now = wall_now()
+                if self.spinner.yielded(then, now):
+                    return None
             else:
                 return None
         self.spinner.waited_s(wall_now() - start)
