@@ -13,9 +13,11 @@ Pool and delivery ring -> attached script):
            memory (`dp cluster up --nodes 2`), against a trio socketpair ping-pong
            between two processes (each side ``await recv`` / ``await send``); as ``dp
            cluster up`` places the processes here (on a host with fewer CPUs than
-           processes: placement cross, nodes polling, scripts sleeping), then with placement
-           pair, with placement none (every process sleeps on its doorbell), and none with scripts
-           that poll up to --spin-us before they sleep (``DP_SPIN_US``).
+           processes: placement cross, nodes and scripts polling before they sleep), with
+           the scripts' trio calls, with scripts that sleep at once (``DP_SPIN_US=0``, the
+           default until session 32), then with placement pair (scripts sleep on their
+           node's core), with placement none (every process sleeps on its doorbell), and
+           none with scripts that poll up to --spin-us before they sleep (``DP_SPIN_US``).
   gate     one attached script: ``dp_write`` (the call gate: a shared-memory submission
            ring the node polls) against ``write()`` (the generic entry: a request over
            the node's control socket through its system-call table), wall µs per call,
@@ -39,7 +41,8 @@ Pool and delivery ring -> attached script):
            hops alone cost on this host, and what a node's own CPU adds on top; then
            the same placed as placements cross and pair place a 2-node cluster (each "node"
            pinned to a CPU of its own, each "script" on the other node's CPU or on its own
-           node's, the nodes polling, the scripts sleeping).
+           node's, the nodes polling, the scripts polling beside the other node under
+           cross and sleeping beside their own under pair, as attached scripts do).
   handoff  one hand-off between two processes, no DP: a pipe ping-pong with both on one
            CPU and on two; a process sleeping in epoll on an eventfd woken from the other
            CPU, and woken by a process polling on its own CPU that the other CPU asks
@@ -120,12 +123,13 @@ def _rtt_rows(label, cluster, args, baseline, unplaced=None, paired=None):
     with `unplaced` (the same cluster with placement none) also that one's default waits and
     polling scripts -- the arrangement before placement, measured in the same run; with
     `paired` (placement pair) that one's."""
-    keys = ["dp", "trio"] + (["none", "poll"] if unplaced is not None else []) + (["pair"] if paired else [])
+    keys = ["dp", "trio", "asleep"] + (["none", "poll"] if unplaced is not None else []) + (["pair"] if paired else [])
     got = {k: [] for k in keys + ["base"]}
     tails = []
     for _ in range(args.runs):
         got["dp"].append(_dp_rtt(cluster, args.iters, tails=tails))
         got["trio"].append(_dp_rtt(cluster, args.iters, program=trio_round_trips))
+        got["asleep"].append(_dp_rtt(cluster, args.iters, spin_us=0))
         if paired is not None:
             got["pair"].append(_dp_rtt(paired, args.iters))
         if unplaced is not None:
@@ -138,6 +142,7 @@ def _rtt_rows(label, cluster, args, baseline, unplaced=None, paired=None):
     _row("  same runs, mean | 99th percentile", statistics.median(m for m, _ in tails), "us",
          f"p99 {statistics.median(p for _, p in tails):.1f} us")
     _row("  same, the scripts' trio calls", med["trio"], "us", f"runs {_runs(got['trio'])}")
+    _row("  same, scripts sleep at once (DP_SPIN_US=0)", med["asleep"], "us", f"runs {_runs(got['asleep'])}")
     if paired is not None:
         _row("  same, placement pair (nodes poll)", med["pair"], "us", f"runs {_runs(got['pair'])}")
     if unplaced is not None:
@@ -330,7 +335,7 @@ def _floor_rtt(iters: int, spin_s: float, work_s: float, placement: str = "none"
     """Median µs of a 1-byte round trip along the six ring hops of a DP round trip, no DP.
     `placement` ``cross`` or ``pair``: placed as ``dp cluster up`` places a 2-node cluster
     on a small host (each "node" on a CPU of its own, each "script" on the other node's or
-    its own node's; the nodes poll `spin_s`, the scripts sleep)."""
+    its own node's; the nodes poll `spin_s`, and so do crossed scripts: paired ones sleep)."""
     from kernelsim.media._shmring import ShmRing
     from libdp._realnode import plan_placement, script_cpu
     prefix = f"dpfloor{os.getpid()}-"
@@ -338,7 +343,7 @@ def _floor_rtt(iters: int, spin_s: float, work_s: float, placement: str = "none"
     placed = placement != "none"
     cpu = plan_placement(2, placement)[1] if placed else {0: None, 1: None}
     scripts = [script_cpu(placement, cpu[n], cpu.values()) if placed else None for n in (0, 1)]
-    script_spin = 0.0 if placed else spin_s
+    script_spin = 0.0 if placement == "pair" else spin_s
     procs = [_ctx.Process(target=_floor_node, args=(prefix, ["s0n0", "n1n0"], ["n0n1", "n0s0"], spin_s, work_s, cpu[0])),
              _ctx.Process(target=_floor_node, args=(prefix, ["n0n1", "s1n1"], ["n1s1", "n1n0"], spin_s, work_s, cpu[1])),
              _ctx.Process(target=_floor_node, args=(prefix, ["n1s1"], ["s1n1"], script_spin, 0.0, scripts[1]))]  # script 1 echoes
