@@ -136,7 +136,8 @@ cdef class Spinner:
         cdef double then
         while now < end:
             then = now
-            sched_yield()
+            with nogil:                         # another thread of this process may run meanwhile
+                sched_yield()
             now = wall_now()
             got = attempt()
             if got:
@@ -292,7 +293,8 @@ cdef class EndpointRings:
             now = wall_now()
             while now < end:
                 then = now
-                sched_yield()
+                with nogil:                     # another thread of this process may run meanwhile
+                    sched_yield()
                 now = wall_now()
                 got = self.read(nbytes)
                 if got is not None:

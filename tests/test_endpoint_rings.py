@@ -10,7 +10,7 @@ import pytest
 
 from kernelsim.daemon import EventRing, event_ring_bytes
 from kernelsim.media._shmring import ShmRing, ring_bytes
-from libdp._endpoint_rings import endpoint_rings
+from libdp._endpoint_rings import Spinner, endpoint_rings
 
 SLOT_BYTES = 64
 POOL_SLOTS = 40
@@ -34,13 +34,23 @@ class _Node:
         self.deliveries = EventRing(dlv_mem, dlv_bell, 64)
         self.user_deliveries = EventRing(dlv_mem, dlv_bell)
         self.pool = mmap.mmap(-1, SLOT_BYTES * POOL_SLOTS)
+        self.spinner = Spinner(0.0)                 # sleeps at once; tests that poll swap in their own
         self.rings = endpoint_rings(self.user_gate, self.user_deliveries, self.pool, self.err, self.err_at,
                                     fd=7, ep=5, slot_bytes=SLOT_BYTES, max_message=100, write_head=HEAD,
-                                    gate_fileop=GATE_FILEOP, op_release=OP_RELEASE)
+                                    gate_fileop=GATE_FILEOP, op_release=OP_RELEASE, spinner=self.spinner)
 
     def _fd(self, fd):
         self.fds.append(fd)
         return fd
+
+    def polling(self, cap):
+        """The same rings read by a process whose waits poll up to `cap` seconds."""
+        self.rings.close()
+        self.spinner = Spinner(cap)
+        self.rings = endpoint_rings(self.user_gate, self.user_deliveries, self.pool, self.err, self.err_at,
+                                    fd=7, ep=5, slot_bytes=SLOT_BYTES, max_message=100, write_head=HEAD,
+                                    gate_fileop=GATE_FILEOP, op_release=OP_RELEASE, spinner=self.spinner)
+        return self.rings
 
     def deliver(self, slot, payload, src=(3, 9)):
         self.pool[slot * SLOT_BYTES:slot * SLOT_BYTES + len(payload)] = payload
@@ -261,3 +271,39 @@ def test_read_wait_sleeps_only_once_armed_and_never_after_close(node, waitset):
     r.sleep_on(ep.fileno(), ctl.fileno())
     r.close()                                                   # close disarms it too:
     assert r.read_wait(100) is None                             # no sleep on a wait set that may be gone
+
+
+# -- a wait that polls first (a crossed script: libdp.attach's CROSSED_SPIN_S) ------------
+
+def test_poll_read_takes_a_delivery_that_comes_while_it_polls(node):
+    r = node.polling(5.0)                           # a cap no delivery below outlasts
+    t = _later(0.01, node.deliver, 3, b"polled")
+    try:
+        assert r.poll_read(100) == b"polled"
+    finally:
+        t.join()
+    assert node.spinner.misses == 0                 # (the poll lets the delivering thread run)
+
+
+def test_poll_read_gives_up_after_the_cap_and_the_sleep_counts_the_whole_wait(node, waitset):
+    ep, ctl, _ = waitset
+    r = node.polling(0.001)
+    assert r.poll_read(100) is None                 # nothing within the millisecond
+    t = _later(0.1, node.deliver, 2, b"late")
+    try:
+        assert r.read_sleeping(100, ep.fileno(), ctl.fileno()) == b"late"   # polled, then slept
+    finally:
+        t.join()
+    assert node.spinner.misses == 1                 # the wait outlasted the poll
+
+
+def test_a_crowded_core_makes_the_next_waits_sleep_at_once(node):
+    import time
+    r = node.polling(5.0)
+    now = time.perf_counter()
+    assert node.spinner.yielded(now - 0.002, now)   # a yield that waited out someone's time slice
+    t0 = time.perf_counter()
+    assert r.poll_read(100) is None                 # one try, no poll
+    assert time.perf_counter() - t0 < 1.0           # (the cap was 5 s)
+    node.deliver(1, b"now")
+    assert r.poll_read(100) == b"now"               # what is there is still taken
