@@ -279,10 +279,15 @@ def test_poll_read_takes_a_delivery_that_comes_while_it_polls(node):
     r = node.polling(5.0)                           # a cap no delivery below outlasts
     t = _later(0.01, node.deliver, 3, b"polled")
     try:
-        assert r.poll_read(100) == b"polled"
+        got = r.poll_read(100)                      # (the poll lets the delivering thread run)
     finally:
         t.join()
-    assert node.spinner.misses == 0                 # (the poll lets the delivering thread run)
+    if got is None:                                 # a busy host: a yield waited out someone's time
+        assert node.spinner.crowded                 # slice, and the poll stopped for the caller to sleep
+        got = r.read(100)
+    else:
+        assert node.spinner.misses == 0
+    assert got == b"polled"
 
 
 def test_poll_read_gives_up_after_the_cap_and_the_sleep_counts_the_whole_wait(node, waitset):
