@@ -552,6 +552,7 @@ class AttachedDP:
         self._endpoints = EndpointTable(self._fast_endpoint)
         self.dp_write_nowait = self._endpoints.write_nowait
         self.dp_read_nowait = self._endpoints.read_nowait
+        self.dp_read_polled = self._endpoints.read_polled
         self.sync = SyncAttachedDP(self)
         self.pinned = False             # runs where its cluster places scripts (attach, cross/pair placement)
 
@@ -692,7 +693,8 @@ class AttachedDP:
         return n
 
     # -- batching loops: no wait, no checkpoint ---------------------------------------------
-    # ``dp_write_nowait(fd, data)`` and ``dp_read_nowait(fd, nbytes=65536)`` are set per
+    # ``dp_write_nowait(fd, data)``, ``dp_read_nowait(fd, nbytes=65536)`` and
+    # ``dp_read_polled(fd, nbytes=65536)`` (what comes while this process polls) are set per
     # object in __init__: the C methods of its `EndpointTable` (libdp._endpoint_rings).
 
     # -- reading from the mapped pool -----------------------------------------------------

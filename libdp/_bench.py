@@ -28,8 +28,11 @@ from __future__ import annotations
 
 import errno
 import math
+import time
 
 import trio
+
+from kernelsim import checkpoint
 
 from libdp._calls import echo_rounds, pingpong_rounds
 
@@ -78,13 +81,23 @@ def _lossy(dp) -> bool:
 
 async def _read_within(dp, fd, timeout: float, nbytes: int = 65536):
     """The next message, or None if none came within `timeout` seconds."""
+    polled = _nowait(dp, "dp_read_polled")
+    if polled is not None:
+        # A real node's message that comes while this process polls needs no cancel scope
+        # (entering and leaving one costs a trio program more than a round trip).
+        start = time.perf_counter()
+        m = polled(fd, nbytes)
+        if m is not None:
+            await checkpoint()
+            return m
+        timeout -= time.perf_counter() - start
     with trio.move_on_after(timeout):
         return await dp.dp_read(fd, nbytes)
     return None
 
 
 def _nowait(dp, name: str):
-    """A real node's no-wait call (``dp_write_nowait`` / ``dp_read_nowait``: only `libdp.attach`
+    """A real node's no-wait call (``dp_write_nowait`` / ``dp_read_nowait`` / ``dp_read_polled``: only `libdp.attach`
     has them), or None: modeled DP keeps its calls as they are (every one a modeled kernel entry)."""
     return getattr(dp, name, None)
 
@@ -252,6 +265,14 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, f
 
 async def _await_echo(dp, fd, tag: bytes, n: int, timeout: float) -> bool:
     """Did the echo of the ping tagged `tag` come within `timeout` (others are skipped)?"""
+    polled = _nowait(dp, "dp_read_polled")
+    if polled is not None:                  # a real node's: first what comes while it polls (`_read_within`)
+        start = time.perf_counter()
+        while (m := polled(fd, max(n, 16))) is not None:
+            if len(m) == n and m[:len(tag)] == tag:
+                await checkpoint()
+                return True
+        timeout -= time.perf_counter() - start
     with trio.move_on_after(timeout):
         while True:
             m = await dp.dp_read(fd, max(n, 16))

@@ -428,6 +428,16 @@ cdef class EndpointTable:
         per-call trio checkpoint costs more than the gate itself."""
         return self._get(fd).write(data) >= 0
 
+    def read_polled(self, fd, nbytes=65536):
+        """The next delivered message, polling for it as long as the process's waits poll
+        (`Spinner`, none if they sleep at once), or None; never sleeps, never yields to
+        trio. For a loop that bounds its waits with a timeout: a message that comes while
+        it polls needs no cancel scope, which costs a trio program more than the round
+        trip it bounds."""
+        if type(nbytes) is not int or nbytes < 0:
+            _check_count(nbytes)
+        return self._get(fd).poll_read(nbytes)
+
     def read_nowait(self, fd, nbytes=65536):
         """The next delivered message (as ``dp_read``), or None at once if none is waiting;
         never yields. A loop that drains what has arrived and then awaits once per batch

@@ -837,7 +837,8 @@ def test_dp_on_real_nodes_of_every_nic(run_base, nic):
 
 def test_nowait_calls_take_what_is_there_and_never_wait(two):
     """dp_read_nowait / dp_write_nowait (for loops that checkpoint once per batch): None at
-    once on an empty endpoint, every message in order once they are there, the same errnos."""
+    once on an empty endpoint, every message in order once they are there, the same errnos;
+    dp_read_polled the same after the process's poll."""
     a, b = attach(node=1), attach(node=0)     # node 0 receives: an earlier test may leave node 1's pools at 8 slots
     try:
         fa, fb = a.sync.dp_open(7), b.sync.dp_open(7)
@@ -862,6 +863,17 @@ def test_nowait_calls_take_what_is_there_and_never_wait(two):
         with pytest.raises(OSError) as e:
             a.dp_write_nowait(fa, b"x" * 100000)
         assert e.value.errno == errno.EMSGSIZE
+        # dp_read_polled: the same after polling as long as the process's waits poll -- never a sleep.
+        assert b.dp_read_polled(fb) is None
+        assert a.dp_write_nowait(fa, b"polled")
+        assert select.select([fb], [], [], TIMEOUT)[0]
+        assert b.dp_read_polled(fb, 4) == b"poll"
+        with pytest.raises(OSError) as e:
+            b.dp_read_polled(12345)
+        assert e.value.errno == errno.EBADF
+        with pytest.raises(OSError) as e:
+            b.dp_read_polled(fb, -1)
+        assert e.value.errno == errno.EINVAL
         a.sync.close(fa)
         b.sync.close(fb)
     finally:
