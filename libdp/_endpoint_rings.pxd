@@ -8,7 +8,8 @@ from kernelsim.daemon._rings cimport EventRing
 cdef class Spinner:
     cdef readonly double cap        # the most a wait polls before it sleeps (s)
     cdef readonly int misses        # consecutive waits that outlasted the cap
-    cdef readonly double crowded_until  # no polling before this (wall clock): a yield found the core taken
+    cdef readonly double crowded_until  # no polling before this (wall clock): yields found the core taken
+    cdef double last_late           # when a yield last came back late
     cdef readonly long crowded          # how many times a yield did
 
     cdef double limit_s(self) noexcept

@@ -33,6 +33,7 @@ from cpython.exc cimport PyErr_CheckSignals
 from libc.errno cimport errno as c_errno, EINTR
 
 from kernelsim._engine cimport wall_now
+from kernelsim.daemon._server import CROWDED_BACKOFF_S, CROWDED_WINDOW_S, CROWDED_YIELD_S
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
@@ -64,13 +65,10 @@ cdef extern from *:
 DEF RELEASE_HEAD = 2            # u8 GATE_FILEOP, u8 OP_RELEASE, then u32 slot numbers (little endian)
 DEF RELEASE_BATCH = 16          # releases sent at once while more deliveries wait
 DEF SLEEP_MS = 500              # a sleeping read looks at the file's error word this often
-# A poll's sched_yield that returns this much later ran a CPU-bound process for a time slice
-# (EEVDF's are 0.75 ms and more; a node's pass or a script's turn is tens of µs): polling
-# on this core only queues behind it for a slice per poll, where a sleeper its doorbell
-# wakes preempts it. Waits then sleep at once for CROWDED_BACKOFF_S before polling again.
-CROWDED_YIELD_S = 0.5e-3
-CROWDED_BACKOFF_S = 0.1
-cdef double _crowded_yield_s = CROWDED_YIELD_S
+# Two polls' sched_yields that return CROWDED_YIELD_S late within CROWDED_WINDOW_S: a
+# CPU-bound process shares the core, and waits sleep at once for CROWDED_BACKOFF_S -- the
+# node loop's rule, for the same reasons (kernelsim.daemon._server).
+cdef double _crowded_yield_s = CROWDED_YIELD_S, _crowded_window_s = CROWDED_WINDOW_S
 cdef double _crowded_backoff_s = CROWDED_BACKOFF_S
 
 
@@ -81,7 +79,7 @@ cdef class Spinner:
     outlasted the cap (polling could not have caught them: an idle server, a slow peer),
     and then it sleeps at once until a wait ends within the cap again. A count, not an
     average: one wait stretched by a preempting neighbour must not switch polling off.
-    And none for `CROWDED_BACKOFF_S` after a yield found the core crowded (`yielded`):
+    And none for `CROWDED_BACKOFF_S` after yields found the core crowded (`yielded`):
     on a pinned core shared with a CPU-bound process, every poll's yield queued behind a
     whole time slice of it (measured, 2-core host with a compiler running: a crossed
     round trip took 1.3 ms polling, 85 µs sleeping). One per attached process, shared by
@@ -94,6 +92,7 @@ cdef class Spinner:
         self.cap = cap
         self.misses = 0
         self.crowded_until = 0.0
+        self.last_late = -1.0
         self.crowded = 0
 
     cdef double limit_s(self) noexcept:
@@ -106,8 +105,11 @@ cdef class Spinner:
 
     cpdef bint yielded(self, double before, double after) noexcept:
         # A poll's yield took from `before` to `after`: True if it found the core crowded
-        # (and polling is off for a while).
+        # (the second late one in a while; polling is off for a while).
         if after - before < _crowded_yield_s:
+            return False
+        late, self.last_late = self.last_late, after
+        if after - late >= _crowded_window_s:
             return False
         self.crowded_until = after + _crowded_backoff_s
         self.crowded += 1

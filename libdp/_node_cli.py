@@ -192,7 +192,8 @@ def _status(args) -> int:
         loop = st.get("loop")
         if loop:
             print(f"  loop: busy {loop['busy_s']:.3f} s in {loop['busy_passes']} of {loop['passes']} passes, "
-                  f"slept {loop['sleeps']} times")
+                  f"slept {loop['sleeps']} times"
+                  + (f", stopped polling {loop['crowded']} times on a crowded core" if loop.get("crowded") else ""))
         for p in st["processes"]:
             eps = ", ".join(f"ep {f['ep']}" if "ep" in f else f["kind"] for f in p["files"]) or "no files"
             print(f"  process {p['pid']} ({p['name']}): {eps}")
