@@ -39,9 +39,9 @@ round trip from about 100-120 µs to 58-80 µs; paired with polling nodes, sleep
 scripts take 31-34 µs, polling ones over 1 ms; crossed, polling scripts take 31-38 µs
 against 40-59 µs asleep (session 32, interleaved runs), and stream as fast. A pinned
 process cannot move away from a CPU-bound neighbour, and a yield then waits out the
-neighbour's time slice: a poll whose yield came back that late stops, and the process's
-waits sleep at once for a while (`Spinner.yielded`; with a compiler on one core, a
-crossed round trip polled in 1.3 ms and slept in 66-83 µs; now 87-101 µs).
+neighbour's time slice: after two polls whose yields came back that late, the process's
+waits sleep at once for a while (`Spinner.yielded`, the node loop's rule; with a compiler
+on one core, a crossed round trip polled in 1.3 ms and slept in 66-83 µs).
 """
 from __future__ import annotations
 
