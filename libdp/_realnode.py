@@ -64,11 +64,12 @@ def plan_placement(nodes: int, placement: str = "auto", cpus=None) -> tuple[str,
     - ``cross``: on the next node's CPU. A script and its node are consecutive stages of
       every message's path (script -> gate -> node -> wire, and back), so on two cores
       they work at once -- a stream's writer posts the next messages while its node sends
-      the last ones, and in a round trip the script going to sleep is no longer on the
-      node's way -- while each core holds one stage of each direction.
+      the last ones, and in a round trip the script waiting for its answer is no longer
+      on the node's way -- while each core holds one stage of each direction. Crossed
+      scripts poll before they sleep (the other node's work and their waits alternate).
     - ``pair``: on its node's CPU: a script's hand-off to its node and back is a wake-up
       on the core both run on (cache-hot, no inter-processor interrupt), but the two take
-      turns on it.
+      turns on it; paired scripts sleep at once.
 
     ``none``: the OS places every process. ``auto``: where the host has fewer CPUs than
     a node and a script per node need (``2 * nodes``), ``cross`` (``pair`` on one CPU,
@@ -452,8 +453,8 @@ def cluster_up(nodes: int, *, name: str = "default", transport: str = "shm", nic
             raise OSError(errno.EINVAL, f"a node's spin is 0..1 s, not {spin_s!r}")
         extra["spin_s"] = float(spin_s)
     elif placement in PINNED and len(set(cpus.values())) == nodes:
-        # A node with a core of its own polls (yielding): the scripts on that core sleep
-        # and, woken there, preempt it; the peer node's frames find it awake.
+        # A node with a core of its own polls (yielding): the peer node's frames and its
+        # scripts' gate entries find it awake.
         extra["spin_s"] = PINNED_NODE_SPIN_S
     if transport == "udp":
         base = base_port if base_port is not None else free_udp_base(nodes)
