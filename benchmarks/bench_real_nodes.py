@@ -46,7 +46,8 @@ Pool and delivery ring -> attached script):
   handoff  one hand-off between two processes, no DP: a pipe ping-pong with both on one
            CPU and on two; a process sleeping in epoll on an eventfd woken from the other
            CPU, and woken by a process polling on its own CPU that the other CPU asks
-           through shared memory.
+           through shared memory; a turn passed between two processes polling on one CPU
+           by sched_yield alone (how crossed scripts and nodes hand over).
   packet   the rtt rows over AF_PACKET (one network namespace per node, veth pair), against
            a bare Python AF_PACKET ping-pong over the very same veth pair (another
            EtherType, so the nodes never see it; measured while the nodes are idle).
@@ -432,6 +433,37 @@ def _pipe_pingpong(cpu_a: int, cpu_b: int, iters: int) -> float:
             os.close(fd)
 
 
+def _yield_turns(cpu: int, turns: int) -> float:
+    """Mean µs of one turn handed between two processes on `cpu` by sched_yield alone: each
+    polls a word in shared memory and yields -- what a crossed script and the node on its
+    core pay per hand-off when both poll (Python loops; the switch itself is most of it)."""
+    import mmap
+    shm = mmap.mmap(-1, 64)
+    kids = []
+    for me in (0, 1):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.sched_setaffinity(0, {cpu})
+                n = 0
+                while True:
+                    v = shm[0]
+                    if v == 2:
+                        break
+                    if v == me:
+                        n += 1
+                        shm[0] = 2 if n >= turns else 1 - me
+                    os.sched_yield()
+            finally:
+                os._exit(0)
+        kids.append(pid)
+    t = time.perf_counter()
+    for pid in kids:
+        os.waitpid(pid, 0)
+    shm.close()
+    return (time.perf_counter() - t) / (2 * turns) * 1e6
+
+
 def _wake_latency(cpus, proxy: bool, iters: int) -> float:
     """Median µs from a request on CPU cpus[1] to the answer of a process sleeping (epoll on an
     eventfd) on cpus[0] beside a process polling there (yielding): the requester writes the
@@ -513,14 +545,15 @@ def bench_handoff(args):
     rows = {"pipe ping-pong, both on one CPU (two context switches)": lambda: _pipe_pingpong(a, a, args.iters),
             "pipe ping-pong, on two CPUs (two cross-CPU wake-ups)": lambda: _pipe_pingpong(a, b, args.iters),
             "a sleeper woken from the other CPU": lambda: _wake_latency((a, b), False, args.iters),
-            "a sleeper woken by a poller on its own CPU": lambda: _wake_latency((a, b), True, args.iters)}
+            "a sleeper woken by a poller on its own CPU": lambda: _wake_latency((a, b), True, args.iters),
+            "a turn handed over by sched_yield, two pollers on one CPU (mean)": lambda: _yield_turns(a, 20 * args.iters)}
     out = {}
     for label, fn in rows.items():
         runs = [fn() for _ in range(args.runs)]
         out[label] = statistics.median(runs)
         _row(label, out[label], "us", f"runs {_runs(runs)}")
-    print("# handoff: a DP round trip between attached scripts makes four hand-offs (two wake a "
-          "sleeping script) beside its four node passes", flush=True)
+    print("# handoff: a DP round trip between attached scripts makes at least four hand-offs (crossed: "
+          "each a yield between two pollers on a core) beside its four node passes", flush=True)
     return out
 
 
