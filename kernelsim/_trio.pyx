@@ -1802,14 +1802,20 @@ cdef class _Flag(Waiter):
         return 0
 
 
+DEF SPIN_POLLS_PER_YIELD = 4
+
+
 cdef int _spin(Engine engine, list ports, _Flag woken, double spin_s) except -1:
     """Poll the node's devices until `woken` or `spin_s` has passed.
 
-    Between empty polls the CPU is offered to other processes (sched_yield): when the
-    peer shares this core -- more nodes than cores -- it runs at once instead of after
-    the whole spin; on a core of its own the yield returns immediately.
+    Every few empty polls the CPU is offered to other processes (sched_yield): when the
+    peer shares this core -- more nodes than cores -- it runs soon instead of after the
+    whole spin; on a core of its own the yield returns at once, but a yield is a pass
+    through the scheduler all the same (about as dear as the poll), and every pass a frame
+    waits for is delay on the round trip: so not after every poll (`SPIN_POLLS_PER_YIELD`).
     """
     cdef double deadline = wall_now() + spin_s
+    cdef unsigned int empty = 0
     while not woken.set:                    # at least one pass, also with spin_s == 0
         engine.now = wall_now()             # real time: what a path reads as "now" is the wall clock
         if not poll_ports(ports, engine):
@@ -1818,7 +1824,9 @@ cdef int _spin(Engine engine, list ports, _Flag woken, double spin_s) except -1:
                 # event is due at once, and the waiter it wakes polls again -- the spin of a
                 # protocol that polls, its timeout counted in polls as on the machine.
                 engine.run()
-            sched_yield()
+            empty += 1
+            if empty % SPIN_POLLS_PER_YIELD == 0:
+                sched_yield()
         if wall_now() >= deadline:
             break
     return 0
