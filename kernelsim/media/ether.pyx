@@ -82,9 +82,9 @@ cdef class EtherPort(FramePort):
                     self._buf = bytearray(n)
                     self._mv = self._buf
                 memcpy(&self._mv[0], PyBytes_AS_STRING(frame), n)
-                self._sink.frame_in(self._mv[:n], what != 0)
+                self._sink.frame_in(self._mv[:n], what != 0, True)   # the event's last thing
             else:
-                self._sink.frame_in(frame, what != 0)
+                self._sink.frame_in(frame, what != 0, True)
         elif self._device is not None:
             self._device.rx_frame(frame, what != 0)
         return 0
