@@ -921,7 +921,7 @@ cdef class _PathMaker:
     point (`_blocking_rest`), which the call then steps. The calls made for a trio task
     are spares (`_makers`) and let go of everything once over (`_over`)."""
     cdef int kind
-    cdef int state              # _NEW, _GOING_ON (in `rest`), _OVER
+    cdef int state              # _NEW, _GOING_ON (in `rest`), _PARKED, _OVER
     cdef bint gate
     cdef Node node
     cdef object fn, proc, name, args
@@ -929,6 +929,12 @@ cdef class _PathMaker:
     cdef WaitQueue first_wait
     cdef double wake_cost, before
     cdef object rest            # the coroutine the call goes on in
+    # _PARKED: parked by the call itself (`_park_call`), not in `rest`: on what (_PARKED_WAIT:
+    # the wait before its first try; _PARKED_PATH: a try's path), for which task, and the
+    # completion it waits for.
+    cdef int parked
+    cdef object task
+    cdef _Completion done
 
     cdef object make(self, bint first):
         if self.kind == _MAKE_ENTRY:
@@ -964,7 +970,10 @@ cdef class _PathMaker:
             except BaseException:
                 _over(self)
                 raise
-        if self.state == _NEW:
+        if self.state == _PARKED:
+            raise_readable()            # as `_blocking_rest` leaves (its `finally`)
+            _over(self)
+        elif self.state == _NEW:
             _over(self)
         if val is None:
             val = typ() if isinstance(typ, type) else typ
@@ -978,6 +987,9 @@ cdef class _PathMaker:
                 self.rest.close()
             finally:
                 _over(self)
+        elif self.state == _PARKED:
+            raise_readable()
+            _over(self)
         elif self.state == _NEW:
             _over(self)
 
@@ -986,6 +998,9 @@ cdef enum:
     _NEW = 0
     _GOING_ON = 1
     _OVER = 2
+    _PARKED = 3
+    _PARKED_WAIT = 1
+    _PARKED_PATH = 2
 
 
 cdef int _over(_PathMaker call) except -1:
@@ -996,6 +1011,8 @@ cdef int _over(_PathMaker call) except -1:
     call.fn = None
     call.nonblocking = None
     call.rest = None
+    call.task = None
+    call.done = None
     return 0
 
 
@@ -1009,11 +1026,16 @@ cdef int _call_send(_PathMaker call, object value, PyObject** res) except -1:
         if r != 1:
             _over(call)
         return r
-    if call.state == _OVER:
+    if call.state == _PARKED:
+        r = _resume_unchecked(call, value, res)
+    elif call.state == _OVER:
         raise RuntimeError("cannot reuse already awaited call")
-    if value is not None:
+    elif value is not None:
         raise TypeError("can't send non-None value to a just-started call")
-    r = _start_unchecked(call, res)
+    else:
+        r = _start_unchecked(call, res)
+    if r == 2:
+        return 1                        # parked (again), by itself
     if r == 1:
         # It must give trio a pass: from here on it is `call.rest`'s.
         call.state = _GOING_ON
@@ -1039,8 +1061,10 @@ cdef int _call_rest(object rest, object value, PyObject** res) except -1:
 ctypedef int (*_CallSend)(_PathMaker, object, PyObject**) noexcept
 ctypedef int (*_RestSend)(object, object, PyObject**) noexcept
 ctypedef int (*_Start)(_PathMaker, PyObject**) noexcept
+ctypedef int (*_Resume)(_PathMaker, object, PyObject**) noexcept
 cdef _CallSend _call_send_unchecked = <_CallSend> _call_send
 cdef _Start _start_unchecked = <_Start> _start
+cdef _Resume _resume_unchecked = <_Resume> _resume
 cdef _RestSend _call_rest_unchecked = <_RestSend> _call_rest
 
 
@@ -1195,23 +1219,73 @@ cdef int _start(_PathMaker call, PyObject** res) except -1:
         if not _is_nonblocking(call.nonblocking, call.proc, call.fd):
             done = _completion(None)    # the queue's wake stops the engine itself
             how = _start_wait(node.engine, first_wait, done, task)
+            if how == _PARK and _fast_park:
+                return _park_call(call, task, done, _PARKED_WAIT, done.abort_wait, res)
             if _passes(how, task):
                 call.rest = _blocking_rest(call, task, done, how, True)
                 return 1
             before = call.wake_cost
+    return _first_try(call, task, before, res)
+
+
+cdef int _first_try(_PathMaker call, task, double before, PyObject** res) except -1:
+    """The call's first try, after `before` seconds of CPU time: as `_start`."""
+    cdef Node node = call.node
+    cdef Engine engine = node.engine
     path = call.make(True)
     if before:
         path = _lead(before, path)
-    engine = node.engine
-    done = _completion(engine)
-    how = _start_path(engine, node.cpu, path, done, task)
+    cdef _Completion done = _completion(engine)
+    cdef int how = _start_path(engine, node.cpu, path, done, task)
     if (how == _INLINE or how == _WOKEN) and (done.exc is None or not isinstance(done.exc, WouldBlock)) \
             and not (how == _INLINE and _cancel_pending(task)):
         value = _outcome(done)
         Py_INCREF(value)
         res[0] = <PyObject*> value
         return 0
+    if how == _PARK and _fast_park:
+        return _park_call(call, task, done, _PARKED_PATH, _refuse_abort, res)
     call.rest = _blocking_rest(call, task, done, how, False)
+    return 1
+
+
+cdef int _park_call(_PathMaker call, task, _Completion done, int on, abort_func, PyObject** res) except -1:
+    """``done.task = task; await _park(abort_func)`` as `_blocking_rest` does it, with no
+    coroutine: the call parks by itself (2, trio's message in ``res[0]``) and goes on in
+    `_resume`. A blocking read parks once per message: its coroutine, made and dropped,
+    and the steps through it cost more than the rest of the park."""
+    done.task = task
+    if not _hosting:
+        raise_readable()                # as `_park`
+    m = _wait_message(abort_func)
+    call.state = _PARKED
+    call.parked = on
+    call.task = task
+    call.done = done
+    Py_INCREF(m)
+    res[0] = <PyObject*> m
+    return 2
+
+
+cdef int _resume(_PathMaker call, value, PyObject** res) except -1:
+    """The parked call, resumed by trio with `value`: what `_blocking_rest` does after its
+    park, up to the next pass it must give trio (1: `call.rest` made to go on from there;
+    2: parked again) or its end (0, its value in ``res[0]``)."""
+    cdef _Completion done = call.done
+    task = call.task
+    call.done = None
+    call.task = None
+    call.state = _NEW                   # (not over: the call is still running)
+    _unwrap(value)
+    if call.parked == _PARKED_WAIT:
+        return _first_try(call, task, call.wake_cost, res)
+    if done.exc is None or not isinstance(done.exc, WouldBlock):
+        value = _outcome(done)
+        Py_INCREF(value)
+        res[0] = <PyObject*> value
+        return 0
+    # A retry: `_blocking_rest` from the same point (after a park, nothing more to give).
+    call.rest = _blocking_rest(call, task, done, _WOKEN, False)
     return 1
 
 
