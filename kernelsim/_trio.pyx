@@ -1590,6 +1590,20 @@ cdef RunnableCounter _inline_counter(task, double* until):
 # whose run loop is, to the character, the one replicated (`_REPLICATED_STEP`).
 
 cdef bint _hosting = False      # a task stepped by `_step_woken` is running
+cdef _Completion _hosted = None  # meanwhile, the completion its host waits for
+
+
+@cython.final
+cdef class _HostAbort:
+    """The hosting task's abort function while it steps another: ``_hosted.host_abort``.
+    One object for every hand-over (they are never nested: `_hosting`), not a bound
+    method made and dropped per hand-over."""
+
+    def __call__(self, raise_cancel):
+        return _hosted.host_abort(raise_cancel)
+
+
+cdef _HostAbort _HOST_ABORT = _HostAbort.__new__(_HostAbort)
 
 
 @cython.final
@@ -1687,7 +1701,7 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
 
     Meanwhile `task`, waiting for `done`, is parked as trio sees it: `done` completing
     counts it runnable, and a cancellation reaches it through its park's abort."""
-    global _hosting
+    global _hosting, _hosted
     cdef RunnableCounter counter = live_counter()
     if not _fast_step or _hosting or counter is None or not counter.own_clock or counter.runnable != 1:
         return 0
@@ -1714,7 +1728,8 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     counter.kernel_woken = None
     _set_task(counter, other)
     _hosting = done.hosting = True
-    _task_abort_func.set(task, done.host_abort)
+    _hosted = done
+    _task_abort_func.set(task, _HOST_ABORT)
     cdef bint deferring = defer_raising(False)     # its own calls defer for themselves
     # (Stepped through a pointer that does not say it can fail, its error taken here: a
     # `try` block walks the stack of handled exceptions, one entry per coroutine.)
@@ -1728,6 +1743,7 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
         Py_XDECREF(res)
     defer_raising(deferring)
     _hosting = done.hosting = False
+    _hosted = None
     _task_abort_func.set(task, None)
     _set_task(counter, task)
     if given is None:
