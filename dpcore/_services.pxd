@@ -9,10 +9,13 @@ cdef class Nart:
     cdef dict _map
     cdef dict _hosts
     cdef object _devs
+    cdef int _last_nid                  # the last NID `route` resolved, and its entry
+    cdef tuple _last
     cdef object _resolve(self, object nid)
     cpdef add(self, int nid, object dev, object hwaddr)
     cpdef remove(self, int nid)
     cpdef tuple lookup(self, object nid)
+    cdef tuple route(self, int nid)
 
 
 cdef class DirectedPoint:

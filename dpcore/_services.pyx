@@ -65,12 +65,15 @@ cdef class Nart:
     def learn(self, hosts: dict, devs) -> None:
         self._hosts = hosts
         self._devs = devs
+        self._last = None
 
     cpdef add(self, int nid, object dev, object hwaddr):
         self._map[nid] = (dev, hwaddr)
+        self._last = None
 
     cpdef remove(self, int nid):
         self._map[nid] = ()             # gone: not learned again from the description
+        self._last = None
 
     cdef object _resolve(self, object nid):
         entry = self._map.get(nid)
@@ -88,6 +91,17 @@ cdef class Nart:
         if entry is None:
             raise OSError(errno.EHOSTUNREACH, f"node {nid} is not in the NART")
         return <tuple> entry
+
+    cdef tuple route(self, int nid):
+        """`lookup` of a C int NID for the transmit path, the last entry found kept (a
+        sender mostly sends to one peer): no boxed NID and no dict lookup per message.
+        `add` and `remove`, the only changes to an entry made, forget it."""
+        if self._last is not None and nid == self._last_nid:
+            return self._last
+        entry = self.lookup(nid)
+        self._last_nid = nid
+        self._last = entry
+        return entry
 
     def __contains__(self, nid) -> bool:
         return self._resolve(nid) is not None
@@ -538,7 +552,7 @@ cdef class _WritePath(Path):
                 self.cur = dp._deliver_locally(e, dst_ep, self.data)
                 self.state = 3
             else:
-                dev, hw = dp.nart.lookup(nid)
+                dev, hw = dp.nart.route(nid)
                 nd = <NetDevice?> dev               # the driver's transmit calls are C calls
                 buf = _tx_buffer_unchecked(nd)      # (no `try` block: see `step`)
                 if buf == -1:

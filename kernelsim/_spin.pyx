@@ -18,6 +18,7 @@ SP AM's am_poll loop (``libdp/_am_call.pyx``) and LCI's ``poll_until`` (`Callabl
 are such loops. In real time a program's loop stays a loop of its task.
 """
 cimport cython
+from kernelsim._node cimport Node
 from kernelsim._pyiter cimport take_raised
 from kernelsim._trio import wait_on
 
@@ -159,8 +160,12 @@ def callable_spin(node, SpinnerQueue queue, make_path, done, is_ready, arm_timer
 
 
 cdef int init_spin(EngineSpin spin, node, SpinnerQueue queue) except -1:
-    spin.cpu = node.cpu
-    spin.engine = node.engine
+    if isinstance(node, Node):          # (its fields by C reads, not by name: one spin per poll loop)
+        spin.cpu = (<Node> node).cpu
+        spin.engine = (<Node> node).engine
+    else:
+        spin.cpu = node.cpu
+        spin.engine = node.engine
     spin.queue = queue
     spin.event = -1
     spin.finished = WaitQueue(spin.engine)

@@ -26,7 +26,7 @@ from cpython.pythread cimport PyThread_get_thread_ident
 cdef extern from "Python.h":
     Py_ssize_t PyDict_GET_SIZE(dict d)
     Py_ssize_t Py_SIZE(object o)        # a deque's length (trio's run queue)
-from cpython.object cimport PyObject_GenericSetAttr
+from cpython.object cimport PyObject_GenericSetAttr, PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport reuse
 from kernelsim._pyiter cimport PyIter_Send, take_raised
@@ -116,6 +116,14 @@ _Value = outcome.Value
 _wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
 _async_yield = getattr(_trio_traps, "_async_yield", None)
 _WaitTaskRescheduled = getattr(_trio_traps, "WaitTaskRescheduled", None)
+cdef tuple _NO_ARGS = ()
+
+
+cdef inline object _new(object cls):
+    """``cls.__new__(cls)`` as the class's own tp_new, by a C call: on a Python-level class
+    Cython looks ``__new__`` up on the type and calls object.__new__ with an argument tuple
+    (~350 instructions), once per wake and once per park."""
+    return (<PyTypeObject*> <PyObject*> cls).tp_new(<type> cls, <PyObject*> _NO_ARGS, NULL)
 # What is replicated, and the digest of the source it replicates (trio 0.35, outcome 1.3).
 try:
     _REPLICATED_WAKE = {_trio_run.Runner.reschedule: "d25a5648b6a42879", _Value.__init__: "9616215324e31dd9"}
@@ -279,7 +287,7 @@ def _read_fields(objs):
 
 cdef object _value_none():
     """``outcome.Value(None)``: its generated __init__, two attribute stores, done in C."""
-    v = _Value.__new__(_Value)
+    v = _new(_Value)
     _value_unwrapped.set(v, False)
     _value_value.set(v, None)
     return v
@@ -297,7 +305,7 @@ cdef object _unwrap(o):
 
 cdef object _wait_message(abort_func):
     """``WaitTaskRescheduled(abort_func)``, the same way."""
-    m = _WaitTaskRescheduled.__new__(_WaitTaskRescheduled)
+    m = _new(_WaitTaskRescheduled)
     PyObject_GenericSetAttr(m, "abort_func", abort_func)
     return m
 
@@ -921,7 +929,7 @@ cdef class _PathMaker:
     point (`_blocking_rest`), which the call then steps. The calls made for a trio task
     are spares (`_makers`) and let go of everything once over (`_over`)."""
     cdef int kind
-    cdef int state              # _NEW, _GOING_ON (in `rest`), _OVER
+    cdef int state              # _NEW, _GOING_ON (in `rest`), _PARKED, _OVER
     cdef bint gate
     cdef Node node
     cdef object fn, proc, name, args
@@ -929,6 +937,12 @@ cdef class _PathMaker:
     cdef WaitQueue first_wait
     cdef double wake_cost, before
     cdef object rest            # the coroutine the call goes on in
+    # _PARKED: parked by the call itself (`_park_call`), not in `rest`: on what (_PARKED_WAIT:
+    # the wait before its first try; _PARKED_PATH: a try's path), for which task, and the
+    # completion it waits for.
+    cdef int parked
+    cdef object task
+    cdef _Completion done
 
     cdef object make(self, bint first):
         if self.kind == _MAKE_ENTRY:
@@ -964,7 +978,10 @@ cdef class _PathMaker:
             except BaseException:
                 _over(self)
                 raise
-        if self.state == _NEW:
+        if self.state == _PARKED:
+            raise_readable()            # as `_blocking_rest` leaves (its `finally`)
+            _over(self)
+        elif self.state == _NEW:
             _over(self)
         if val is None:
             val = typ() if isinstance(typ, type) else typ
@@ -978,6 +995,9 @@ cdef class _PathMaker:
                 self.rest.close()
             finally:
                 _over(self)
+        elif self.state == _PARKED:
+            raise_readable()
+            _over(self)
         elif self.state == _NEW:
             _over(self)
 
@@ -986,6 +1006,9 @@ cdef enum:
     _NEW = 0
     _GOING_ON = 1
     _OVER = 2
+    _PARKED = 3
+    _PARKED_WAIT = 1
+    _PARKED_PATH = 2
 
 
 cdef int _over(_PathMaker call) except -1:
@@ -996,6 +1019,8 @@ cdef int _over(_PathMaker call) except -1:
     call.fn = None
     call.nonblocking = None
     call.rest = None
+    call.task = None
+    call.done = None
     return 0
 
 
@@ -1009,11 +1034,16 @@ cdef int _call_send(_PathMaker call, object value, PyObject** res) except -1:
         if r != 1:
             _over(call)
         return r
-    if call.state == _OVER:
+    if call.state == _PARKED:
+        r = _resume_unchecked(call, value, res)
+    elif call.state == _OVER:
         raise RuntimeError("cannot reuse already awaited call")
-    if value is not None:
+    elif value is not None:
         raise TypeError("can't send non-None value to a just-started call")
-    r = _start_unchecked(call, res)
+    else:
+        r = _start_unchecked(call, res)
+    if r == 2:
+        return 1                        # parked (again), by itself
     if r == 1:
         # It must give trio a pass: from here on it is `call.rest`'s.
         call.state = _GOING_ON
@@ -1039,8 +1069,10 @@ cdef int _call_rest(object rest, object value, PyObject** res) except -1:
 ctypedef int (*_CallSend)(_PathMaker, object, PyObject**) noexcept
 ctypedef int (*_RestSend)(object, object, PyObject**) noexcept
 ctypedef int (*_Start)(_PathMaker, PyObject**) noexcept
+ctypedef int (*_Resume)(_PathMaker, object, PyObject**) noexcept
 cdef _CallSend _call_send_unchecked = <_CallSend> _call_send
 cdef _Start _start_unchecked = <_Start> _start
+cdef _Resume _resume_unchecked = <_Resume> _resume
 cdef _RestSend _call_rest_unchecked = <_RestSend> _call_rest
 
 
@@ -1195,23 +1227,73 @@ cdef int _start(_PathMaker call, PyObject** res) except -1:
         if not _is_nonblocking(call.nonblocking, call.proc, call.fd):
             done = _completion(None)    # the queue's wake stops the engine itself
             how = _start_wait(node.engine, first_wait, done, task)
+            if how == _PARK and _fast_park:
+                return _park_call(call, task, done, _PARKED_WAIT, done.abort_wait, res)
             if _passes(how, task):
                 call.rest = _blocking_rest(call, task, done, how, True)
                 return 1
             before = call.wake_cost
+    return _first_try(call, task, before, res)
+
+
+cdef int _first_try(_PathMaker call, task, double before, PyObject** res) except -1:
+    """The call's first try, after `before` seconds of CPU time: as `_start`."""
+    cdef Node node = call.node
+    cdef Engine engine = node.engine
     path = call.make(True)
     if before:
         path = _lead(before, path)
-    engine = node.engine
-    done = _completion(engine)
-    how = _start_path(engine, node.cpu, path, done, task)
+    cdef _Completion done = _completion(engine)
+    cdef int how = _start_path(engine, node.cpu, path, done, task)
     if (how == _INLINE or how == _WOKEN) and (done.exc is None or not isinstance(done.exc, WouldBlock)) \
             and not (how == _INLINE and _cancel_pending(task)):
         value = _outcome(done)
         Py_INCREF(value)
         res[0] = <PyObject*> value
         return 0
+    if how == _PARK and _fast_park:
+        return _park_call(call, task, done, _PARKED_PATH, _refuse_abort, res)
     call.rest = _blocking_rest(call, task, done, how, False)
+    return 1
+
+
+cdef int _park_call(_PathMaker call, task, _Completion done, int on, abort_func, PyObject** res) except -1:
+    """``done.task = task; await _park(abort_func)`` as `_blocking_rest` does it, with no
+    coroutine: the call parks by itself (2, trio's message in ``res[0]``) and goes on in
+    `_resume`. A blocking read parks once per message: its coroutine, made and dropped,
+    and the steps through it cost more than the rest of the park."""
+    done.task = task
+    if not _hosting:
+        raise_readable()                # as `_park`
+    m = _wait_message(abort_func)
+    call.state = _PARKED
+    call.parked = on
+    call.task = task
+    call.done = done
+    Py_INCREF(m)
+    res[0] = <PyObject*> m
+    return 2
+
+
+cdef int _resume(_PathMaker call, value, PyObject** res) except -1:
+    """The parked call, resumed by trio with `value`: what `_blocking_rest` does after its
+    park, up to the next pass it must give trio (1: `call.rest` made to go on from there;
+    2: parked again) or its end (0, its value in ``res[0]``)."""
+    cdef _Completion done = call.done
+    task = call.task
+    call.done = None
+    call.task = None
+    call.state = _NEW                   # (not over: the call is still running)
+    _unwrap(value)
+    if call.parked == _PARKED_WAIT:
+        return _first_try(call, task, call.wake_cost, res)
+    if done.exc is None or not isinstance(done.exc, WouldBlock):
+        value = _outcome(done)
+        Py_INCREF(value)
+        res[0] = <PyObject*> value
+        return 0
+    # A retry: `_blocking_rest` from the same point (after a park, nothing more to give).
+    call.rest = _blocking_rest(call, task, done, _WOKEN, False)
     return 1
 
 
@@ -1508,6 +1590,20 @@ cdef RunnableCounter _inline_counter(task, double* until):
 # whose run loop is, to the character, the one replicated (`_REPLICATED_STEP`).
 
 cdef bint _hosting = False      # a task stepped by `_step_woken` is running
+cdef _Completion _hosted = None  # meanwhile, the completion its host waits for
+
+
+@cython.final
+cdef class _HostAbort:
+    """The hosting task's abort function while it steps another: ``_hosted.host_abort``.
+    One object for every hand-over (they are never nested: `_hosting`), not a bound
+    method made and dropped per hand-over."""
+
+    def __call__(self, raise_cancel):
+        return _hosted.host_abort(raise_cancel)
+
+
+cdef _HostAbort _HOST_ABORT = _HostAbort.__new__(_HostAbort)
 
 
 @cython.final
@@ -1605,7 +1701,7 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
 
     Meanwhile `task`, waiting for `done`, is parked as trio sees it: `done` completing
     counts it runnable, and a cancellation reaches it through its park's abort."""
-    global _hosting
+    global _hosting, _hosted
     cdef RunnableCounter counter = live_counter()
     if not _fast_step or _hosting or counter is None or not counter.own_clock or counter.runnable != 1:
         return 0
@@ -1632,7 +1728,8 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     counter.kernel_woken = None
     _set_task(counter, other)
     _hosting = done.hosting = True
-    _task_abort_func.set(task, done.host_abort)
+    _hosted = done
+    _task_abort_func.set(task, _HOST_ABORT)
     cdef bint deferring = defer_raising(False)     # its own calls defer for themselves
     # (Stepped through a pointer that does not say it can fail, its error taken here: a
     # `try` block walks the stack of handled exceptions, one entry per coroutine.)
@@ -1646,6 +1743,7 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
         Py_XDECREF(res)
     defer_raising(deferring)
     _hosting = done.hosting = False
+    _hosted = None
     _task_abort_func.set(task, None)
     _set_task(counter, task)
     if given is None:

@@ -2,9 +2,11 @@ from kernelsim._engine cimport EventTarget
 
 
 cdef class FrameSink(EventTarget):
-    # A device model a port feeds: frame_in(frame, crc_ok) is its receive entry by C call
-    # (the default calls the model's Python-level rx_frame, so any model works behind a port).
-    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1
+    # A device model a port feeds: frame_in(frame, crc_ok, last) is its receive entry by C
+    # call (the default calls the model's Python-level rx_frame, so any model works behind a
+    # port). ``last``: the caller is an engine event that does nothing more at this instant,
+    # so the model may run its own next event at once (`Engine.advance`).
+    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok, bint last) except -1
     # 1 if it can take another frame now with no host action (its next receive buffer is
     # free): a real port may take the next one in before it runs the engine. Default 0.
     cdef int rx_room(self) except -1

@@ -21,7 +21,7 @@ cdef class FrameSink(EventTarget):
     A model overrides it to take the frame without a Python-level call; by default it
     calls the model's ``rx_frame(frame, crc_ok)``."""
 
-    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1:
+    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok, bint last) except -1:
         self.rx_frame(frame, crc_ok)
         return 0
 

@@ -220,7 +220,7 @@ cdef class DevicePort(PortTx):
         """The `k` bytes in the buffer to the device, then the node's engine: the frame is
         handled -- DMA, interrupt, driver, protocol -- before the next is taken."""
         if self._sink is not None:
-            self._sink.frame_in(self._mv[:k], True)
+            self._sink.frame_in(self._mv[:k], True, False)
         else:
             self._device.rx_frame(self._view[:k], True)
         self.rx_frames += 1

@@ -16,6 +16,7 @@ from libc.string cimport memcpy
 from kernelsim._engine cimport Engine
 from kernelsim.media._port cimport FramePort, FrameSink
 from kernelsim.media.faults import FaultInjector
+from kernelsim.media.faults cimport faults_active
 
 __all__ = ["EtherLink", "EtherPort"]
 
@@ -61,7 +62,7 @@ cdef class EtherPort(FramePort):
         self.bytes += n
         self.busy_s += end - start
         arrive = end + link.prop_s
-        if link.faults.active:
+        if faults_active(link.faults):
             for data, delay, ok in link.faults.apply(frame):
                 link.engine.post(arrive + delay, self.peer, 1 if ok else 0, data)
         else:
@@ -82,9 +83,9 @@ cdef class EtherPort(FramePort):
                     self._buf = bytearray(n)
                     self._mv = self._buf
                 memcpy(&self._mv[0], PyBytes_AS_STRING(frame), n)
-                self._sink.frame_in(self._mv[:n], what != 0)
+                self._sink.frame_in(self._mv[:n], what != 0, True)   # the event's last thing
             else:
-                self._sink.frame_in(frame, what != 0)
+                self._sink.frame_in(frame, what != 0, True)
         elif self._device is not None:
             self._device.rx_frame(frame, what != 0)
         return 0

@@ -120,7 +120,7 @@ cdef class Dec21140(NicModel):
     cdef _tx_complete(self, Py_ssize_t d, unsigned int des1, bint last=*)
     cdef _tx_advance(self, Py_ssize_t d, double t)
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok)
-    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1
+    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok, bint last) except -1
     cdef bint _accepts(self, const unsigned char[::1] frame) except -1
     cdef bint _rx_busy(self, Py_ssize_t d) noexcept
     cdef int rx_room(self) except -1

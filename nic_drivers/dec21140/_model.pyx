@@ -320,9 +320,9 @@ cdef class Dec21140(NicModel):
     # -- receive ring walker (the medium calls frame_in by C at the frame's last bit) ----
 
     cpdef rx_frame(self, const unsigned char[::1] frame, bint crc_ok):
-        self.frame_in(frame, crc_ok)
+        self.frame_in(frame, crc_ok, False)
 
-    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok) except -1:
+    cdef int frame_in(self, const unsigned char[::1] frame, bint crc_ok, bint last) except -1:
         cdef Py_ssize_t d = self.rx_cur
         cdef Py_ssize_t n = frame.shape[0]
         cdef unsigned int des0, des1, status
@@ -389,7 +389,15 @@ cdef class Dec21140(NicModel):
         # In real time every DMA is done at once and the engine runs events in the order
         # posted: one event hands back every frame queued by then (`_rx_done`), so a burst
         # taken in before the engine runs raises one receive interrupt, not one per frame.
-        if not self.engine.realtime or self._rxq_len == 1:
+        if self.engine.realtime:
+            if self._rxq_len == 1:
+                self.engine.post(t, self, RX_DONE + self._rxq_tag, None)
+        elif last and self.engine.advance(t):
+            # The frame's arrival does nothing more at its instant and nothing can come
+            # before the DMA's end: the end runs now, as the event it would be (one event
+            # per received frame fewer, the same effects at the same instant).
+            self._rx_done(RX_DONE + self._rxq_tag)
+        else:
             self.engine.post(t, self, RX_DONE + self._rxq_tag, None)
         return 0
 

@@ -30,6 +30,7 @@ from collections import deque
 cimport cython
 
 from kernelsim._engine cimport Engine, EventTarget
+from kernelsim.media.faults cimport faults_active
 from nic_drivers.myrinet._model cimport LanaiNI, Medium
 
 cdef int EV_HOP = 0          # the head is at a switch and its delay has passed
@@ -246,7 +247,7 @@ cdef class Wire(Medium):
     cdef _tail(self, Packet p):
         cdef LanaiNI ni = <LanaiNI?> p.want.target
         cdef const unsigned char* at
-        if not self.faults.active:           # the packet as it was sent, less the route it used
+        if not faults_active(self.faults):   # the packet as it was sent, less the route it used
             self.delivered += 1
             at = <const unsigned char*> p.data
             ni.net_tail_at(at + p.pos, len(p.data) - p.pos, True)

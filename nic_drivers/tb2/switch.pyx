@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 
 from kernelsim.media.faults import FaultInjector
+from kernelsim.media.faults cimport faults_active
 from kernelsim._engine cimport Engine, EventTarget
 from cpython.bytes cimport PyBytes_AS_STRING
 from nic_drivers.tb2._model cimport Tb2Adapter, Tb2Port
@@ -211,7 +212,7 @@ cdef class Tb2Switch:
         head = port.eject.take(head + self.chip_s, wire, n)
         arrive = head + wire                     # the last byte is in the adapter
         self.delivered += 1
-        if self.faults.active:
+        if faults_active(self.faults):
             for data, delay, ok in self.faults.apply(packet):
                 self.engine.post(arrive + delay, port, 0, (data, ok))
         else:

@@ -9,3 +9,4 @@ cdef class KeepAlive(Window):
     cdef int _keepalive_check(self) except -1
     cdef int _keepalive_due(self, Peer peer) except -1
     cpdef arm_timer(self)
+    cdef double _next_due(self) except? -1.0

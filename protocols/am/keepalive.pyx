@@ -39,6 +39,7 @@ import math
 from time import perf_counter as _wall
 
 from protocols.am import _wire as W
+from libc.math cimport INFINITY
 from protocols.am._wire cimport Peer
 from protocols.am._codes cimport *
 from protocols.am.window cimport Window
@@ -91,14 +92,16 @@ cdef class KeepAlive(Window):
             self._ka_due = _NEVER
         return 0
 
-    def _next_due(self) -> float:
-        """The exact poll count at which the first peer falls due (and the new bound)."""
-        due = _NEVER
-        k = self.keepalive_polls
+    cdef double _next_due(self) except? -1.0:
+        """The exact poll count at which the first peer falls due (and the new bound).
+        A C method over typed peers: as a Python method, called per wait, it was a
+        method lookup and call and a generic attribute read per peer."""
+        cdef Peer peer
+        cdef double due = INFINITY
+        cdef long long k = self.keepalive_polls
         for peer in self.settling:
-            d = peer.mark + k
-            if d < due:
-                due = d
+            if peer.mark + k < due:
+                due = peer.mark + k
         self._ka_due = due
         return due
 
@@ -158,16 +161,17 @@ cdef class KeepAlive(Window):
     cpdef arm_timer(self):
         """Before the caller waits: wake it when a keep-alive falls due (SP-C08). The
         timeout is counted in polls; a spinning caller makes one every `full_poll`."""
+        cdef double due, left
         if self._timer >= 0:
             self.engine.cancel(self._timer)
             self._timer = -1
-        due = self._next_due() if self.settling else _NEVER
-        if self.closing and self.heard >= 0:
-            due = min(due, self.heard + self.linger_polls)
-        if due == _NEVER:
+        due = self._next_due() if self.settling else INFINITY
+        if self.closing and self.heard >= 0 and self.heard + self.linger_polls < due:
+            due = self.heard + self.linger_polls
+        if due == INFINITY:
             return
         left = due - self.polls
-        self._timer = self.engine.after(max(1, left) * self.full_poll, self._on_timer, None)
+        self._timer = self.engine.after((left if left > 1 else 1) * self.full_poll, self._on_timer, None)
 
     def _timer_fired(self, _arg) -> None:
         self._timer = -1

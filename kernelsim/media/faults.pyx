@@ -1,3 +1,4 @@
+# cython: language_level=3, annotation_typing=False
 """Seeded fault injection for modeled media: loss, corruption, duplication, reordering.
 
 Every modeled medium passes each frame through `FaultInjector.apply`, which returns the
@@ -7,18 +8,17 @@ copies to deliver: none (lost), one, or two (duplicated); each with an extra del
 profile parameters (``fault.loss`` and so on, 0 by default) so ``--param`` sets them;
 the random stream comes from the cluster's seed, so a faulty run is repeatable.
 """
-from __future__ import annotations
-
 import random
 
 __all__ = ["FaultInjector"]
 
 
-class FaultInjector:
-    __slots__ = ("loss", "corrupt", "duplicate", "reorder", "reorder_delay_s", "rng", "active",
-                 "lost", "corrupted", "duplicated", "reordered")
+cdef class FaultInjector:
+    # Cython, so that a medium's per-frame test of `active` is a C read (`faults_active`),
+    # not a generic attribute lookup per frame. Every field stays what it was (a Python
+    # object as given, set and read by name); `active` a bool.
 
-    def __init__(self, profile, rng: random.Random | None = None):
+    def __init__(self, profile, rng=None):
         self.loss = profile.get("fault.loss", 0.0)
         self.corrupt = profile.get("fault.corrupt", 0.0)
         self.duplicate = profile.get("fault.duplicate", 0.0)
@@ -32,7 +32,7 @@ class FaultInjector:
         self.active = bool(self.loss or self.corrupt or self.duplicate or self.reorder)
         self.lost = self.corrupted = self.duplicated = self.reordered = 0
 
-    def apply(self, frame: bytes) -> list[tuple[bytes, float, bool]]:
+    def apply(self, frame):
         """The deliveries of one frame: (bytes, extra delay in s, CRC intact)."""
         if not self.active:
             return [(frame, 0.0, True)]
