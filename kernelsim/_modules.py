@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, Callable
 
 __all__ = ["Param", "Module", "ModuleTable", "available_modules", "find_module"]
@@ -97,6 +96,7 @@ def available_modules() -> dict[str, Module]:
     """
     global _index
     if _index is None:
+        from importlib.metadata import entry_points     # ~50 ms to import: only where a module is looked up
         found = {}
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             found.setdefault(ep.name, ep)
