@@ -65,6 +65,7 @@ cdef extern from *:
 DEF RELEASE_HEAD = 2            # u8 GATE_FILEOP, u8 OP_RELEASE, then u32 slot numbers (little endian)
 DEF RELEASE_BATCH = 16          # releases sent at once while more deliveries wait
 DEF SLEEP_MS = 500              # a sleeping read looks at the file's error word this often
+DEF MISSES = 3                  # waits in a row that outlast the poll before waits sleep at once (`Spinner`)
 # Two polls' sched_yields that return CROWDED_YIELD_S late within CROWDED_WINDOW_S: a
 # CPU-bound process shares the core, and waits sleep at once for CROWDED_BACKOFF_S -- the
 # node loop's rule, for the same reasons (kernelsim.daemon._server).
@@ -86,7 +87,7 @@ cdef class Spinner:
     its endpoints' C waits and its Python ones.
     """
 
-    MISSES_TO_SLEEP = 3
+    MISSES_TO_SLEEP = MISSES
 
     def __cinit__(self, double cap):
         self.cap = cap
@@ -96,7 +97,7 @@ cdef class Spinner:
         self.crowded = 0
 
     cdef double limit_s(self) noexcept:
-        if self.cap <= 0.0 or self.misses >= 3:         # MISSES_TO_SLEEP
+        if self.cap <= 0.0 or self.misses >= MISSES:
             return 0.0
         return self.cap if wall_now() >= self.crowded_until else 0.0
 
@@ -106,9 +107,10 @@ cdef class Spinner:
     cpdef bint yielded(self, double before, double after) noexcept:
         # A poll's yield took from `before` to `after`: True if it found the core crowded
         # (the second late one in a while; polling is off for a while).
+        cdef double late = self.last_late
         if after - before < _crowded_yield_s:
             return False
-        late, self.last_late = self.last_late, after
+        self.last_late = after
         if after - late >= _crowded_window_s:
             return False
         self.crowded_until = after + _crowded_backoff_s
