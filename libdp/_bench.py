@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import errno
 import math
-import time
 
 import trio
 
@@ -81,17 +80,20 @@ def _lossy(dp) -> bool:
 
 async def _read_within(dp, fd, timeout: float, nbytes: int = 65536):
     """The next message, or None if none came within `timeout` seconds."""
+    return await _read_until(dp, fd, trio.current_time() + timeout, nbytes)
+
+
+async def _read_until(dp, fd, deadline: float, nbytes: int):
+    """The next message, or None if none came by trio's time `deadline`."""
     polled = _nowait(dp, "dp_read_polled")
     if polled is not None:
         # A real node's message that comes while this process polls needs no cancel scope
         # (entering and leaving one costs a trio program more than a round trip).
-        start = time.perf_counter()
         m = polled(fd, nbytes)
         if m is not None:
             await checkpoint()
             return m
-        timeout -= time.perf_counter() - start
-    with trio.move_on_after(timeout):
+    with trio.move_on_at(deadline):
         return await dp.dp_read(fd, nbytes)
     return None
 
@@ -265,19 +267,10 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, f
 
 async def _await_echo(dp, fd, tag: bytes, n: int, timeout: float) -> bool:
     """Did the echo of the ping tagged `tag` come within `timeout` (others are skipped)?"""
-    polled = _nowait(dp, "dp_read_polled")
-    if polled is not None:                  # a real node's: first what comes while it polls (`_read_within`)
-        start = time.perf_counter()
-        while (m := polled(fd, max(n, 16))) is not None:
-            if len(m) == n and m[:len(tag)] == tag:
-                await checkpoint()
-                return True
-        timeout -= time.perf_counter() - start
-    with trio.move_on_after(timeout):
-        while True:
-            m = await dp.dp_read(fd, max(n, 16))
-            if len(m) == n and m[:len(tag)] == tag:
-                return True
+    deadline = trio.current_time() + timeout
+    while (m := await _read_until(dp, fd, deadline, max(n, 16))) is not None:
+        if len(m) == n and m[:len(tag)] == tag:
+            return True
     return False
 
 

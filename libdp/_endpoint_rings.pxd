@@ -2,15 +2,13 @@
 """C-level declarations of the user side of an attached endpoint (libdp._endpoint_rings)."""
 from libc.stdint cimport uint32_t
 from kernelsim.media._shmring cimport ShmRing
-from kernelsim.daemon._rings cimport EventRing
+from kernelsim.daemon._rings cimport CrowdedCore, EventRing
 
 
 cdef class Spinner:
     cdef readonly double cap        # the most a wait polls before it sleeps (s)
     cdef readonly int misses        # consecutive waits that outlasted the cap
-    cdef readonly double crowded_until  # no polling before this (wall clock): yields found the core taken
-    cdef double last_late           # when a yield last came back late
-    cdef readonly long crowded          # how many times a yield did
+    cdef CrowdedCore crowding       # late yields: no polling for a while on a crowded core
 
     cdef double limit_s(self) noexcept
     cdef void waited_s(self, double seconds) noexcept

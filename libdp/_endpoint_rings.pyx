@@ -33,7 +33,6 @@ from cpython.exc cimport PyErr_CheckSignals
 from libc.errno cimport errno as c_errno, EINTR
 
 from kernelsim._engine cimport wall_now
-from kernelsim.daemon._server import CROWDED_BACKOFF_S, CROWDED_WINDOW_S, CROWDED_YIELD_S
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
@@ -52,7 +51,7 @@ import os
 from libdp._calls import _check_count
 
 from kernelsim.media._shmring cimport ShmRing, RING_OK, RING_FULL, RING_CLOSED
-from kernelsim.daemon._rings cimport EventRing
+from kernelsim.daemon._rings cimport CrowdedCore, EventRing
 
 cdef extern from *:
     """
@@ -66,11 +65,6 @@ DEF RELEASE_HEAD = 2            # u8 GATE_FILEOP, u8 OP_RELEASE, then u32 slot n
 DEF RELEASE_BATCH = 16          # releases sent at once while more deliveries wait
 DEF SLEEP_MS = 500              # a sleeping read looks at the file's error word this often
 DEF MISSES = 3                  # waits in a row that outlast the poll before waits sleep at once (`Spinner`)
-# Two polls' sched_yields that return CROWDED_YIELD_S late within CROWDED_WINDOW_S: a
-# CPU-bound process shares the core, and waits sleep at once for CROWDED_BACKOFF_S -- the
-# node loop's rule, for the same reasons (kernelsim.daemon._server).
-cdef double _crowded_yield_s = CROWDED_YIELD_S, _crowded_window_s = CROWDED_WINDOW_S
-cdef double _crowded_backoff_s = CROWDED_BACKOFF_S
 
 
 cdef class Spinner:
@@ -92,30 +86,25 @@ cdef class Spinner:
     def __cinit__(self, double cap):
         self.cap = cap
         self.misses = 0
-        self.crowded_until = 0.0
-        self.last_late = -1.0
-        self.crowded = 0
+        self.crowding = CrowdedCore()
 
     cdef double limit_s(self) noexcept:
         if self.cap <= 0.0 or self.misses >= MISSES:
             return 0.0
-        return self.cap if wall_now() >= self.crowded_until else 0.0
+        return self.cap if wall_now() >= self.crowding.until else 0.0
 
     cdef void waited_s(self, double seconds) noexcept:
         self.misses = self.misses + 1 if seconds > self.cap else 0
 
     cpdef bint yielded(self, double before, double after) noexcept:
         # A poll's yield took from `before` to `after`: True if it found the core crowded
-        # (the second late one in a while; polling is off for a while).
-        cdef double late = self.last_late
-        if after - before < _crowded_yield_s:
-            return False
-        self.last_late = after
-        if after - late >= _crowded_window_s:
-            return False
-        self.crowded_until = after + _crowded_backoff_s
-        self.crowded += 1
-        return True
+        # (the node loop's rule, kernelsim.daemon._rings.CrowdedCore).
+        return self.crowding.late_yield(before, after)
+
+    @property
+    def crowded(self):
+        """How many times yields found the core crowded."""
+        return self.crowding.count
 
     def limit(self) -> float:
         """How long the next wait polls: the cap, or 0 after a run of misses."""

@@ -72,3 +72,11 @@ cdef class RingExport:
     # the file's deposit calls deliver by C to post what it has queued.
     cdef int deliver(self) except -1
     cdef int ring_op_raw(self, const unsigned char* p, Py_ssize_t n) except -1
+
+
+cdef class CrowdedCore:
+    # The two-strike rule of a poller pinned beside a CPU-bound process (_rings.pyx).
+    cdef double last_late           # when a yield last came back late
+    cdef readonly double until      # no polling before this (wall clock)
+    cdef readonly long long count   # times the rule stopped the polls
+    cdef bint late_yield(self, double before, double after) noexcept

@@ -265,3 +265,39 @@ cdef class RingExport:
     def ring_op(self, payload) -> None:
         cdef const unsigned char[::1] view = payload
         self.ring_op_raw(&view[0] if view.shape[0] else <const unsigned char*> b"", view.shape[0])
+
+
+# A yield that returns this much later waited out a time slice of another process (EEVDF's
+# are 0.75 ms and more; a node pass or a script's turn is tens of µs). Twice within
+# CROWDED_WINDOW_S means a CPU-bound process shares this pinned core -- once is also a
+# neighbour's odd long step (a garbage collection, a request) -- and then every poll queues
+# behind a slice of it, and the CPU polls burn make the poller the scheduler's last choice
+# when its doorbell wakes it. So the poller -- a node (_server), or a script attached to it
+# (libdp._endpoint_rings.Spinner) -- sleeps at once for CROWDED_BACKOFF_S before it polls again.
+CROWDED_YIELD_S = 0.5e-3
+CROWDED_WINDOW_S = 0.05
+CROWDED_BACKOFF_S = 0.1
+cdef double _crowded_yield_s = CROWDED_YIELD_S, _crowded_window_s = CROWDED_WINDOW_S
+cdef double _crowded_backoff_s = CROWDED_BACKOFF_S
+
+
+cdef class CrowdedCore:
+    """One poller's count of late yields: polling is off until `until` after two within
+    `CROWDED_WINDOW_S`; `count` says how often."""
+
+    def __cinit__(self):
+        self.last_late = -1.0
+        self.until = 0.0
+        self.count = 0
+
+    cdef bint late_yield(self, double before, double after) noexcept:
+        # A poll's yield took from `before` to `after`: True if that stopped the polls.
+        cdef double late = self.last_late
+        if after - before < _crowded_yield_s:
+            return False
+        self.last_late = after
+        if after - late >= _crowded_window_s:
+            return False
+        self.until = after + _crowded_backoff_s
+        self.count += 1
+        return True

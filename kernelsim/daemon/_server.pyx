@@ -77,7 +77,7 @@ from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
 from kernelsim._node cimport Costs, callgate_entry, poll_ports
 from kernelsim.media._shmring cimport RING_EMPTY, ShmRing
-from kernelsim.daemon._rings cimport RingExport
+from kernelsim.daemon._rings cimport CrowdedCore, RingExport
 import errno
 import os
 import select
@@ -110,18 +110,6 @@ cdef enum:
     SOCKET_POLL_EVERY = 4   # empty polling passes per look at the sockets (_loop); 1-byte RTT 27.9-28.3 -> 27.0-27.1 us
 YIELD_IDLE_S = 20e-6    # a sched_yield that returns later than this ran someone else (a no-op yield: ~1 µs)
 cdef double _yield_idle_s = YIELD_IDLE_S
-# A yield that returns this much later waited out a time slice of another process (EEVDF's
-# are 0.75 ms and more; a node pass or a script's turn is tens of µs). Twice within
-# CROWDED_WINDOW_S means a CPU-bound process shares this pinned core -- once is also a
-# neighbour's odd long step (a garbage collection, a request) -- and then every poll queues
-# behind a slice of it, and the CPU polls burn make the poller the scheduler's last choice
-# when its doorbell wakes it. So the poller -- a node, or a script attached to it
-# (libdp._endpoint_rings.Spinner) -- sleeps at once for CROWDED_BACKOFF_S before it polls again.
-CROWDED_YIELD_S = 0.5e-3
-CROWDED_WINDOW_S = 0.05
-CROWDED_BACKOFF_S = 0.1
-cdef double _crowded_yield_s = CROWDED_YIELD_S, _crowded_window_s = CROWDED_WINDOW_S
-cdef double _crowded_backoff_s = CROWDED_BACKOFF_S
 # DP_GATE_RETRY=0 (diagnostics, tests): an entry that finds the transmit ring full parks
 # at once, even when the drain's unsent entries are what fill it (`_gate_entry_raw`), so
 # it goes the wait-queue way (`NodeServer._block`) that a ring full for any reason takes.
@@ -243,7 +231,7 @@ class Session:
 cdef class LoopStats:
     """What a node's loop has done: ``busy_s`` of wall time in passes that found work,
     ``passes`` (every pass), ``busy_passes``, ``sleeps`` (times it slept in epoll),
-    ``crowded`` (times it stopped polling for a CPU-bound neighbour, `CROWDED_YIELD_S`).
+    ``crowded`` (times it stopped polling for a CPU-bound neighbour: `_rings.CrowdedCore`).
     ``dp node status`` shows them; a stream's node CPU per message is ``busy_s`` over the
     messages (the rest of its CPU, if it polls, is polling)."""
     cdef public double busy_s
@@ -347,7 +335,8 @@ class NodeServer:
         cdef list ports = node.real_ports, gates = self._gates
         epoll_poll = self._epoll.poll
         cdef double spin_s = self.spin_s
-        cdef double last_work = wall_now(), now, start, back, crowded_until = 0.0, last_late = -1.0
+        cdef double last_work = wall_now(), now, start, back
+        cdef CrowdedCore crowding = CrowdedCore()
         cdef unsigned int empty = 0
         cdef LoopStats stats = self.loop_stats
         while not self._stopping:
@@ -392,7 +381,7 @@ class NodeServer:
                         continue
                 if spin_s > 0.0:
                     now = wall_now()
-                    if now - last_work < spin_s and now >= crowded_until:
+                    if now - last_work < spin_s and now >= crowding.until:
                         sched_yield()
                         # Poll only while the core is otherwise idle: a yield that gave the
                         # core away (another process ran) means polling takes it from that
@@ -402,11 +391,8 @@ class NodeServer:
                         back = wall_now()
                         if back - now < _yield_idle_s:
                             continue
-                        if back - now >= _crowded_yield_s:
-                            if back - last_late < _crowded_window_s:
-                                crowded_until = back + _crowded_backoff_s
-                                stats.crowded += 1
-                            last_late = back
+                        if crowding.late_yield(now, back):
+                            stats.crowded += 1
             # Sleep -- also straight after work when the node does not poll: announcing the
             # sleep checks every ring once more (a producer that published meanwhile makes
             # it fail), and epoll returns at once for a socket or doorbell already readable,
