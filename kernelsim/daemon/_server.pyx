@@ -118,6 +118,14 @@ cdef bint _retry_unsettled = os.environ.get("DP_GATE_RETRY", "1") != "0"
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
 
+cdef extern from "<sys/epoll.h>" nogil:
+    ctypedef union epoll_data_t:
+        int fd
+    cdef struct epoll_event:
+        unsigned int events
+        epoll_data_t data
+    int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout)
+
 cdef extern from *:
     """
     /* New contents for a bytes object only its filler holds: its cached hash goes too. */
@@ -332,12 +340,18 @@ class NodeServer:
     def _loop(self) -> None:
         node = self.node
         cdef Engine engine = <Engine?> node.engine
-        cdef list ports = node.real_ports, gates = self._gates
+        # The loop holds the server's lists, never rebound (`_resume_parked` empties them in
+        # place): a pass tests them by C instead of looking each up by name.
+        cdef list ports = node.real_ports, gates = self._gates, sources = self._sources
+        cdef list ready = self._ready, ready_gates = self._ready_gates
         epoll_poll = self._epoll.poll
+        cdef int epfd = self._epoll.fileno()
+        cdef epoll_event ev
         cdef double spin_s = self.spin_s
-        cdef double last_work = wall_now(), now, start, back
+        cdef double last_work = wall_now(), start, back
         cdef CrowdedCore crowding = CrowdedCore()
         cdef unsigned int empty = 0
+        cdef Py_ssize_t work
         cdef LoopStats stats = self.loop_stats
         while not self._stopping:
             # A signal's Python handler (SIGTERM/SIGINT: `stop`) runs only when something
@@ -353,9 +367,9 @@ class NodeServer:
             if engine.peek() != _INF:
                 engine.run()                # device work a parked call left, timers paths armed
                 work += 1
-            for src in self._sources:
+            for src in sources:
                 work += src.poll()
-            if self._ready or self._ready_gates:
+            if ready or ready_gates:
                 work += self._resume_parked()
             # What this pass delivered -- and what the requests handled since the last pass
             # did: every process woken once, before the node polls on or sleeps.
@@ -372,16 +386,19 @@ class NodeServer:
                 # SOCKET_POLL_EVERY empty passes of a poll, not every pass: a pass is a
                 # few hundred ns of rings and a system call costs as much -- each hop of
                 # a round trip waits on average half a pass for the frame to be seen.
+                # The look is one epoll_wait by C; epoll's Python list of events is made
+                # only when one is ready (level-triggered: still ready when asked again).
                 empty += 1
                 if empty % SOCKET_POLL_EVERY == 1 or spin_s <= 0.0:
-                    events = epoll_poll(0)
-                    if events:
-                        self._handle_events(events)
-                        last_work = wall_now()
-                        continue
+                    if epoll_wait(epfd, &ev, 1, 0) > 0:
+                        events = epoll_poll(0)
+                        if events:
+                            self._handle_events(events)
+                            last_work = wall_now()
+                            continue
                 if spin_s > 0.0:
-                    now = wall_now()
-                    if now - last_work < spin_s and now >= crowding.until:
+                    # The pass began a few hundred ns ago: its start stands for now.
+                    if start - last_work < spin_s and start >= crowding.until:
                         sched_yield()
                         # Poll only while the core is otherwise idle: a yield that gave the
                         # core away (another process ran) means polling takes it from that
@@ -389,15 +406,15 @@ class NodeServer:
                         # script's doorbell wakes the node when it has posted. One that
                         # waited out a time slice stops polling for a while.
                         back = wall_now()
-                        if back - now < _yield_idle_s:
+                        if back - start < _yield_idle_s:
                             continue
-                        if crowding.late_yield(now, back):
+                        if crowding.late_yield(start, back):
                             stats.crowded += 1
             # Sleep -- also straight after work when the node does not poll: announcing the
             # sleep checks every ring once more (a producer that published meanwhile makes
             # it fail), and epoll returns at once for a socket or doorbell already readable,
             # so no empty pass over everything is needed before it.
-            if engine.peek() != _INF or self._ready or self._ready_gates:
+            if engine.peek() != _INF or ready or ready_gates:
                 continue
             sleeping = [(g.ring, g.bell) for g in self._gates if g.blocked is None]
             sleeping += [(src, src.fileno()) for src in self._sources]
@@ -622,7 +639,8 @@ class NodeServer:
 
     def _resume_parked(self) -> int:
         n = self._resume_gates()
-        ready, self._ready = self._ready, []
+        ready = self._ready[:]
+        self._ready.clear()                     # in place: `_loop` holds the list
         for s in ready:
             if s.closed:
                 continue
@@ -768,7 +786,8 @@ class NodeServer:
     def _resume_gates(self) -> int:
         """Run again each woken gate's parked entry, then the requests its session held
         back while it waited (`_serve_session`)."""
-        ready, self._ready_gates = self._ready_gates, []
+        ready = self._ready_gates[:]
+        self._ready_gates.clear()               # in place: `_loop` holds the list
         n = 0
         for gate in ready:
             entry = gate.blocked
