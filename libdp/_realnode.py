@@ -192,7 +192,9 @@ def serve_node(cluster: ClusterFile, nid: int, *, ready=None, spin_s: float | No
     # it again on every full collection (as Cluster.run does for a modeled cluster).
     gc.freeze()
     pid_path = cluster.pid_path(nid)
-    server = NodeServer(node, cluster.socket_path(nid), log=_log,
+    # A node gives its core way to the scripts on it only when they are its own (NodeServer).
+    give_way = scripts_on is None or scripts_on == cpu
+    server = NodeServer(node, cluster.socket_path(nid), log=_log, give_way=give_way,
                         describe=lambda: {"cluster": cluster.name, "transport": cluster.transport,
                                           "nic": _nic(cluster), "nids": cluster.nids(),
                                           "params": list(cluster.params), "cpu": cpu, "placement": placement,

@@ -548,6 +548,7 @@ def test_a_paired_node_and_its_script_share_a_cpu_until_the_script_detaches(run_
         cpu = c.node(0).cpu
         assert cpu in mine and c.extra["placement"] == "pair"
         assert os.sched_getaffinity(node_status(c, 0)["pid"]) == {cpu}
+        assert node_status(c, 0)["gives_way"]           # its own scripts share its core
         dp = attach(node=0, run_dir=c.run_dir)
         try:
             assert dp.pinned and os.sched_getaffinity(0) == {cpu} and dp.spin_s == 0.0
@@ -591,6 +592,9 @@ def test_a_crossed_script_runs_on_the_next_nodes_cpu(run_base, monkeypatch):
         assert [os.sched_getaffinity(node_status(c, n)["pid"]) for n in (0, 1)] == [{cpus[0]}, {cpus[1]}]
         assert c.extra["spin_s"] > 0 if cpus[0] != cpus[1] else "spin_s" not in c.extra
         assert [node_status(c, n)["script_cpu"] for n in (0, 1)] == [cpus[1], cpus[0]]
+        # The scripts on a node's core are the other node's: a yield that gave the core to
+        # them does not send the node to sleep.
+        assert [node_status(c, n)["gives_way"] for n in (0, 1)] == [cpus[0] == cpus[1]] * 2
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             assert main(["cluster", "status", "--cluster", c.path]) == 0

@@ -49,7 +49,9 @@ attached to them sleep at once -- unless the cluster pins each node to a CPU of 
 and so do the scripts on its core under ``cross`` (another node's, whose waits alternate
 with this node's work; under ``pair`` its own scripts sleep, libdp._attach), and a poll
 ends as soon as a ``sched_yield`` gave the core away (`YIELD_IDLE_S`: someone else on
-this core -- a script mid-stream -- wants it).
+this core -- a script mid-stream -- wants it) where those are the node's own scripts
+(``give_way``); under ``cross`` the node polls on, and only yields that wait out time
+slices (`CrowdedCore`) stop it.
 Measured by benchmarks/bench_real_nodes.py on a loaded 2-core host, 1-byte round trip:
 unpinned, everything polling, 2-3 ms; unpinned, everything sleeping, 58-120 µs; pinned,
 nodes polling, scripts sleeping, 31-48 µs; crossed, everything polling, 29-32 µs; a
@@ -253,12 +255,18 @@ cdef class LoopStats:
 class NodeServer:
     """Serve `node` (a real-time `kernelsim.Node`) on the UNIX socket `path` until stopped."""
 
-    def __init__(self, node, path: str, *, spin_s: float = DEFAULT_SPIN_S, describe=None, log=None):
+    def __init__(self, node, path: str, *, spin_s: float = DEFAULT_SPIN_S, give_way: bool = True, describe=None,
+                 log=None):
         if node.modeled:
             raise OSError(errno.EINVAL, "a node server runs a real-time node")
         self.node = node
         self.path = path
         self.spin_s = spin_s
+        # Does a yield that gave the core away end the poll? Yes where the node's own
+        # scripts share its core (placement pair, or unpinned): one mid-stream wants the
+        # core. No where the scripts on its core are another node's (cross): theirs is the
+        # work that alternates with this node's, and a node asleep needs a doorbell.
+        self.give_way = give_way
         self.describe = describe or (lambda: {})
         self.log = log or (lambda msg: None)
         self.sessions: dict[int, Session] = {}   # socket fd -> session
@@ -348,6 +356,7 @@ class NodeServer:
         cdef int epfd = self._epoll.fileno()
         cdef epoll_event ev
         cdef double spin_s = self.spin_s
+        cdef bint give_way = self.give_way
         cdef double last_work = wall_now(), start, back
         cdef CrowdedCore crowding = CrowdedCore()
         cdef unsigned int empty = 0
@@ -402,14 +411,17 @@ class NodeServer:
                         sched_yield()
                         # Poll only while the core is otherwise idle: a yield that gave the
                         # core away (another process ran) means polling takes it from that
-                        # process -- its own script, mid-stream -- so sleep instead; the
-                        # script's doorbell wakes the node when it has posted. One that
-                        # waited out a time slice stops polling for a while.
+                        # process -- its own script, mid-stream -- so sleep instead (unless
+                        # the core's scripts are another node's: `give_way`); the script's
+                        # doorbell wakes the node when it has posted. Yields that waited
+                        # out time slices stop polling for a while (`CrowdedCore`).
                         back = wall_now()
                         if back - start < _yield_idle_s:
                             continue
                         if crowding.late_yield(start, back):
                             stats.crowded += 1
+                        elif not give_way:
+                            continue
             # Sleep -- also straight after work when the node does not poll: announcing the
             # sleep checks every ring once more (a producer that published meanwhile makes
             # it fail), and epoll returns at once for a socket or doorbell already readable,
@@ -842,7 +854,7 @@ class NodeServer:
         return {"nid": self.node.nid, "pid": os.getpid(), "uptime_s": time.time() - self.started,
                 "modules": self.node.modules.lsmod(), "processes": procs, "calls": self.calls,
                 "gate_entries": self.gate_entries, "refused": self.refused, "loop": self.loop_stats.as_dict(),
-                **self.describe()}
+                "gives_way": self.give_way, **self.describe()}
 
     # ---------------------------------------------------------------- leaving
 
