@@ -254,7 +254,7 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, f
                 if m is not None and len(m) == n and m[:len(tag)] == tag:
                     rtt = dp.now() - ts
                     await checkpoint()
-                elif await _await_echo(dp, fd, tag, n, timeout):
+                elif await _await_echo(dp, fd, tag, n, timeout, polled_out=m is None and polled is not None):
                     rtt = dp.now() - ts
                 else:
                     lost += i >= warmup
@@ -285,9 +285,17 @@ async def pingpong(dp, rank, size, sizes=DEFAULT_SIZES, iters=1000, warmup=10, f
     return rows
 
 
-async def _await_echo(dp, fd, tag: bytes, n: int, timeout: float) -> bool:
-    """Did the echo of the ping tagged `tag` come within `timeout` (others are skipped)?"""
+async def _await_echo(dp, fd, tag: bytes, n: int, timeout: float, polled_out: bool = False) -> bool:
+    """Did the echo of the ping tagged `tag` come within `timeout` (others are skipped)?
+    `polled_out`: the caller has just polled for it in vain, so the first read waits in its
+    cancel scope at once."""
     deadline = trio.current_time() + timeout
+    if polled_out:
+        m = await _read_scoped(dp, fd, deadline, max(n, 16))
+        if m is None:
+            return False
+        if len(m) == n and m[:len(tag)] == tag:
+            return True
     while (m := await _read_until(dp, fd, deadline, max(n, 16))) is not None:
         if len(m) == n and m[:len(tag)] == tag:
             return True
