@@ -35,7 +35,8 @@ import contextvars
 import errno
 import hashlib
 from heapq import heappop
-import inspect
+import linecache
+from types import CodeType as _CodeType
 import math
 import os
 import select
@@ -107,10 +108,29 @@ _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 # here (their sources' digests are checked at import); any other gets the public calls.
 
 def _source_digest(fn):
+    """The digest of `fn`'s source: its lines from the first (its decorators') to the last
+    any of its statements reaches, as the code object records them -- every line whose
+    change changes what it does. (Not `inspect.getsource`, which tokenizes the block to
+    find its end: ~15 ms of every process's start, most of it `unrolled_run`'s.)"""
     try:
-        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
-    except (OSError, TypeError):
+        code = fn.__code__
+        lines = linecache.getlines(code.co_filename)
+        first, last = code.co_firstlineno, _last_line(code)
+    except (AttributeError, TypeError):
         return None
+    if not lines or last < first or last > len(lines):
+        return None
+    return hashlib.sha256("".join(lines[first - 1:last]).encode()).hexdigest()[:16]
+
+
+def _last_line(code):
+    """The last source line `code`, or a function or class nested in it, reaches."""
+    last = max((end for _, end, _, _ in code.co_positions() if end is not None), default=code.co_firstlineno)
+    for c in code.co_consts:
+        if isinstance(c, _CodeType):
+            last = max(last, _last_line(c))
+    return last
+
 
 _Value = outcome.Value
 _wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
