@@ -812,21 +812,59 @@ cdef int _settle(Engine engine, _Completion done, task, int how) except -1:
 async def run_path(Node node, path, cpu=None):
     """Run `path` at process level on `node`'s CPU (or on `cpu`, another processor of
     the node: the calling process's); return its value or raise its error."""
-    cdef Engine engine = node.engine
     cdef _Completion done
-    cdef Cpu on = <Cpu> (node.cpu if cpu is None else cpu)
-    cdef int how
+    cdef PyObject* rest = NULL
     if not node.modeled:
-        done = _try_real(on, engine, path)
+        done = _try_real(<Cpu> (node.cpu if cpu is None else cpu), node.engine, path)
         await checkpoint()
         return _outcome(done)
+    value = _path_now(node, <Cpu> (node.cpu if cpu is None else cpu), path, &rest)
+    if rest == NULL:
+        return value
+    later = <object> rest
+    Py_XDECREF(rest)
+    return await later
+
+
+cdef object path_call(Node node, object path, PyObject** rest):
+    # (kernelsim/_trio.pxd says what it is for)
+    rest[0] = NULL
+    if not node.modeled:
+        later = run_path(node, path)
+        Py_INCREF(later)
+        rest[0] = <PyObject*> later
+        return None
+    return _path_now(node, node.cpu, path, rest)
+
+
+cdef object _path_now(Node node, Cpu on, object path, PyObject** rest):
+    """A modeled `run_path` up to its first need of trio: the path's value when it ended
+    with nothing for trio to do (no schedule point owed, no cancellation pending);
+    otherwise None, and ``rest[0]`` a new reference to the coroutine that does the rest."""
+    cdef Engine engine = node.engine
+    cdef _Completion done
+    cdef int how
     task = _task()
     done = _completion(engine)
     try:
         how = _start_path(engine, on, path, done, task)
+    except BaseException:
+        raise_readable()                # control leaves the kernel (see OpenFile)
+        raise
+    if how == _INLINE and not _cancel_pending(task):
+        raise_readable()
+        return _outcome(done)
+    later = _path_rest(done, how, task)
+    Py_INCREF(later)
+    rest[0] = <PyObject*> later
+    return None
+
+
+async def _path_rest(_Completion done, int how, task):
+    """What `run_path` gives trio, once its path has run as far as it could."""
+    try:
         if how == _INLINE:
-            if _cancel_pending(task):
-                await _to_trio(_checkpoint_if_cancelled)
+            await _to_trio(_checkpoint_if_cancelled)        # (a cancellation is pending)
         elif how == _DONE:
             await _to_trio(_checkpoint)
         elif how == _PARK:

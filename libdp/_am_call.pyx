@@ -9,7 +9,10 @@ resume of the calling task passed through two more interpreted frames (the call 
 this loop), and each call built a closure for its path.
 """
 cimport cython
+from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim import WouldBlock, run_path, wait_on
+from kernelsim._node cimport Node
+from kernelsim._trio cimport path_call
 from kernelsim._spin cimport EngineSpin, init_spin
 from kernelsim._spin import spin
 from protocols.am.window import BLOCKED
@@ -27,6 +30,13 @@ cdef enum:
 REQUEST, TRANSFER, WAIT, CLOSE = _REQUEST, _TRANSFER, _WAIT, _CLOSE
 
 
+cdef inline object _steal(PyObject* ref):
+    """The object of a new reference (`path_call`'s ``rest``), the reference handed over."""
+    o = <object> ref
+    Py_XDECREF(ref)
+    return o
+
+
 cdef object _path(AmEndpoint ep, int what, a, b, bint wait, since):
     if what == _REQUEST:
         return AmEndpoint.request_path(ep, a, b, since)
@@ -41,9 +51,13 @@ async def call(AmEndpoint ep, dp, int what, a=None, b=None, bint wait=False):
     """Run the call `what` of endpoint `ep` for process `dp` to its end; its value."""
     node = dp._node
     since = None
+    cdef PyObject* rest
     while True:
         try:
-            r = await run_path(node, _path(ep, what, a, b, wait, since))
+            # `await run_path(...)`, without its coroutine where the path ends at once
+            r = path_call(<Node?> node, _path(ep, what, a, b, wait, since), &rest)
+            if rest != NULL:
+                r = await _steal(rest)
         except WouldBlock:
             r = BLOCKED
         if r is not BLOCKED:
@@ -127,9 +141,12 @@ async def am_store_async(am, dest, local_buf, remote_addr, nbytes, handler, arg=
     # attribute lookups per transfer, and `dp` is needed only when the call has to wait.
     node = ep.node
     since = None
+    cdef PyObject* rest
     while True:
         try:
-            r = await run_path(node, AmEndpoint.transfer_path(ep, x, since, False))
+            r = path_call(<Node?> node, AmEndpoint.transfer_path(ep, x, since, False), &rest)
+            if rest != NULL:
+                r = await _steal(rest)
         except WouldBlock:
             r = BLOCKED
         if r is not BLOCKED:
