@@ -9,7 +9,9 @@ resume of the calling task passed through two more interpreted frames (the call 
 this loop), and each call built a closure for its path.
 """
 cimport cython
-from cpython.ref cimport PyObject, Py_XDECREF
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from types import MethodType as _MethodType
+
 from kernelsim import WouldBlock, run_path, wait_on
 from kernelsim._node cimport Node
 from kernelsim._trio cimport path_call
@@ -133,29 +135,61 @@ async def am_store_async(am, dest, local_buf, remote_addr, nbytes, handler, arg=
     `AM.am_store_async` itself (a method of `libdp.am.AM`, compiled): a pipelined sweep
     makes one of these per transfer, so no interpreted frame forwards to it, and the
     store is built (`Bulk.store`) and run (`call`, inlined) by C calls."""
+    cdef PyObject* rest
+    x = _store_start(am, dest, local_buf, remote_addr, nbytes, handler, arg, on_done, done_arg, &rest)
+    if rest != NULL:
+        await _steal(rest)
+    return x
+
+
+cdef object _store_start(am, dest, local_buf, remote_addr, nbytes, handler, arg, on_done, done_arg,
+                         PyObject** rest):
+    """`am_store_async` up to its first need of trio: its Transfer, with ``rest[0]`` NULL
+    where the store's path ran to its end at once (the usual case), else a new reference
+    to the coroutine that finishes the call (`store_rounds` calls this by C: no coroutine
+    per transfer)."""
     cdef AmEndpoint ep = am.ep
+    cdef PyObject* later = NULL
+    rest[0] = NULL
     if ep.closed or ep._handler_depth:
         ep.check_caller("am_store_async")
     x = ep.new_store(dest, local_buf, nbytes, remote_addr, handler, arg, on_done, done_arg, False)
     # The process's node (`dp._node`) is its endpoint's, a C field: `am.dp._node` was two
     # attribute lookups per transfer, and `dp` is needed only when the call has to wait.
     node = ep.node
-    since = None
+    try:
+        r = path_call(<Node?> node, AmEndpoint.transfer_path(ep, x, None, False), &later)
+    except WouldBlock:
+        r = BLOCKED
+    if later == NULL and r is not BLOCKED:
+        return x
+    going = _store_rest(am, ep, x, node, _steal(later) if later != NULL else None, r)
+    Py_INCREF(going)
+    rest[0] = <PyObject*> going
+    return x
+
+
+async def _store_rest(am, AmEndpoint ep, x, node, first, r):
+    """The rest of `am_store_async` after `_store_start`: the first try's own rest (`first`),
+    then, while the store is blocked, a spin and the next try."""
     cdef PyObject* rest
-    while True:
+    if first is not None:
+        try:
+            r = await first
+        except WouldBlock:
+            r = BLOCKED
+    while r is BLOCKED:
+        dp = am.dp
+        since = node.engine.now if node.modeled else dp.now()     # `dp.now()`, less its frame
+        if not AmEndpoint.ready(ep):
+            AmEndpoint.arm_timer(ep)
+            await wait_on(node, ep.events, dp.spin_s)
         try:
             r = path_call(<Node?> node, AmEndpoint.transfer_path(ep, x, since, False), &rest)
             if rest != NULL:
                 r = await _steal(rest)
         except WouldBlock:
             r = BLOCKED
-        if r is not BLOCKED:
-            return x
-        dp = am.dp
-        since = node.engine.now if node.modeled else dp.now()     # `dp.now()`, less its frame
-        if not AmEndpoint.ready(ep):
-            AmEndpoint.arm_timer(ep)
-            await wait_on(node, ep.events, dp.spin_s)
 
 
 async def get(ep, dp, dest, remote_addr, local_buf, nbytes, handler, arg):
@@ -268,10 +302,19 @@ async def store_rounds(store_async, store, dest, base, remote, Py_ssize_t n, Py_
     cut at `total`), each with handler `h_data` and argument `i`: ``store_async(...,
     completed)`` when `is_async`, else a blocking ``store`` counted in ``state["done"]``."""
     cdef Py_ssize_t i, off, m
+    cdef PyObject* rest
+    # `store_async` a plain AM's own (the compiled `am_store_async`, bound): started by C
+    am = None
+    if is_async and type(store_async) is _MethodType and getattr(store_async, "__func__", None) is am_store_async:
+        am = store_async.__self__
     for i in range(count):
         off = i * n                          # (i * n) % total: i < count <= ceil(total / n)
         m = n if off + n <= total else total - off
-        if is_async:
+        if am is not None:
+            _store_start(am, dest, base + off, remote + off, m, h_data, i, completed, None, &rest)
+            if rest != NULL:
+                await _steal(rest)
+        elif is_async:
             await store_async(dest, base + off, remote + off, m, h_data, i, completed)
         else:
             await store(dest, base + off, remote + off, m, h_data, i)
