@@ -484,7 +484,7 @@ cdef class _ReadPath(Path):
 
     cdef int step(self, double* cost) except -1:
         cdef TokenBufferPool tbp = self.e.tbp
-        cdef Py_ssize_t n
+        cdef Py_ssize_t n, want
         if self.state == 0:
             self.slot = tbp.take()
             if self.slot < 0:
@@ -493,9 +493,10 @@ cdef class _ReadPath(Path):
                 return 1
             n = tbp.length(self.slot)
             self.value = tbp.copy_out(self.slot, self.nbytes)
+            want = self.nbytes              # a C size: copy_out took it as one already
             self.e.took()
             self.state = 1
-            cost[0] = self.dp.c_read + self.dp.copy_cost(min(n, self.nbytes))
+            cost[0] = self.dp.c_read + self.dp.copy_cost(n if n < want else want)
             return 1
         if self.state == 1:
             self.state = 3

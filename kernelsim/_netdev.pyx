@@ -17,6 +17,7 @@ from kernelsim._irq cimport IrqController
 from kernelsim._waits cimport WaitQueue
 from kernelsim._path cimport RxHandler, step_any
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.dict cimport PyDict_Next
 
 __all__ = ["NetDevice", "PciDevice"]
 
@@ -41,6 +42,18 @@ class PciDevice:
 # allocation per frame otherwise).
 cdef object _proto_key = None
 cdef unsigned int _proto_val = 0
+
+
+cdef object _key_of(dict table, unsigned int proto):
+    """`proto` as `table`'s own key object where it has one: a lookup with it matches by
+    identity, where another int object of the same value is compared as well."""
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* key
+    cdef PyObject* value
+    while PyDict_Next(table, &pos, &key, &value):
+        if type(<object> key) is int and <object> key == proto:
+            return <object> key
+    return proto
 
 
 cdef class NetDevice(IrqHandler):
@@ -165,7 +178,7 @@ cdef class NetDevice(IrqHandler):
         once), or 1 with a new reference to the path to run in ``cont[0]``."""
         global _proto_key, _proto_val
         if proto != _proto_val or _proto_key is None:   # the EtherType as a dict key: the last one made, again
-            _proto_key = proto
+            _proto_key = _key_of(self.protocols, proto)
             _proto_val = proto
         handler = self.protocols.get(_proto_key)
         if handler is None:

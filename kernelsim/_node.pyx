@@ -139,7 +139,7 @@ cdef class OpenFile:
             if self._efd >= 0:
                 if _deferring:
                     self._unraised = True
-                    _unraised.append(self)
+                    _mark_unraised(self)
                 else:
                     _raise_efd(self._efd)
             self.readers.engine.request_stop()     # a task may wait on the fd itself
@@ -165,7 +165,10 @@ cdef class OpenFile:
             self._efd = -1
 
 
-cdef list _unraised = []           # files marked readable since the last raise
+# Files marked readable since the last raise: the first in a slot of its own (a call
+# usually marks one), any others in the list -- no list storage regrown per call.
+cdef OpenFile _first_unraised = None
+cdef list _unraised = []
 cdef bint _deferring = False
 cdef long long _raises = 0
 
@@ -190,16 +193,35 @@ cdef bint defer_raising(bint on) noexcept:
     return was
 
 
+cdef inline int _mark_unraised(OpenFile f) except -1:
+    global _first_unraised
+    if _first_unraised is None:
+        _first_unraised = f
+    else:
+        _unraised.append(f)
+    return 0
+
+
+cdef inline int _raise_marked(OpenFile f) except -1:
+    if f._unraised:
+        f._unraised = False
+        if f._efd >= 0:
+            _raise_efd(f._efd)
+    return 0
+
+
 cdef int raise_readable() except -1:
-    cdef OpenFile f
-    if not _unraised:
+    global _first_unraised
+    cdef OpenFile f = _first_unraised
+    if f is None and not _unraised:
         return 0
-    for f in _unraised:
-        if f._unraised:
-            f._unraised = False
-            if f._efd >= 0:
-                _raise_efd(f._efd)
-    del _unraised[:]
+    _first_unraised = None
+    if f is not None:
+        _raise_marked(f)
+    if _unraised:
+        for f in _unraised:
+            _raise_marked(f)
+        del _unraised[:]
     return 0
 
 

@@ -1,3 +1,4 @@
+from cpython.ref cimport PyObject
 from kernelsim._node cimport Node
 from kernelsim._waits cimport WaitQueue
 
@@ -7,3 +8,9 @@ cdef object entry_call(Node node, object proc, bint gate, object name, object ar
                        object spin_s)
 cdef object user_call(Node node, object proc, object fn, tuple args, object fd, double cost, object pool,
                       WaitQueue readers, object spin_s)
+
+# ``await run_path(node, path)`` for a compiled caller that awaits at once (AM's calls, per
+# transfer): the path's value where it ran to its end with nothing owed to trio -- a
+# modeled call that does not block, the usual case -- with no coroutine made; otherwise
+# ``rest[0]`` is a new reference to what to await for the value (and this returns None).
+cdef object path_call(Node node, object path, PyObject** rest)

@@ -35,7 +35,8 @@ import contextvars
 import errno
 import hashlib
 from heapq import heappop
-import inspect
+import linecache
+from types import CodeType as _CodeType
 import math
 import os
 import select
@@ -107,10 +108,29 @@ _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 # here (their sources' digests are checked at import); any other gets the public calls.
 
 def _source_digest(fn):
+    """The digest of `fn`'s source: its lines from the first (its decorators') to the last
+    any of its statements reaches, as the code object records them -- every line whose
+    change changes what it does. (Not `inspect.getsource`, which tokenizes the block to
+    find its end: ~15 ms of every process's start, most of it `unrolled_run`'s.)"""
     try:
-        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
-    except (OSError, TypeError):
+        code = fn.__code__
+        lines = linecache.getlines(code.co_filename)
+        first, last = code.co_firstlineno, _last_line(code)
+    except (AttributeError, TypeError):
         return None
+    if not lines or last < first or last > len(lines):
+        return None
+    return hashlib.sha256("".join(lines[first - 1:last]).encode()).hexdigest()[:16]
+
+
+def _last_line(code):
+    """The last source line `code`, or a function or class nested in it, reaches."""
+    last = max((end for _, end, _, _ in code.co_positions() if end is not None), default=code.co_firstlineno)
+    for c in code.co_consts:
+        if isinstance(c, _CodeType):
+            last = max(last, _last_line(c))
+    return last
+
 
 _Value = outcome.Value
 _wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
@@ -792,21 +812,59 @@ cdef int _settle(Engine engine, _Completion done, task, int how) except -1:
 async def run_path(Node node, path, cpu=None):
     """Run `path` at process level on `node`'s CPU (or on `cpu`, another processor of
     the node: the calling process's); return its value or raise its error."""
-    cdef Engine engine = node.engine
     cdef _Completion done
-    cdef Cpu on = <Cpu> (node.cpu if cpu is None else cpu)
-    cdef int how
+    cdef PyObject* rest = NULL
     if not node.modeled:
-        done = _try_real(on, engine, path)
+        done = _try_real(<Cpu> (node.cpu if cpu is None else cpu), node.engine, path)
         await checkpoint()
         return _outcome(done)
+    value = _path_now(node, <Cpu> (node.cpu if cpu is None else cpu), path, &rest)
+    if rest == NULL:
+        return value
+    later = <object> rest
+    Py_XDECREF(rest)
+    return await later
+
+
+cdef object path_call(Node node, object path, PyObject** rest):
+    # (kernelsim/_trio.pxd says what it is for)
+    rest[0] = NULL
+    if not node.modeled:
+        later = run_path(node, path)
+        Py_INCREF(later)
+        rest[0] = <PyObject*> later
+        return None
+    return _path_now(node, node.cpu, path, rest)
+
+
+cdef object _path_now(Node node, Cpu on, object path, PyObject** rest):
+    """A modeled `run_path` up to its first need of trio: the path's value when it ended
+    with nothing for trio to do (no schedule point owed, no cancellation pending);
+    otherwise None, and ``rest[0]`` a new reference to the coroutine that does the rest."""
+    cdef Engine engine = node.engine
+    cdef _Completion done
+    cdef int how
     task = _task()
     done = _completion(engine)
     try:
         how = _start_path(engine, on, path, done, task)
+    except BaseException:
+        raise_readable()                # control leaves the kernel (see OpenFile)
+        raise
+    if how == _INLINE and not _cancel_pending(task):
+        raise_readable()
+        return _outcome(done)
+    later = _path_rest(done, how, task)
+    Py_INCREF(later)
+    rest[0] = <PyObject*> later
+    return None
+
+
+async def _path_rest(_Completion done, int how, task):
+    """What `run_path` gives trio, once its path has run as far as it could."""
+    try:
         if how == _INLINE:
-            if _cancel_pending(task):
-                await _to_trio(_checkpoint_if_cancelled)
+            await _to_trio(_checkpoint_if_cancelled)        # (a cancellation is pending)
         elif how == _DONE:
             await _to_trio(_checkpoint)
         elif how == _PARK:

@@ -14,6 +14,9 @@ cdef class Pool:
 
 
 cdef class WaitQueue:
+    # Usually one waiter at a time: it has a slot of its own (`_one`), the list holds any
+    # after it, so a wake neither makes a new list nor regrows one's storage.
+    cdef object _one
     cdef list _waiters
     cdef readonly Engine engine
     cdef public long long wakeups

@@ -25,6 +25,15 @@ cdef class Waiter:
         self.wake_up()
 
 
+cdef inline int _wake_one(Engine engine, object w) except -1:
+    engine.request_stop()               # one per waiter: callers count who woke
+    if isinstance(w, Waiter):
+        (<Waiter> w).wake_up()
+    else:
+        w()
+    return 0
+
+
 cdef class WaitQueue:
     def __cinit__(self, Engine engine):
         self._waiters = []
@@ -32,30 +41,39 @@ cdef class WaitQueue:
         self.wakeups = 0
 
     cpdef add(self, object waiter):
-        self._waiters.append(waiter)
+        # `_one` is taken only while the list is empty, so it is always the earliest waiter
+        if self._one is None and not self._waiters:
+            self._one = waiter
+        else:
+            self._waiters.append(waiter)
 
     cpdef discard(self, object waiter):
+        if self._one is not None and (self._one is waiter or self._one == waiter):
+            self._one = None
+            return
         try:
             self._waiters.remove(waiter)
         except ValueError:
             pass
 
     cpdef wake(self):
-        cdef list waiters
-        if not self._waiters:
+        cdef list waiters = None
+        cdef object one = self._one
+        if one is None and not self._waiters:
             return
-        waiters = self._waiters
-        self._waiters = []
+        self._one = None
+        if self._waiters:
+            waiters = self._waiters
+            self._waiters = []
         self.wakeups += 1
-        for w in waiters:
-            self.engine.request_stop()      # one per waiter: callers count who woke
-            if isinstance(w, Waiter):
-                (<Waiter> w).wake_up()
-            else:
-                w()
+        if one is not None:
+            _wake_one(self.engine, one)
+        if waiters is not None:
+            for w in waiters:
+                _wake_one(self.engine, w)
 
     def __len__(self):
-        return len(self._waiters)
+        return (self._one is not None) + len(self._waiters)
 
 
 cdef class SpinnerQueue(WaitQueue):
@@ -88,7 +106,7 @@ cdef class SpinnerQueue(WaitQueue):
         cdef list more
         if s is not None:
             self.spinner = None
-            if not self._waiters:
+            if self._one is None and not self._waiters:
                 self.wakeups += 1
             more = self.more_spinners
             if more:

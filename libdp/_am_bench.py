@@ -113,7 +113,7 @@ async def am_bandwidth_program(dp, rank, size, op="store", mode="async", sizes=D
                     progress(rows[-1])
                 await am.am_request_1(peer, H_DONE, k + 1)
             else:
-                await am.poll_until(lambda k=k: state["finished"] > k)
+                await am.poll_until(_am_call.at_least(state, "finished", k + 1))
         if check:
             _check_data(seg, op, rank, total, sizes, max_transfers)
         stats = am.stats()
@@ -137,15 +137,15 @@ async def _bw_size(am, state, op, mode, n, count, seg, total, completed):
         # count stores of n bytes from base + i * n to remote + i * n (compiled)
         await _am_call.store_rounds(store_async, store, dest, base, remote, n, count, total, mode == "async",
                                     H_DATA, completed, state)
-        await poll_until(lambda: state["done"] >= count)
+        await poll_until(_am_call.at_least(state, "done", count))
     else:
         for i in range(count):
             off = (i * n) % total
             m = min(n, total - off)
             await get(dest, remote + off, base + off, m, H_DATA, i)
             if mode == "blocking":
-                await poll_until(lambda i=i: state["arrived"] > i)
-        await poll_until(lambda: state["arrived"] >= count)
+                await poll_until(_am_call.at_least(state, "arrived", i + 1))
+        await poll_until(_am_call.at_least(state, "arrived", count))
     elapsed = dp.now() - t0
     # Transfer i moves min(n, total - off) bytes from off = (i * n) % total: with count at most
     # ceil(total / n) (the caller's bound) off is i * n, every transfer but a last partial one

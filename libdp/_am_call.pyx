@@ -9,7 +9,12 @@ resume of the calling task passed through two more interpreted frames (the call 
 this loop), and each call built a closure for its path.
 """
 cimport cython
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from types import MethodType as _MethodType
+
 from kernelsim import WouldBlock, run_path, wait_on
+from kernelsim._node cimport Node
+from kernelsim._trio cimport path_call
 from kernelsim._spin cimport EngineSpin, init_spin
 from kernelsim._spin import spin
 from protocols.am.window import BLOCKED
@@ -27,6 +32,13 @@ cdef enum:
 REQUEST, TRANSFER, WAIT, CLOSE = _REQUEST, _TRANSFER, _WAIT, _CLOSE
 
 
+cdef inline object _steal(PyObject* ref):
+    """The object of a new reference (`path_call`'s ``rest``), the reference handed over."""
+    o = <object> ref
+    Py_XDECREF(ref)
+    return o
+
+
 cdef object _path(AmEndpoint ep, int what, a, b, bint wait, since):
     if what == _REQUEST:
         return AmEndpoint.request_path(ep, a, b, since)
@@ -41,9 +53,13 @@ async def call(AmEndpoint ep, dp, int what, a=None, b=None, bint wait=False):
     """Run the call `what` of endpoint `ep` for process `dp` to its end; its value."""
     node = dp._node
     since = None
+    cdef PyObject* rest
     while True:
         try:
-            r = await run_path(node, _path(ep, what, a, b, wait, since))
+            # `await run_path(...)`, without its coroutine where the path ends at once
+            r = path_call(<Node?> node, _path(ep, what, a, b, wait, since), &rest)
+            if rest != NULL:
+                r = await _steal(rest)
         except WouldBlock:
             r = BLOCKED
         if r is not BLOCKED:
@@ -119,26 +135,61 @@ async def am_store_async(am, dest, local_buf, remote_addr, nbytes, handler, arg=
     `AM.am_store_async` itself (a method of `libdp.am.AM`, compiled): a pipelined sweep
     makes one of these per transfer, so no interpreted frame forwards to it, and the
     store is built (`Bulk.store`) and run (`call`, inlined) by C calls."""
+    cdef PyObject* rest
+    x = _store_start(am, dest, local_buf, remote_addr, nbytes, handler, arg, on_done, done_arg, &rest)
+    if rest != NULL:
+        await _steal(rest)
+    return x
+
+
+cdef object _store_start(am, dest, local_buf, remote_addr, nbytes, handler, arg, on_done, done_arg,
+                         PyObject** rest):
+    """`am_store_async` up to its first need of trio: its Transfer, with ``rest[0]`` NULL
+    where the store's path ran to its end at once (the usual case), else a new reference
+    to the coroutine that finishes the call (`store_rounds` calls this by C: no coroutine
+    per transfer)."""
     cdef AmEndpoint ep = am.ep
+    cdef PyObject* later = NULL
+    rest[0] = NULL
     if ep.closed or ep._handler_depth:
         ep.check_caller("am_store_async")
     x = ep.new_store(dest, local_buf, nbytes, remote_addr, handler, arg, on_done, done_arg, False)
     # The process's node (`dp._node`) is its endpoint's, a C field: `am.dp._node` was two
     # attribute lookups per transfer, and `dp` is needed only when the call has to wait.
     node = ep.node
-    since = None
-    while True:
+    try:
+        r = path_call(<Node?> node, AmEndpoint.transfer_path(ep, x, None, False), &later)
+    except WouldBlock:
+        r = BLOCKED
+    if later == NULL and r is not BLOCKED:
+        return x
+    going = _store_rest(am, ep, x, node, _steal(later) if later != NULL else None, r)
+    Py_INCREF(going)
+    rest[0] = <PyObject*> going
+    return x
+
+
+async def _store_rest(am, AmEndpoint ep, x, node, first, r):
+    """The rest of `am_store_async` after `_store_start`: the first try's own rest (`first`),
+    then, while the store is blocked, a spin and the next try."""
+    cdef PyObject* rest
+    if first is not None:
         try:
-            r = await run_path(node, AmEndpoint.transfer_path(ep, x, since, False))
+            r = await first
         except WouldBlock:
             r = BLOCKED
-        if r is not BLOCKED:
-            return x
+    while r is BLOCKED:
         dp = am.dp
         since = node.engine.now if node.modeled else dp.now()     # `dp.now()`, less its frame
         if not AmEndpoint.ready(ep):
             AmEndpoint.arm_timer(ep)
             await wait_on(node, ep.events, dp.spin_s)
+        try:
+            r = path_call(<Node?> node, AmEndpoint.transfer_path(ep, x, since, False), &rest)
+            if rest != NULL:
+                r = await _steal(rest)
+        except WouldBlock:
+            r = BLOCKED
 
 
 async def get(ep, dp, dest, remote_addr, local_buf, nbytes, handler, arg):
@@ -233,6 +284,25 @@ async def serve_rounds(am, Py_ssize_t total):
 # interpreted frame for the completion callback and for the data handler cost about as
 # much as a tenth of the modeled transfer. The same calls, in the same order.
 
+@cython.final
+cdef class _AtLeast:
+    """``lambda: state[key] >= floor``, a poll's predicate, as a C object: the sweep's
+    receiving side tests it at every poll (once per transfer), without an interpreted
+    frame each time."""
+    cdef dict state
+    cdef object key, floor
+
+    def __call__(self):
+        return self.state[self.key] >= self.floor
+
+
+def at_least(dict state, key, floor):
+    """A predicate for `poll_until`: whether ``state[key] >= floor``."""
+    cdef _AtLeast p = _AtLeast.__new__(_AtLeast)
+    p.state, p.key, p.floor = state, key, floor
+    return p
+
+
 def bw_handlers(dict state):
     """The sweep's data handler (counts ``state["arrived"]``) and store-completion callback
     (counts ``state["done"]``)."""
@@ -251,10 +321,19 @@ async def store_rounds(store_async, store, dest, base, remote, Py_ssize_t n, Py_
     cut at `total`), each with handler `h_data` and argument `i`: ``store_async(...,
     completed)`` when `is_async`, else a blocking ``store`` counted in ``state["done"]``."""
     cdef Py_ssize_t i, off, m
+    cdef PyObject* rest
+    # `store_async` a plain AM's own (the compiled `am_store_async`, bound): started by C
+    am = None
+    if is_async and type(store_async) is _MethodType and getattr(store_async, "__func__", None) is am_store_async:
+        am = store_async.__self__
     for i in range(count):
         off = i * n                          # (i * n) % total: i < count <= ceil(total / n)
         m = n if off + n <= total else total - off
-        if is_async:
+        if am is not None:
+            _store_start(am, dest, base + off, remote + off, m, h_data, i, completed, None, &rest)
+            if rest != NULL:
+                await _steal(rest)
+        elif is_async:
             await store_async(dest, base + off, remote + off, m, h_data, i, completed)
         else:
             await store(dest, base + off, remote + off, m, h_data, i)

@@ -281,3 +281,41 @@ def test_the_compiled_am_ping_pong_loops_are_the_python_ones():
     assert run(True) == plain
     assert Traced.calls >= 2 * 2 * 22                 # every round trip's calls went through Python
     assert [r["words"] for r in plain] == [1, 3]
+
+
+def test_the_compiled_am_store_loop_starts_a_plain_am_s_stores_by_c():
+    """`store_rounds` starts a plain AM's async stores by C (`_store_start`, no coroutine
+    per transfer); an AM whose `am_store_async` is overridden is awaited the Python way.
+    Both give the same rows, to the last bit."""
+    from libdp import Cluster
+    from libdp import _am_bench
+    from libdp.am import AM
+
+    class Traced(AM):
+        calls = 0
+
+        async def am_store_async(self, *args):
+            Traced.calls += 1
+            return await super().am_store_async(*args)
+
+    def run(traced):
+        opened = AM.open
+
+        async def open_traced(dp):
+            am = await opened(dp)
+            am.__class__ = Traced
+            return am
+
+        if traced:
+            _am_bench.AM = type("_AM", (), {"open": staticmethod(open_traced)})
+        try:
+            c = Cluster(nodes=2, nic="tb2", load=[("am", {})])
+            return c.run_spmd(_am_bench.am_bandwidth_program, "store", "async", (16, 4096), 64 * 1024)[0]
+        finally:
+            _am_bench.AM = AM
+
+    plain = run(False)
+    assert Traced.calls == 0
+    assert run(True) == plain
+    assert Traced.calls == 64 * 1024 // 16 + 64 * 1024 // 4096
+    assert [r["size"] for r in plain] == [16, 4096]

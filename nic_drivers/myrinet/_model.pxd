@@ -92,7 +92,11 @@ cdef class LanaiNI(NicModel):
     cdef Fifo _q_hi, _q_lo
     cdef object _cur
     cdef bint _last                      # the processor loop running is its event's last act (_step)
-    cdef dict _watch
+    # Watched words (`watch`): their offsets sorted in a C array and their entries in the
+    # same order, so a host write finds its words by a C search, not a boxed dict key each.
+    cdef Py_ssize_t* _watch_words
+    cdef list _watch_entries
+    cdef Py_ssize_t _nwatch, _watch_cap
     cdef Py_ssize_t _watch_hi
     cdef dict _timers
     cdef long long _next_timer

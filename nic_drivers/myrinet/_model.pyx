@@ -58,7 +58,8 @@ from collections import deque
 
 cimport cython
 
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memmove
+from libc.stdlib cimport realloc, free
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._pyiter cimport resume, take_raised
@@ -224,6 +225,18 @@ cdef class _SendDma:
     cdef object then, arg
 
 
+cdef inline Py_ssize_t _watch_at(LanaiNI ni, Py_ssize_t off) noexcept:
+    """The index of `ni`'s first watched word at or above `off`."""
+    cdef Py_ssize_t lo = 0, hi = ni._nwatch, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if ni._watch_words[mid] < off:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 cdef class LanaiNI(NicModel):
     """One LANai board on one node's PCI bus."""
     vendor_id = 0x14C1      # Myricom
@@ -260,10 +273,13 @@ cdef class LanaiNI(NicModel):
         self._hq = _fifo()
         self._sq = _fifo()
         self._rx_waiters = deque()
-        self._watch = {}
+        self._watch_entries = []
         self._timers = {}
         self.last_fault = None
         self._reset()
+
+    def __dealloc__(self):
+        free(self._watch_words)
 
     cdef _reset(self):
         cdef object fn, arg
@@ -280,7 +296,8 @@ cdef class LanaiNI(NicModel):
         self._h_cur = None
         self._sq.clear()
         self._s_cur = None
-        self._watch.clear()
+        self._nwatch = 0
+        del self._watch_entries[:]
         self._watch_hi = 0
         self.rx_armed = False
         self.isr = 0
@@ -486,28 +503,44 @@ cdef class LanaiNI(NicModel):
         while a look is already queued costs one look.
         """
         cdef _Watch entry = _Watch.__new__(_Watch)
+        cdef Py_ssize_t i
+        cdef Py_ssize_t* grown
         off &= ~3
         entry.fn = fn
         entry.off = off
-        self._watch[off] = entry
+        i = _watch_at(self, off)
+        if i < self._nwatch and self._watch_words[i] == off:
+            self._watch_entries[i] = entry          # watched again: the new function
+        else:
+            if self._nwatch == self._watch_cap:
+                grown = <Py_ssize_t*> realloc(self._watch_words, (self._watch_cap * 2 + 8) * sizeof(Py_ssize_t))
+                if grown == NULL:
+                    raise MemoryError()
+                self._watch_words = grown
+                self._watch_cap = self._watch_cap * 2 + 8
+            memmove(&self._watch_words[i + 1], &self._watch_words[i], (self._nwatch - i) * sizeof(Py_ssize_t))
+            self._watch_words[i] = off
+            self._watch_entries.insert(i, entry)
+            self._nwatch += 1
         if off + 4 > self._watch_hi:
             self._watch_hi = off + 4
 
     cdef _poke(self, Py_ssize_t off, Py_ssize_t n):
-        cdef Py_ssize_t w
-        cdef object found
+        cdef Py_ssize_t i, w
         cdef _Watch entry
         if off >= self._watch_hi:
             return
-        w = off & ~3
-        while w < off + n and w < self._watch_hi:
-            found = self._watch.get(w)
-            if found is not None:
-                entry = <_Watch> found
-                if not entry.queued:
-                    entry.queued = True
-                    self._queue(entry, False)
-            w += 4
+        # the watched words in [off & ~3, off + n), in ascending order
+        i = _watch_at(self, off & ~3)
+        while i < self._nwatch and self._watch_words[i] < off + n:
+            w = self._watch_words[i]
+            entry = <_Watch> self._watch_entries[i]
+            if not entry.queued:
+                entry.queued = True
+                self._queue(entry, False)
+                i = _watch_at(self, w + 4)       # (what ran may have watched words, or reset)
+            else:
+                i += 1
 
     cpdef double rtc(self):
         """Firmware: the board's real-time clock (seconds), for time stamps."""
