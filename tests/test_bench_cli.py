@@ -241,11 +241,31 @@ def test_the_compiled_ping_pong_loops_are_the_python_ones():
     assert set(plain[0]) >= {"size", "rtt_us", "one_way_us", "min_us", "max_us", "stddev_us"}
 
 
+def _run_am_program(am_class, program, *args):
+    """Rank 0's result of `program` on two modeled TB2 nodes with `am` loaded, each rank's
+    AM object made an `am_class` (None: the plain AM)."""
+    from libdp import Cluster
+    from libdp import _am_bench
+    from libdp.am import AM
+    opened = AM.open
+
+    async def open_as(dp):
+        am = await opened(dp)
+        am.__class__ = am_class
+        return am
+
+    if am_class is not None:
+        _am_bench.AM = type("_AM", (), {"open": staticmethod(open_as)})
+    try:
+        return Cluster(nodes=2, nic="tb2", load=[("am", {})]).run_spmd(program, *args)[0]
+    finally:
+        _am_bench.AM = AM
+
+
 def test_the_compiled_am_ping_pong_loops_are_the_python_ones():
     """`am_pingpong_program`'s loops are compiled (libdp._am_call.request_rounds,
     serve_rounds) and call the endpoint by C for a plain AM; an AM whose calls are
     overridden is awaited through them. Both give the same rows, to the last bit."""
-    from libdp import Cluster
     from libdp import _am_bench
     from libdp.am import AM
 
@@ -261,20 +281,7 @@ def test_the_compiled_am_ping_pong_loops_are_the_python_ones():
             return super().poll_until(pred)
 
     def run(traced):
-        opened = AM.open
-
-        async def open_traced(dp):
-            am = await opened(dp)
-            am.__class__ = Traced
-            return am
-
-        if traced:
-            _am_bench.AM = type("_AM", (), {"open": staticmethod(open_traced)})
-        try:
-            c = Cluster(nodes=2, nic="tb2", load=[("am", {})])
-            return c.run_spmd(_am_bench.am_pingpong_program, (1, 3), 20, 2)[0]
-        finally:
-            _am_bench.AM = AM
+        return _run_am_program(Traced if traced else None, _am_bench.am_pingpong_program, (1, 3), 20, 2)
 
     plain = run(False)
     assert Traced.calls == 0
@@ -287,7 +294,6 @@ def test_the_compiled_am_store_loop_starts_a_plain_am_s_stores_by_c():
     """`store_rounds` starts a plain AM's async stores by C (`_store_start`, no coroutine
     per transfer); an AM whose `am_store_async` is overridden is awaited the Python way.
     Both give the same rows, to the last bit."""
-    from libdp import Cluster
     from libdp import _am_bench
     from libdp.am import AM
 
@@ -299,20 +305,8 @@ def test_the_compiled_am_store_loop_starts_a_plain_am_s_stores_by_c():
             return await super().am_store_async(*args)
 
     def run(traced):
-        opened = AM.open
-
-        async def open_traced(dp):
-            am = await opened(dp)
-            am.__class__ = Traced
-            return am
-
-        if traced:
-            _am_bench.AM = type("_AM", (), {"open": staticmethod(open_traced)})
-        try:
-            c = Cluster(nodes=2, nic="tb2", load=[("am", {})])
-            return c.run_spmd(_am_bench.am_bandwidth_program, "store", "async", (16, 4096), 64 * 1024)[0]
-        finally:
-            _am_bench.AM = AM
+        return _run_am_program(Traced if traced else None, _am_bench.am_bandwidth_program, "store", "async",
+                               (16, 4096), 64 * 1024)
 
     plain = run(False)
     assert Traced.calls == 0
