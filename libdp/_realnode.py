@@ -140,7 +140,8 @@ def _open_transport(cluster: ClusterFile, spec: NodeSpec, pkg, dest_of, max_fram
     if spec.netns:
         from pyroute2.netns import setns
         setns(spec.netns, flags=0)          # this process is the node's host from here on
-    return PacketPort.open(spec.iface, rcvbuf=4 << 20, sndbuf=4 << 20)
+    # A node's frames come through a receive ring shared with the kernel: its polls read memory.
+    return PacketPort.open(spec.iface, rcvbuf=4 << 20, sndbuf=4 << 20, rx_ring=True)
 
 
 def build_node(cluster: ClusterFile, nid: int, *, seed: int = 0):

@@ -110,9 +110,13 @@ def test_create_validates_its_arguments():
 # --------------------------------------------------------------------------- PacketPort
 
 
-def test_packet_port_round_trip_between_namespaces(cable):
+@pytest.mark.parametrize("ring", [False, True], ids=["recvfrom", "rx_ring"])
+def test_packet_port_round_trip_between_namespaces(cable, ring):
+    """The same frames, exact, whether they come by recvfrom(2) or through a receive ring
+    shared with the kernel (what nodes use)."""
     (ns0, if0), (ns1, if1) = cable.iface(0), cable.iface(1)
-    with PacketPort.open(if0, netns=ns0) as a, PacketPort.open(if1, netns=ns1) as b:
+    with PacketPort.open(if0, netns=ns0, rx_ring=ring) as a, PacketPort.open(if1, netns=ns1, rx_ring=ring) as b:
+        assert (a.rx_ring is not None) == (b.rx_ring is not None) == ring
         assert a.max_frame == b.max_frame == 1514 and a.mtu == 1500
         assert a.hwaddr == hwaddr_for(0) and b.hwaddr == hwaddr_for(1)
         assert a.prepare_to_sleep() is True and a.fileno() == a.socket.fileno()
@@ -144,6 +148,19 @@ def test_packet_port_round_trip_between_namespaces(cable):
         with pytest.raises(ValueError):
             b.recv_into(bytearray(64))
         assert b.stats()["truncated"] == 1
+        # more frames than a pass takes: every one, in order (a ring wraps around)
+        frames = [_frame(b.hwaddr, a.hwaddr, i.to_bytes(4, "big").ljust(46, b"~")) for i in range(1500)]
+        got = []
+        for f in frames:
+            assert a.send(f)
+            while (n := b.recv_into(buf)) >= 0:
+                got.append(bytes(buf[:n]))
+        while len(got) < len(frames) and wait_frame_sync(b, 0.0, timeout=5.0):
+            while (n := b.recv_into(buf)) >= 0:
+                got.append(bytes(buf[:n]))
+        assert got == frames
+    if ring:                                     # closed: the ring is unmapped, and says so safely
+        assert not b.rx_ring.pending() and b.rx_ring.recv_into(buf) == -1
 
 
 def test_packet_port_receives_only_its_ethertype(cable):
@@ -163,16 +180,17 @@ def test_packet_port_receives_only_its_ethertype(cable):
         assert b.recv_into(buf) == -1 and b_other.recv_into(buf) == -1
 
 
-def test_outgoing_frames_are_skipped_by_a_tap(cable):
+@pytest.mark.parametrize("ring", [False, True], ids=["recvfrom", "rx_ring"])
+def test_outgoing_frames_are_skipped_by_a_tap(cable, ring):
     """A socket of every EtherType (a tap) also sees what its interface transmits, as
     PACKET_OUTGOING (the kernel only spares the very socket that sent it): recv_into
-    drops those and returns the next frame that came in."""
+    drops those and returns the next frame that came in -- from recvfrom(2) or the ring."""
     import socket
     from pyroute2.netns import create_socket
     (ns0, if0), (ns1, if1) = cable.iface(0), cable.iface(1)
     sock = create_socket(ns0, socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003), flags=0)  # ETH_P_ALL
     sock.bind((if0, 0x0003))
-    with PacketPort(sock, if0, 0x0003) as tap, PacketPort.open(if0, netns=ns0) as a, \
+    with PacketPort(sock, if0, 0x0003, rx_ring=ring) as tap, PacketPort.open(if0, netns=ns0) as a, \
             PacketPort.open(if1, netns=ns1) as b:
         buf = bytearray(tap.max_frame)
         out = _frame(b.hwaddr, a.hwaddr, b"out".ljust(46, b"."))

@@ -62,3 +62,14 @@ cdef Py_ssize_t packet_recv_raw(int fd, void* buf, Py_ssize_t cap, int* err) noe
 # One whole frame out of an AF_PACKET socket, without blocking: its length, or -1 with the
 # errno in err[0] (EAGAIN/ENOBUFS: the queue is full and the frame lost).
 cdef Py_ssize_t packet_send_raw(int fd, const void* buf, Py_ssize_t n, int* err) noexcept nogil
+
+
+# The receive ring an AF_PACKET socket shares with the kernel (PACKET_RX_RING, TPACKET_V2;
+# made by `packet_rx_ring`): `recv_raw` answers as `packet_recv_raw` does, without a system call.
+cdef class PacketRxRing:
+    cdef unsigned char* _base           # the mapped ring, NULL once closed
+    cdef Py_ssize_t _frame_size, _frames, _head
+
+    cdef void _unmap(self) noexcept
+    cdef Py_ssize_t recv_raw(self, void* buf, Py_ssize_t cap) noexcept nogil
+    cpdef bint pending(self)

@@ -5,7 +5,7 @@
 # per frame.
 from kernelsim._engine cimport Engine
 from kernelsim.media._port cimport FramePort, FrameSink
-from kernelsim.media._shmring cimport ShmRing
+from kernelsim.media._shmring cimport PacketRxRing, ShmRing
 
 
 cdef class PortTx(FramePort):
@@ -35,6 +35,7 @@ cdef class DevicePort(PortTx):
     cdef list _held                     # (due wall time, sequence, frame, crc_ok): frames held back
     cdef long long _held_seq
     cdef ShmRing _rx_ring               # its receive ring, when frames come from one; else None
+    cdef PacketRxRing _packet_ring      # its AF_PACKET socket's receive ring, if it has one; else None
 
     cpdef int poll(self) except -1
     cdef int _poll_packet(self) except -1

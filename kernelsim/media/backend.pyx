@@ -150,6 +150,7 @@ cdef class DevicePort(PortTx):
         PortTx._look_up(self)
         owner = getattr(self.transport.recv_into, "__self__", None)
         self._rx_ring = owner if type(owner) is ShmRing else None
+        self._packet_ring = self.transport.rx_ring if self._packet_fd >= 0 else None
         return 0
 
     cpdef int poll(self) except -1:
@@ -194,13 +195,18 @@ cdef class DevicePort(PortTx):
         return 0
 
     cdef int _poll_packet(self) except -1:
-        """`poll` from a `PacketPort` by C: one recvfrom(2) a frame (and one a pass that
-        finds none) straight into the buffer, counted on the port as its recv_into would."""
+        """`poll` from a `PacketPort` by C: a frame from its receive ring, or one recvfrom(2)
+        a frame (and one a pass that finds none), straight into the buffer, counted on the
+        port as its recv_into would."""
         cdef Py_ssize_t k, n = 0, cap = self._mv.shape[0]
         cdef int err = 0
+        cdef PacketRxRing ring = self._packet_ring
         port = self.transport
         while True:
-            k = packet_recv_raw(self._packet_fd, &self._mv[0], cap, &err)     # never blocks: keeps the GIL
+            if ring is not None:                # a look at the slot's status word, a copy
+                k = ring.recv_raw(&self._mv[0], cap)
+            else:
+                k = packet_recv_raw(self._packet_fd, &self._mv[0], cap, &err)     # never blocks: keeps the GIL
             if k == -1:
                 return self._settle_rest() + n
             if k == -2:                         # our own transmission, seen by a tap

@@ -14,6 +14,11 @@ the device, whose address filter decides -- as on a shared Ethernet.
   plus the 14-byte header is a ValueError (EMSGSIZE), a full socket buffer a drop.
 * ``recv_into`` returns whole frames, header included. Frames this socket's own
   interface transmitted (``PACKET_OUTGOING``, seen by packet taps) are skipped.
+* ``open(..., rx_ring=True)`` gives the socket a receive ring shared with the kernel
+  (``PACKET_RX_RING``, `kernelsim.media._shmring.PacketRxRing`): a frame is taken by a
+  look at a status word and a copy, and a poll that finds nothing costs a memory read,
+  not a recvfrom(2). Nodes open theirs so; without it (the default: a plain socket, as
+  a bare Python program has) every take is one system call.
 * The socket is the doorbell: ``prepare_to_sleep()`` is always True.
 
 Opening one needs ``CAP_NET_RAW`` (root). Which network namespace the interface is
@@ -26,7 +31,7 @@ import fcntl
 import socket
 import struct
 
-from kernelsim.media._shmring import packet_recv_into
+from kernelsim.media._shmring import packet_recv_into, packet_rx_ring
 from kernelsim.media.real import SocketPort
 
 __all__ = ["PacketPort", "DP_ETHERTYPE", "ETH_HLEN"]
@@ -54,7 +59,7 @@ class PacketPort(SocketPort):
     header (no FCS: the kernel and the NIC add and strip it).
     """
 
-    def __init__(self, sock: socket.socket, ifname: str, ethertype: int):
+    def __init__(self, sock: socket.socket, ifname: str, ethertype: int, rx_ring: bool = False):
         super().__init__(sock)
         self.ifname = ifname
         self.ethertype = ethertype
@@ -63,11 +68,14 @@ class PacketPort(SocketPort):
         self.hwaddr = _ifreq(sock, _SIOCGIFHWADDR, ifname)[18:24]
         self._outgoing = 0
         self._kernel_drops = 0
+        # The receive ring, or None: frames then come by recvfrom(2).
+        self.rx_ring = packet_rx_ring(self._fd, self.max_frame) if rx_ring else None
 
     @classmethod
     def open(cls, ifname: str, ethertype: int = DP_ETHERTYPE, *, netns: str | None = None,
-             rcvbuf: int | None = None, sndbuf: int | None = None) -> "PacketPort":
-        """Bind a raw socket to `ifname` for frames of `ethertype`.
+             rcvbuf: int | None = None, sndbuf: int | None = None, rx_ring: bool = False) -> "PacketPort":
+        """Bind a raw socket to `ifname` for frames of `ethertype` (`rx_ring`: frames come
+        through a receive ring shared with the kernel, see the module's notes).
 
         The interface is looked up in this thread's network namespace, or -- with
         `netns` -- in that named namespace (the socket is made there by a pyroute2
@@ -106,7 +114,7 @@ class PacketPort(SocketPort):
                     raise OSError(errno.ENODEV, f"no network interface {ifname!r} in this network namespace") \
                         from None
                 raise
-            return cls(sock, ifname, ethertype)
+            return cls(sock, ifname, ethertype, rx_ring)
         except BaseException:
             sock.close()
             raise
@@ -135,10 +143,11 @@ class PacketPort(SocketPort):
         A frame longer than buf is lost (datagram semantics) and ValueError is raised
         (counted in ``stats()['truncated']``).
         """
-        fd = self._fd
+        fd, ring = self._fd, self.rx_ring
         while True:
             try:
-                n = packet_recv_into(fd, buf)       # one system call a frame, none raised when empty
+                # From the ring, or one system call a frame; none raised when empty.
+                n = ring.recv_into(buf) if ring is not None else packet_recv_into(fd, buf)
             except ValueError:
                 self._truncated += 1
                 raise ValueError(f"a frame did not fit a {len(buf)}-byte buffer") from None
@@ -148,6 +157,16 @@ class PacketPort(SocketPort):
             if n >= 0:
                 self._received += 1
             return n
+
+    def pending(self) -> bool:
+        if self.rx_ring is not None:
+            return self.rx_ring.pending()
+        return super().pending()
+
+    def close(self) -> None:
+        if self.rx_ring is not None:
+            self.rx_ring.close()            # unmapped before the socket goes
+        super().close()
 
     def stats(self) -> dict:
         """Counters; ``rx_dropped_kernel`` are frames the kernel dropped because this
