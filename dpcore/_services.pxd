@@ -28,7 +28,8 @@ cdef class DirectedPoint:
     cdef public int tbp_slots
     cdef public int max_message
     cdef public Nart nart
-    cdef public dict endpoints
+    cdef readonly dict endpoints          # ep -> Endpoint: sys_open adds, Endpoint.release takes out
+    cdef object rx_ep                     # the Endpoint the MDR delivered to last, until released
     cdef public list netdevs
     cdef public dict types
     cdef public long long rx_malformed, rx_no_endpoint, rx_unknown_type, local_deliveries

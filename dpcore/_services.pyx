@@ -226,6 +226,8 @@ cdef class Endpoint(OpenFile):
 
     def release(self, proc) -> None:
         self.dp.endpoints.pop(self.ep, None)
+        if self.dp.rx_ep is self:
+            self.dp.rx_ep = None
         for tok in list(self.tokens):
             tok.revoke()
         self.dp.retire(self)
@@ -456,10 +458,16 @@ cdef class Mdr(RxHandler):
             Py_INCREF(path)
             cont[0] = <PyObject*> path
             return 1
-        e = dp.endpoints.get(h.dst_ep)
-        if e is None:
-            dp.rx_no_endpoint += 1
-            return 0
+        # A stream's frames go to one endpoint: the last one is kept (no boxed endpoint
+        # number and dict lookup per frame).
+        if dp.rx_ep is not None and (<Endpoint> dp.rx_ep).ep == h.dst_ep:
+            e = <Endpoint> dp.rx_ep
+        else:
+            e = dp.endpoints.get(h.dst_ep)
+            if e is None:
+                dp.rx_no_endpoint += 1
+                return 0
+            dp.rx_ep = e
         if not e.tbp.deposit(mem.buf, addr + DM_HEADER, h.length, h.src_nid, h.src_ep):
             return 0
         e.deposited()

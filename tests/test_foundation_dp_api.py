@@ -408,6 +408,8 @@ def test_nonblocking_toggle():
 def test_close_frees_the_endpoint_and_the_number_can_be_reused():
     c = Cluster(nodes=2)
     a, b, fa, fb = _pair(c)
+    a.sync.dp_write(fa, b"first")           # the MDR keeps the endpoint it delivered to last:
+    assert b.sync.dp_read(fb) == b"first"   # closed, it must be forgotten
     node = c.node(1)
     dp = node.services["dp"]
     shared_before = node.shared_in_use()

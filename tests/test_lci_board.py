@@ -75,6 +75,44 @@ def test_good_packets_still_go_to_on_packet_and_silent_programs_are_not_told():
     assert rx.rx_crc_errors == 2 and rx.ni_events == before + 1      # only its start ran
 
 
+class _Rebinding(_Listener):
+    """Replaces its receive hook as it starts, as LCI's control program does."""
+
+    def start(self, ni):
+        super().start(ni)
+        self.on_packet = self._heard
+
+    def _heard(self, pkt):
+        self.events.append(("rebound", pkt[1]))
+        self.ni.rx_arm(self.ni.firmware_bytes, 256)
+        yield 10
+
+
+def test_the_board_posts_the_hook_of_the_program_loaded_now_as_it_is_now():
+    """DP's control program was on these boards (its hook is kept on the board): after it is
+    unloaded, the board posts the new program's hook, and the hook the program set in start."""
+    from nic_drivers.myrinet.firmware import DPFirmware
+    c, tx, rx = _boards()
+    fw = _Rebinding()
+    _run(c, tx, rx, fw, 2)
+    assert fw.events == [("rebound", 42)] * 2
+
+    c = Cluster(nodes=2, nic="myrinet")      # DP's own program, its hook replaced while loaded
+    rx = c.nodes[1].pci_devices[0]
+    assert type(rx.firmware) is DPFirmware
+    heard = []
+    dp_hook = rx.firmware.on_packet
+
+    def hook(pkt):
+        heard.append(pkt[1])
+        return dp_hook(pkt)
+    rx.firmware.on_packet = hook
+    tx = c.nodes[0].pci_devices[0]
+    c.medium.inject(tx, tx.route_table[1] + bytes(40), None)
+    c.engine.run()
+    assert heard == [40]                     # the packet less its route
+
+
 def test_the_real_time_clock_reads_modeled_time():
     c, tx, rx = _boards()
     from nic_drivers.myrinet import _model as hw

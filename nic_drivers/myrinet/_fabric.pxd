@@ -39,12 +39,13 @@ cdef class Wire(Medium):
     cdef public double byte_s, prop_s, hop_s
     cdef public int crc_bytes
     cdef public list switch_out          # switch -> port -> Channel or None
-    cdef public dict inject_ch           # nid -> Channel from that node's NI
+    cdef readonly dict inject_ch         # nid -> Channel from that node's NI (`cable_in` adds)
     cdef public long long packets, delivered, misrouted, lost
     cdef public double ni_wait_s
 
     cdef int inject_packet(self, object ni, bytes data, object token, bint last) except -1
     cdef int on_event(self, int what, object arg) except -1
+    cdef Channel _in(self, LanaiNI ni)
     cdef _take(self, Channel ch, Packet p)
     cdef _hop(self, Packet p, bint last)
     cdef _ask(self, Packet p, bint last)

@@ -84,6 +84,20 @@ cdef class Wire(Medium):
         self.switch_out = []
         self.inject_ch = {}
 
+    def cable_in(self, ni, Channel ch):
+        """Cable `ch` as the channel node `ni.nid`'s packets enter the network by."""
+        self.inject_ch[ni.nid] = ch
+        if isinstance(ni, LanaiNI):
+            (<LanaiNI> ni)._in_wire = self
+            (<LanaiNI> ni)._in_ch = ch
+
+    cdef Channel _in(self, LanaiNI ni):
+        # The board keeps its channel into this wire (`cable_in` is the one way in: the
+        # table cannot be replaced); a board cabled some other way is looked up.
+        if ni._in_wire is self:
+            return <Channel> ni._in_ch
+        return self.inject_ch.get(ni.nid)
+
     cdef int inject_packet(self, object ni, bytes data, object token, bint last) except -1:
         """The send DMA engine of `ni` starts streaming `data` (route first) now."""
         cdef double t
@@ -97,7 +111,7 @@ cdef class Wire(Medium):
         p.dur = p.nbytes * self.byte_s
         p.chans = []
         self.packets += 1
-        ch = self.inject_ch.get((<LanaiNI?> ni).nid)
+        ch = self._in(<LanaiNI?> ni)
         if ch is None:                       # not cabled: the bits go nowhere
             self.lost += 1
             self.engine.post(self.engine.now + p.dur, self, EV_SENDER_DONE, p)
@@ -240,7 +254,7 @@ cdef class Wire(Medium):
         cdef Channel ch
         if p.chans:
             ch = <Channel> p.chans[0]
-            if ch is self.inject_ch.get((<LanaiNI> p.src).nid):
+            if ch is self._in(<LanaiNI> p.src):
                 self._release(ch, False)
         (<LanaiNI> p.src).tail_left(p.token, last)
 

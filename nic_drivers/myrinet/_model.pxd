@@ -120,6 +120,12 @@ cdef class LanaiNI(NicModel):
     cdef readonly long long rx_no_buffer, rx_halted, rx_blocked
     cdef readonly long long pio_writes, pio_bytes, pio_reads
     cdef readonly object last_fault
+    # The channel this board's packets enter the wire `_in_wire` by (`Wire.cable_in` sets
+    # both): the wire finds it without a boxed node id and a dict lookup per packet.
+    cdef object _in_wire, _in_ch
+    # The firmware's `on_packet` when the firmware keeps it here (DP's does: its setter
+    # refreshes it), else None and it is looked up per packet.
+    cdef object _on_packet
 
     cdef _reset(self)
     cpdef unsigned int csr_read(self, int off)

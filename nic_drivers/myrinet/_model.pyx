@@ -351,6 +351,7 @@ cdef class LanaiNI(NicModel):
             raise OSError(errno.EBUSY, "LANai: halt the processor before loading a control program")
         if self.firmware is not None:
             self.unload_firmware()
+        self._on_packet = None
         fw.attach(self)                  # may refuse (the layout does not fit): nothing kept
         self.firmware = fw
 
@@ -861,7 +862,9 @@ cdef class LanaiNI(NicModel):
         self.rx_armed = False
         self.rx_packets += 1
         self.rx_bytes += n
-        on_packet = self.firmware.on_packet
+        on_packet = self._on_packet
+        if on_packet is None:
+            on_packet = self.firmware.on_packet
         if isinstance(on_packet, NiHandler):
             path = (<NiHandler> on_packet).start_packet(self.rx_off, n)
             if path is not None:

@@ -466,7 +466,7 @@ class MyrinetFabric(Wire):
             raise OSError(errno.EBUSY, f"myrinet: port {port} of switch {switch} is already cabled")
         self.nis[nid] = ni
         self.where[nid] = (switch, port)
-        self.inject_ch[nid] = Channel(f"n{nid}->sw{switch}", False, switch)
+        self.cable_in(ni, Channel(f"n{nid}->sw{switch}", False, switch))
         self.switch_out[switch][port] = Channel(f"sw{switch}->n{nid}", True, ni)
         ni.port = self
 

@@ -34,7 +34,7 @@ cdef class DPFirmware(Firmware):
     cdef public object wd_timer
     # the handlers the board runs (watched doorbells, timers, the receive hook)
     cdef readonly NiHandler on_host_send, on_consumed, on_tx_wait, on_watchdog, on_hold_timeout
-    cdef public object on_packet
+    cdef object _on_packet              # `on_packet` (a property: its setter tells the board)
     # counters (the `counters` property shows them as a dict)
     cdef public long long n_sent, n_sent_pio, n_sent_dma, n_bad_descriptors, n_received
     cdef public long long n_to_kernel, n_to_bulk, n_held, n_dropped_abandoned, n_runts
@@ -44,6 +44,7 @@ cdef class DPFirmware(Firmware):
     cdef LanaiNI _ni(self)
     cdef Py_ssize_t buffer_at(self, Py_ssize_t i) except -1
     cdef _reset_state(self)
+    cdef _tell_board(self)
     cdef int _complete(self) except -1
     cdef int _report(self, unsigned int wait) except -1
     cdef int _arm(self) except -1

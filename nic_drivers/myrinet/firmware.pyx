@@ -498,7 +498,7 @@ cdef class DPFirmware(Firmware):
         self.on_tx_wait = _handler(self, K_TX_WAIT)
         self.on_watchdog = _handler(self, K_WATCHDOG)
         self.on_hold_timeout = _handler(self, K_HOLD_TIMEOUT)
-        self.on_packet = _handler(self, K_PACKET)
+        self._on_packet = _handler(self, K_PACKET)
 
     cdef LanaiNI _ni(self):
         if self.board is None:
@@ -512,6 +512,25 @@ cdef class DPFirmware(Firmware):
                                    self.n_received, self.n_to_kernel, self.n_to_bulk, self.n_held,
                                    self.n_dropped_abandoned, self.n_runts, self.n_unknown_type, self.n_no_ring,
                                    self.n_watchdog_interrupts, self.n_rx_interrupts, self.n_done_reports)))
+
+    @property
+    def on_packet(self):
+        """The receive hook the board posts for every good packet (this program's own
+        handler unless replaced)."""
+        return self._on_packet
+
+    @on_packet.setter
+    def on_packet(self, hook):
+        self._on_packet = hook
+        self._tell_board()
+
+    cdef _tell_board(self):
+        # The board keeps the hook it posts per packet (no attribute lookup each), this
+        # program's only while it is the board's; a subclass may define `on_packet` any
+        # way it likes, so its board looks it up per packet as for any other program.
+        if self.board is not None and type(self) is DPFirmware and (
+                self.board.firmware is self or self.board.firmware is None):   # None: being loaded
+            self.board._on_packet = self._on_packet
 
     @property
     def rx_mode(self) -> str:
@@ -537,8 +556,11 @@ cdef class DPFirmware(Firmware):
         rx0 = first + self.ntx * b
         self.rx_buffers = [rx0 + i * b for i in range(nrx)]
         self._reset_state()
+        self._tell_board()
 
     def detach(self, ni) -> None:
+        if self.board is not None:
+            self.board._on_packet = None
         self.ni = None
         self.board = None
 
