@@ -814,11 +814,12 @@ async def run_path(Node node, path, cpu=None):
     the node: the calling process's); return its value or raise its error."""
     cdef _Completion done
     cdef PyObject* rest = NULL
+    cdef Cpu on = <Cpu> (node.cpu if cpu is None else cpu)
     if not node.modeled:
-        done = _try_real(<Cpu> (node.cpu if cpu is None else cpu), node.engine, path)
+        done = _try_real(on, node.engine, path)
         await checkpoint()
         return _outcome(done)
-    value = _path_now(node, <Cpu> (node.cpu if cpu is None else cpu), path, &rest)
+    value = _path_now(node, on, path, &rest)
     if rest == NULL:
         return value
     later = <object> rest

@@ -34,24 +34,13 @@ from libc.errno cimport errno as c_errno, EINTR
 
 from kernelsim._engine cimport wall_now
 
-cdef extern from "<sched.h>" nogil:
-    int sched_yield()
-
-cdef extern from "<sys/epoll.h>" nogil:
-    ctypedef union epoll_data_t:
-        int fd
-    cdef struct epoll_event:
-        uint32_t events
-        epoll_data_t data
-    int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout)
-
 import errno
 import os
 
 from libdp._calls import _check_count
 
 from kernelsim.media._shmring cimport ShmRing, RING_OK, RING_FULL, RING_CLOSED
-from kernelsim.daemon._rings cimport CrowdedCore, EventRing
+from kernelsim.daemon._rings cimport CrowdedCore, EventRing, epoll_event, epoll_wait, sched_yield
 
 cdef extern from *:
     """

@@ -80,3 +80,17 @@ cdef class CrowdedCore:
     cdef readonly double until      # no polling before this (wall clock)
     cdef readonly long long count   # times the rule stopped the polls
     cdef bint late_yield(self, double before, double after) noexcept
+
+
+# What a poller calls besides `CrowdedCore` (the node loop, kernelsim.daemon._server, and a
+# script's waits, libdp._endpoint_rings): the yield between polls and a look at an epoll set.
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
+
+cdef extern from "<sys/epoll.h>" nogil:
+    ctypedef union epoll_data_t:
+        int fd
+    cdef struct epoll_event:
+        uint32_t events
+        epoll_data_t data
+    int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout)

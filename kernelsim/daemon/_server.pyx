@@ -79,7 +79,7 @@ from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
 from kernelsim._node cimport Costs, callgate_entry, poll_ports
 from kernelsim.media._shmring cimport RING_EMPTY, ShmRing
-from kernelsim.daemon._rings cimport CrowdedCore, RingExport
+from kernelsim.daemon._rings cimport CrowdedCore, RingExport, epoll_event, epoll_wait, sched_yield
 import errno
 import os
 import select
@@ -116,17 +116,6 @@ cdef double _yield_idle_s = YIELD_IDLE_S
 # at once, even when the drain's unsent entries are what fill it (`_gate_entry_raw`), so
 # it goes the wait-queue way (`NodeServer._block`) that a ring full for any reason takes.
 cdef bint _retry_unsettled = os.environ.get("DP_GATE_RETRY", "1") != "0"
-
-cdef extern from "<sched.h>" nogil:
-    int sched_yield()
-
-cdef extern from "<sys/epoll.h>" nogil:
-    ctypedef union epoll_data_t:
-        int fd
-    cdef struct epoll_event:
-        unsigned int events
-        epoll_data_t data
-    int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout)
 
 cdef extern from *:
     """
@@ -428,8 +417,8 @@ class NodeServer:
             # so no empty pass over everything is needed before it.
             if engine.peek() != _INF or ready or ready_gates:
                 continue
-            sleeping = [(g.ring, g.bell) for g in self._gates if g.blocked is None]
-            sleeping += [(src, src.fileno()) for src in self._sources]
+            sleeping = [(g.ring, g.bell) for g in gates if g.blocked is None]
+            sleeping += [(src, src.fileno()) for src in sources]
             ok = True
             for p in ports:
                 ok = p.prepare_to_sleep() and ok

@@ -999,7 +999,3 @@ cdef class PacketRxRing:
         if r > cap:
             raise ValueError(f"frame of {r} bytes truncated to a {cap}-byte buffer")
         return r
-
-    @property
-    def slots(self) -> int:
-        return self._frames
