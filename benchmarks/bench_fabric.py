@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 
+from bench_sim_speed import engine_us_per_event
+
 SIZES = (1, 1024)
 
 
@@ -110,7 +112,7 @@ def one(platform: str, nodes: int, iters: int) -> dict:
             "rss_per_node_after_kb": round((after - base) * 1024 / nodes, 1),
             "rss_total_mb": round(after, 1), "routes_from_one_node_s": round(route_s, 4),
             "max_route": max(map(len, routes)), "pingpong": pairs, "wire": wires,
-            "bare_engine_event_us": round(engine_floor(200000) * 1e6, 3)}
+            "bare_engine_event_us": round(engine_us_per_event(), 3)}
 
 
 def bcast(platform: str, nodes: int, size: int, variant: str, tree: str, active: int = 0) -> dict:
@@ -146,7 +148,7 @@ def bcast(platform: str, nodes: int, size: int, variant: str, tree: str, active:
     events = c.engine.events_run - ev0
     row = combine_bcast(res, (size,), variant, tree, active, False)[0]
     deliveries = 2 * (active - 1) * max(1, -(-size // c.nodes[0].services["lci"].variant.mtu))   # two broadcasts
-    floor = engine_floor(200000)
+    floor = engine_us_per_event() * 1e-6
     return {"platform": platform, "nodes": nodes, "active": active, "variant": variant, "tree": tree, "size": size,
             "latency_us": round(row["latency_us"], 2), "build_cpu_s": round(build_s, 3),
             "run_cpu_s": round(run_s, 3), "total_cpu_s": round(build_s + run_s, 3),
@@ -159,22 +161,6 @@ def bcast(platform: str, nodes: int, size: int, variant: str, tree: str, active:
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "bare_engine_event_us": round(floor * 1e6, 3)}
 
-
-def engine_floor(n: int) -> float:
-    """Wall seconds per engine event for a self-rescheduling Python callback."""
-    from kernelsim import Engine
-    eng = Engine()
-    left = [n]
-
-    def tick(_):
-        left[0] -= 1
-        if left[0]:
-            eng.after(1e-6, tick, None)
-
-    eng.after(0.0, tick, None)
-    t = time.perf_counter()
-    eng.run()
-    return (time.perf_counter() - t) / n
 
 
 def main():

@@ -9,24 +9,8 @@ round trip x cost per event" on whatever machine runs it.
 import argparse
 import time
 
-from kernelsim import Engine
+from bench_sim_speed import engine_us_per_event
 from libdp import Cluster, pingpong
-
-
-def engine_floor(n: int) -> float:
-    """Wall seconds per engine event for a self-rescheduling Python callback."""
-    eng = Engine()
-    left = [n]
-
-    def tick(_):
-        left[0] -= 1
-        if left[0]:
-            eng.after(1e-6, tick, None)
-
-    eng.after(0.0, tick, None)
-    t = time.perf_counter()
-    eng.run()
-    return (time.perf_counter() - t) / n
 
 
 def main():
@@ -38,7 +22,7 @@ def main():
     rows = c.run_spmd(pingpong, [1], args.iters, 0)[0]
     wall = time.perf_counter() - t
     events = c.engine.events_run / args.iters
-    per_event = engine_floor(200000)
+    per_event = engine_us_per_event() * 1e-6
     rtt_wall = wall / args.iters
     print(f"modeled 1-byte round trip            {rows[0]['rtt_us']:10.3f} us (modeled)")
     print(f"simulated round trips per wall second {1 / rtt_wall:10.0f}")

@@ -46,7 +46,8 @@ def _dp_rtt(transport: str, iters: int) -> float:
 
 # ------------------------------------------------------------------ raw rows (no DP)
 
-def _echo(port, stop: bytes) -> None:
+def echo(port, stop: bytes) -> None:
+    """Answer every frame on ``port`` (MACs swapped) until ``stop`` comes: the bare far side."""
     buf = bytearray(port.max_frame)
     pending, recv_into, send = port.pending, port.recv_into, port.send
     while True:
@@ -67,7 +68,7 @@ def _echo(port, stop: bytes) -> None:
 def _child_shm(names):
     end = ShmLink.attach(names, 1)
     try:
-        _echo(end, b"")
+        echo(end, b"")
     finally:
         end.close()
 
@@ -76,10 +77,11 @@ def _child_packet(ns, ifname, stop):
     from pyroute2.netns import setns
     setns(ns, flags=0)
     with PacketPort.open(ifname) as port:
-        _echo(port, stop)
+        echo(port, stop)
 
 
-def _measure(port, ping: bytes, n: int) -> list[int]:
+def round_trips_ns(port, ping: bytes, n: int) -> list[int]:
+    """Nanoseconds of each of ``n`` busy-polled round trips of ``ping`` (at most RAW_SECONDS)."""
     buf = bytearray(port.max_frame)
     pending, recv_into, send = port.pending, port.recv_into, port.send
     perf = time.perf_counter_ns
@@ -108,7 +110,7 @@ def _raw_shm(ctx, n):
         proc.start()
         end = link.end(0)
         try:
-            return _measure(end, b"\x5a", n)
+            return round_trips_ns(end, b"\x5a", n)
         finally:
             end.send(b"")
             proc.join(5)
@@ -138,7 +140,7 @@ def _raw_packet(ctx, n):
                         break
                 while port.recv_into(buf) >= 0:
                     pass
-                return _measure(port, ping, n)
+                return round_trips_ns(port, ping, n)
             finally:
                 port.send(stop)
                 proc.join(5)

@@ -81,7 +81,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import trio  # noqa: E402
-
+from bench_packet import echo, round_trips_ns  # noqa: E402  (the bare AF_PACKET ping-pong's two sides)
+from kernelsim.media.packet import PacketPort  # noqa: E402
 from kernelsim.media.real import ShmLink  # noqa: E402
 from libdp._realnode import cluster_down, cluster_up  # noqa: E402
 from libdp import bandwidth  # noqa: E402
@@ -230,34 +231,22 @@ def _bare_shm_stream(count: int, nbytes: int, frame_bytes: int) -> float:
         link.unlink()
 
 
-def _packet_echo(ns, ifname, iters):
-    from kernelsim.media.packet import PacketPort
+def _packet_echo(ns, ifname, stop):
     from pyroute2.netns import setns
     setns(ns, flags=0)
     with PacketPort.open(ifname, BARE_ETHERTYPE) as port:
-        buf = bytearray(port.max_frame)
-        pending, recv_into, send = port.pending, port.recv_into, port.send
-        for _ in range(iters):
-            while not pending():
-                pass
-            n = recv_into(buf)
-            if n < 0:
-                continue
-            frame = bytes(buf[:n])
-            if frame[14:18] == b"STOP":
-                return
-            send(frame[6:12] + frame[0:6] + frame[12:])
+        echo(port, stop)
 
 
 def _bare_packet_rtt(cluster, iters: int) -> float:
-    """The same veth pair the nodes use, another EtherType: a bare Python AF_PACKET ping-pong."""
-    from kernelsim.media.packet import PacketPort
+    """The same veth pair the nodes use, another EtherType: a bare Python AF_PACKET ping-pong
+    (bench_packet.py's raw row)."""
     (ns0, if0), (ns1, if1) = [(n.netns, n.iface) for n in cluster.nodes[:2]]
     mac = [bytes.fromhex(n.mac.replace(":", "")) for n in cluster.nodes[:2]]
     head = mac[1] + mac[0] + BARE_ETHERTYPE.to_bytes(2, "big")
     ping, stop = head + b"x".ljust(46, b"\0"), head + b"STOP".ljust(46, b"\0")
     with PacketPort.open(if0, BARE_ETHERTYPE, netns=ns0) as port:
-        p = _ctx.Process(target=_packet_echo, args=(ns1, if1, 10 * iters + 1000), daemon=True)
+        p = _ctx.Process(target=_packet_echo, args=(ns1, if1, stop), daemon=True)
         p.start()
         buf = bytearray(port.max_frame)
         deadline = time.monotonic() + 10
@@ -268,18 +257,7 @@ def _bare_packet_rtt(cluster, iters: int) -> float:
                 break
         while port.recv_into(buf) >= 0:
             pass
-        perf = time.perf_counter_ns
-        pending, recv_into, send = port.pending, port.recv_into, port.send
-        out = []
-        for _ in range(iters):
-            t = perf()
-            send(ping)
-            while True:
-                while not pending():
-                    pass
-                if recv_into(buf) >= 0:
-                    break
-            out.append(perf() - t)
+        out = round_trips_ns(port, ping, iters)
         port.send(stop)
         p.join(5)
         if p.is_alive():

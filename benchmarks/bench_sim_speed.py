@@ -189,6 +189,8 @@ SWEEPS = {
 
 
 def engine_us_per_event(n: int = 200000) -> float:
+    """Wall microseconds per engine event for a self-rescheduling Python callback: the floor
+    any modeled event pays (bench_modeled.py and bench_fabric.py measure against it too)."""
     eng = Engine()
     left = [n]
 
