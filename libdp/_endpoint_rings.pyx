@@ -42,13 +42,7 @@ from libdp._calls import _check_count
 from kernelsim.media._shmring cimport ShmRing, RING_OK, RING_FULL, RING_CLOSED
 from kernelsim.daemon._rings cimport CrowdedCore, EventRing, epoll_event, epoll_wait, sched_yield
 
-cdef extern from *:
-    """
-    static inline uint32_t dp_err_load(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-    static inline void dp_err_clear(uint32_t *p) { __atomic_store_n(p, 0, __ATOMIC_RELEASE); }
-    """
-    uint32_t dp_err_load(const uint32_t *p) noexcept nogil
-    void dp_err_clear(uint32_t *p) noexcept nogil
+from kernelsim._atomics cimport dp_load_acq32, dp_store_rel32
 
 DEF RELEASE_HEAD = 2            # u8 GATE_FILEOP, u8 OP_RELEASE, then u32 slot numbers (little endian)
 DEF RELEASE_BATCH = 16          # releases sent at once while more deliveries wait
@@ -198,9 +192,9 @@ cdef class EndpointRings:
         cdef uint32_t err
         if self.err_word == NULL:
             raise OSError(errno.EBADF, f"bad file descriptor {self.fd}")
-        err = dp_err_load(self.err_word)
+        err = dp_load_acq32(self.err_word)
         if err:
-            dp_err_clear(self.err_word)
+            dp_store_rel32(self.err_word, 0)
             raise OSError(err, f"{os.strerror(err)} (an earlier call-gate entry on fd {self.fd})")
         return 0
 

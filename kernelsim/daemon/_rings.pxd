@@ -15,13 +15,6 @@ cdef extern from *:
         uint64_t posted; uint64_t full; uint8_t _p4[48];
     } ev_hdr;
     _Static_assert(sizeof(ev_hdr) == 320, "event ring header");
-    static inline uint64_t ev_ld_acq(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-    static inline uint64_t ev_ld_rlx(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-    static inline void ev_st_rel(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-    static inline void ev_st_rel32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-    static inline uint32_t ev_ld32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-    static inline uint32_t ev_xchg(uint32_t *p, uint32_t v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); }
-    static inline void ev_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
     """
     ctypedef struct ev_hdr:
         uint64_t magic
@@ -34,13 +27,6 @@ cdef extern from *:
         uint64_t posted
         uint64_t full
     uint64_t EV_MAGIC
-    uint64_t ev_ld_acq(const uint64_t *p) noexcept nogil
-    uint64_t ev_ld_rlx(const uint64_t *p) noexcept nogil
-    void ev_st_rel(uint64_t *p, uint64_t v) noexcept nogil
-    void ev_st_rel32(uint32_t *p, uint32_t v) noexcept nogil
-    uint32_t ev_ld32(const uint32_t *p) noexcept nogil
-    uint32_t ev_xchg(uint32_t *p, uint32_t v) noexcept nogil
-    void ev_fence() noexcept nogil
 
 
 cdef class EventRing:

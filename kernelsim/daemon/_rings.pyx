@@ -44,6 +44,7 @@ from libc.stdint cimport uint32_t, uint64_t
 from libc.errno cimport errno, EINTR
 from posix.unistd cimport read, write
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
+from kernelsim._atomics cimport dp_fence_seq_cst, dp_load_acq32, dp_load_acq64, dp_load_rlx64, dp_store_rel32, dp_store_rel64, dp_xchg32
 
 import mmap
 import os
@@ -119,9 +120,9 @@ cdef class EventRing:
             self._h.version = 1
             self._h.slots = <uint32_t> slots
             self._h.rec_bytes = REC
-            ev_st_rel(&self._h.magic, EV_MAGIC)
+            dp_store_rel64(&self._h.magic, EV_MAGIC)
         else:
-            if ev_ld_acq(&self._h.magic) != EV_MAGIC or self._h.rec_bytes != REC:
+            if dp_load_acq64(&self._h.magic) != EV_MAGIC or self._h.rec_bytes != REC:
                 self._unmap()
                 raise ValueError("not an event ring")
             slots = self._h.slots
@@ -170,8 +171,8 @@ cdef class EventRing:
         cdef uint32_t* r
         if h == NULL:
             raise ValueError("event ring is closed")
-        head = self._local_head if self._queued else ev_ld_rlx(&h.head)
-        if head - ev_ld_acq(&h.tail) >= self.slots:
+        head = self._local_head if self._queued else dp_load_rlx64(&h.head)
+        if head - dp_load_acq64(&h.tail) >= self.slots:
             h.full += 1
             return False
         r = self._recs + (head & self._mask) * 4
@@ -194,16 +195,16 @@ cdef class EventRing:
 
     cdef void _publish_head(self, uint64_t head):
         cdef ev_hdr* h = self._h
-        ev_st_rel(&h.head, head)
-        ev_fence()
-        if ev_ld32(&h.armed) == 0 and ev_xchg(&h.armed, 1) == 0:
+        dp_store_rel64(&h.head, head)
+        dp_fence_seq_cst()
+        if dp_load_acq32(&h.armed) == 0 and dp_xchg32(&h.armed, 1) == 0:
             _kick(self._efd)
 
     # -- consumer --------------------------------------------------------------------------
 
     cpdef bint pending(self):
         cdef ev_hdr* h = self._h
-        return h != NULL and ev_ld_acq(&h.head) != ev_ld_rlx(&h.tail)
+        return h != NULL and dp_load_acq64(&h.head) != dp_load_rlx64(&h.tail)
 
     cpdef object pop(self):
         """The oldest record as (a, b, c, d), or None if there is none."""
@@ -221,15 +222,15 @@ cdef class EventRing:
             raise ValueError("event ring is closed")
         if self._queued:                       # the node consuming its own batch: publish it first
             self._publish()
-        tail = ev_ld_rlx(&h.tail)
-        head = ev_ld_acq(&h.head)
+        tail = dp_load_rlx64(&h.tail)
+        head = dp_load_acq64(&h.head)
         if head == tail:
             return 0
         if head - tail > self.slots:          # a producer cannot do this; never trust memory
             raise OSError(5, "event ring indices are corrupt")
         r = self._recs + (tail & self._mask) * 4
         out[0] = r[0]; out[1] = r[1]; out[2] = r[2]; out[3] = r[3]
-        ev_st_rel(&h.tail, tail + 1)
+        dp_store_rel64(&h.tail, tail + 1)
         if head == tail + 1:
             self._disarm()
         return 1
@@ -237,9 +238,9 @@ cdef class EventRing:
     cdef void _disarm(self):
         cdef ev_hdr* h = self._h
         _drain(self._efd)
-        ev_st_rel32(&h.armed, 0)
-        ev_fence()
-        if ev_ld_acq(&h.head) != ev_ld_rlx(&h.tail) and ev_xchg(&h.armed, 1) == 0:
+        dp_store_rel32(&h.armed, 0)
+        dp_fence_seq_cst()
+        if dp_load_acq64(&h.head) != dp_load_rlx64(&h.tail) and dp_xchg32(&h.armed, 1) == 0:
             _kick(self._efd)
 
     def stats(self):
@@ -247,7 +248,7 @@ cdef class EventRing:
         if h == NULL:
             return {"closed": True}
         return {"slots": self.slots, "posted": h.posted, "full": h.full,
-                "waiting": ev_ld_acq(&h.head) - ev_ld_acq(&h.tail), "armed": bool(ev_ld32(&h.armed))}
+                "waiting": dp_load_acq64(&h.head) - dp_load_acq64(&h.tail), "armed": bool(dp_load_acq32(&h.armed))}
 
 
 cdef class RingExport:

@@ -40,6 +40,8 @@ from libc.errno cimport errno, EINTR, EAGAIN, ECONNREFUSED
 from posix.unistd cimport read, write, close as c_close
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release,
                              PyBUF_SIMPLE, PyBUF_WRITABLE)
+from kernelsim._atomics cimport (dp_bump64, dp_fence_seq_cst, dp_load_acq64, dp_load_rlx32, dp_load_rlx64,
+                                 dp_store_rel64, dp_store_rlx32, dp_xchg32)
 
 import os
 import secrets
@@ -101,25 +103,6 @@ cdef extern from *:
     _Static_assert(offsetof(dp_ring_hdr, received) == 5 * DP_LINE, "consumer counters line");
     _Static_assert(sizeof(dp_ring_hdr) == 10 * DP_LINE, "header size");
 
-    static inline uint64_t dp_load_acq64(const uint64_t *p)
-        { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-    static inline uint64_t dp_load_rlx64(const uint64_t *p)
-        { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-    static inline void dp_store_rel64(uint64_t *p, uint64_t v)
-        { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-    static inline void dp_store_rlx64(uint64_t *p, uint64_t v)
-        { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
-    static inline uint32_t dp_load_rlx32(const uint32_t *p)
-        { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-    static inline void dp_store_rlx32(uint32_t *p, uint32_t v)
-        { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
-    static inline uint32_t dp_xchg32(uint32_t *p, uint32_t v)
-        { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); }
-    static inline void dp_fence_seq_cst(void)
-        { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-    /* counter bump by its single owner: relaxed load + relaxed store */
-    static inline void dp_bump64(uint64_t *p)
-        { __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED); }
     """
     ctypedef struct dp_ring_hdr:
         uint64_t magic
@@ -140,15 +123,6 @@ cdef extern from *:
     uint32_t DP_RING_VERSION
     int DP_PATH_BYTES
 
-    uint64_t dp_load_acq64(const uint64_t *p) noexcept nogil
-    uint64_t dp_load_rlx64(const uint64_t *p) noexcept nogil
-    void dp_store_rel64(uint64_t *p, uint64_t v) noexcept nogil
-    void dp_store_rlx64(uint64_t *p, uint64_t v) noexcept nogil
-    uint32_t dp_load_rlx32(const uint32_t *p) noexcept nogil
-    void dp_store_rlx32(uint32_t *p, uint32_t v) noexcept nogil
-    uint32_t dp_xchg32(uint32_t *p, uint32_t v) noexcept nogil
-    void dp_fence_seq_cst() noexcept nogil
-    void dp_bump64(uint64_t *p) noexcept nogil
 
 
 cdef extern from "<errno.h>":
