@@ -829,6 +829,12 @@ class SyncAttachedDP:
     def __init__(self, dp: AttachedDP):
         self._dp = dp
         self.link = dp.link
+        # ``dp_write(fd, data)`` and ``dp_read(fd, nbytes=65536)`` are the C methods of the
+        # process's `EndpointTable` (libdp._endpoint_rings): one C call per message while
+        # nothing has to wait; a wait comes back here (`_write_waiting`, `_read_waiting`).
+        dp._endpoints.blocking_waits(self._write_waiting, self._read_waiting)
+        self.dp_write = dp._endpoints.write
+        self.dp_read = dp._endpoints.read
 
     def syscall(self, name, *args, nonblock=False):
         h, payload = self._dp._syscall_header(name, args, nonblock)
@@ -872,22 +878,13 @@ class SyncAttachedDP:
     def set_blocking(self, fd, blocking):
         self._dp.set_blocking(fd, blocking)
 
-    def dp_write(self, fd, data):
+    def _write_waiting(self, fd, data):
         e = self._dp._fast_endpoint(fd)
         write = e.rings.write
-        n = write(data)
-        if n < 0:
-            n = self._wait(e, lambda: write(data) + 1, None) - 1
-        return n
+        return self._wait(e, lambda: write(data) + 1, None) - 1
 
-    def dp_read(self, fd, nbytes=65536):
-        if type(nbytes) is not int or nbytes < 0:
-            _check_count(nbytes)
+    def _read_waiting(self, fd, nbytes):
         e = self._dp._fast_endpoint(fd)
-        data = e.rings.read_wait(nbytes)
-        return self._read_waiting(e, nbytes) if data is None else data
-
-    def _read_waiting(self, e, nbytes):
         rings = e.rings
         if not e.nonblocking:
             # The wait in C: the poll its spinner allows, the sleep, the wake-up, pop, copy

@@ -380,10 +380,18 @@ cdef class EndpointTable:
     which raises what it always has."""
     cdef dict rings                 # fd -> EndpointRings of every endpoint not yet closed
     cdef object slow
+    cdef object wait_write, wait_read   # the blocking calls' waits (`blocking_waits`)
 
     def __cinit__(self, slow):
         self.rings = {}
         self.slow = slow
+
+    def blocking_waits(self, wait_write, wait_read):
+        """Where `write` and `read` go when they must wait: ``wait_write(fd, data)`` (the
+        submission ring is full) and ``wait_read(fd, nbytes)`` (nothing came while the
+        process polled, or it must not sleep in C): ``SyncAttachedDP``'s Python waits."""
+        self.wait_write = wait_write
+        self.wait_read = wait_read
 
     def add(self, int fd, EndpointRings rings):
         self.rings[fd] = rings
@@ -396,6 +404,21 @@ cdef class EndpointTable:
         if r is None:
             return <EndpointRings?> self.slow(fd).rings
         return <EndpointRings> r
+
+    def write(self, fd, data):
+        """The blocking ``dp_write`` (``SyncAttachedDP``): one C call while the call gate
+        takes the message at once; the Python frames of the call and the endpoint lookup
+        ran on every round trip as long as the gate entry itself."""
+        cdef Py_ssize_t n = self._get(fd).write(data)
+        return n if n >= 0 else self.wait_write(fd, data)
+
+    def read(self, fd, nbytes=65536):
+        """The blocking ``dp_read`` (``SyncAttachedDP``): one C call for a message that is
+        there, comes while the process polls, or wakes its sleep in C (`read_wait`)."""
+        if type(nbytes) is not int or nbytes < 0:
+            _check_count(nbytes)
+        got = self._get(fd).read_wait(nbytes)
+        return got if got is not None else self.wait_read(fd, nbytes)
 
     def write_nowait(self, fd, data):
         """``dp_write`` that neither waits nor yields: True if the call gate took the
