@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 
-__all__ = ["int_list", "non_negative_int", "positive_int", "size_list"]
+__all__ = ["int_list", "non_negative_int", "plot_file", "positive_int", "size_list"]
 
 
 def int_list(text: str, what: str = "values", lo: int = 0, hi: int | None = None) -> list[int]:
@@ -65,3 +66,12 @@ def non_negative_int(text: str) -> int:
     if v < 0:
         raise argparse.ArgumentTypeError("must be 0 or more")
     return v
+
+
+def plot_file(text: str) -> str:
+    """A file ``--plot``/``-o`` can draw, refused by its name before any run starts (a
+    benchmark that ran for seconds must not end in a refusal of its output's name)."""
+    from libdp._plot import FORMATS
+    if os.path.splitext(text)[1].lower() not in FORMATS:
+        raise argparse.ArgumentTypeError(f"draws {', '.join(FORMATS)} files, not {text!r}")
+    return text

@@ -17,7 +17,7 @@ import errno
 import importlib
 import sys
 
-from libdp._argtypes import positive_int
+from libdp._argtypes import plot_file, positive_int
 
 __all__ = ["main", "build_parser", "common_parsers", "run_captured", "FAMILIES"]
 
@@ -58,7 +58,7 @@ def common_parsers() -> dict[str, argparse.ArgumentParser]:
     out = model.add_argument_group("output")
     out.add_argument("--stats", action="store_true", help="also print the counters of every ring, pool and queue")
     out.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
-    out.add_argument("--plot", metavar="FILE.png|svg", default=None,
+    out.add_argument("--plot", metavar="FILE.png|svg", type=plot_file, default=None,
                      help="also draw the results (with the published figures beside them) into FILE "
                           "(needs matplotlib: pip install 'dp[plot]')")
     out.add_argument("--quiet", action="store_true", help="no progress bar on stderr")

@@ -14,7 +14,7 @@ import errno
 import json
 import sys
 
-from libdp._argtypes import positive_int
+from libdp._argtypes import plot_file, positive_int
 from libdp._report import Column, Table, emit, progress
 from libdp.targets import relative_error, targets
 
@@ -37,7 +37,7 @@ def add_commands(sub, common) -> None:
                        description="Draw documents saved with --json (any benchmark, also sweeps) on one "
                                    "figure, with the published figures beside the model's curves.")
     p.add_argument("files", nargs="+", metavar="RESULT.json")
-    p.add_argument("-o", "--output", required=True, metavar="FILE.png|svg")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.png|svg", type=plot_file)
     p.add_argument("--title", default=None)
     p.add_argument("--label", action="append", default=None, metavar="TEXT",
                    help="a legend label per file, in order (default: benchmark, platform, NIC, overrides)")

@@ -90,7 +90,6 @@ def test_dp_plot_redraws_saved_documents(capsys, tmp_path):
     lambda d: ["plot", str(d / "missing.json"), "-o", str(d / "x.png")],
     lambda d: ["plot", str(d / "bad.json"), "-o", str(d / "x.png")],
     lambda d: ["plot", str(d / "lat.json"), str(d / "bw.json"), "-o", str(d / "x.png")],
-    lambda d: ["pingpong", "--sizes", "1", "--iters", "2", "--plot", str(d / "x.gif")],
 ])
 def test_plot_errors_are_one_line(capsys, tmp_path, make_argv):
     (tmp_path / "bad.json").write_text("{not json")
@@ -100,6 +99,19 @@ def test_plot_errors_are_one_line(capsys, tmp_path, make_argv):
     (tmp_path / "bw.json").write_text(capsys.readouterr().out)
     rc, _, err = run(capsys, make_argv(tmp_path))
     assert rc == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["pingpong", "--sizes", "1", "--iters", "2", "--plot", "x.gif"],
+                                  ["plot", "missing.json", "-o", "x.gif"]])
+def test_a_file_plots_cannot_draw_is_refused_before_anything_runs(capsys, tmp_path, monkeypatch, argv):
+    """The name is a usage error (exit status 2, one line), found by the parser: no table was
+    printed first, no document read, no file written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and out == "" and not (tmp_path / "x.gif").exists()
+    assert err.strip().splitlines() == [err.strip()] and "draws .png, .svg, .pdf files, not 'x.gif'" in err
 
 
 # --------------------------------------------------------------------------- sweeps
