@@ -4,25 +4,13 @@ reproduction report, sweeps, progress, and options refused where they do not app
 from __future__ import annotations
 
 import argparse
-import json
 
 import pytest
 
 from libdp import _report
 from libdp._argtypes import size_list
-from libdp._cli import main
 
-
-def run(capsys, argv):
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def run_json(capsys, argv):
-    rc, out, err = run(capsys, argv + ["--json"])
-    assert rc == 0, err
-    return json.loads(out)
+from cli_run import run, run_json
 
 
 def data_lines(out):

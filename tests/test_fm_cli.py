@@ -5,13 +5,7 @@ import json
 
 import pytest
 
-from libdp._cli import main
-
-
-def run(capsys, argv):
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    return rc, out, err
+from cli_run import run
 
 
 def test_pingpong_json(capsys):

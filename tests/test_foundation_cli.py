@@ -8,17 +8,7 @@ import pytest
 from kernelsim import load_profile
 from libdp._cli import main
 
-
-def run(capsys, argv):
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def run_json(capsys, argv):
-    rc, out, err = run(capsys, argv + ["--json"])
-    assert rc == 0, err
-    return json.loads(out)
+from cli_run import run, run_json
 
 
 # --------------------------------------------------------------------------- benchmarks

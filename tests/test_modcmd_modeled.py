@@ -6,13 +6,7 @@ import json
 
 import pytest
 
-from libdp._cli import main
-
-
-def run(capsys, argv):
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    return rc, out, err
+from cli_run import run
 
 
 def table(capsys, argv) -> dict:

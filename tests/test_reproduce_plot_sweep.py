@@ -8,13 +8,9 @@ import pytest
 from libdp import targets as targets_mod
 from libdp._cli import main
 
+from cli_run import run
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def run(capsys, argv):
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 # --------------------------------------------------------------------------- reproduce
