@@ -46,33 +46,12 @@ from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from kernelsim._atomics cimport (dp_cas32, dp_fetch_add64, dp_load_acq32, dp_load_acq64, dp_load_rlx64,
+                                 dp_store_rel32, dp_store_rel64, dp_store_rlx64)
 
 import errno
 
 __all__ = ["SmtRegion", "layout_bytes", "SMT_MAGIC"]
-
-cdef extern from *:
-    """
-    #include <stdint.h>
-    static inline uint64_t smt_faa64(uint64_t *p, uint64_t v)
-        { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
-    static inline int smt_cas32(uint32_t *p, uint32_t expect, uint32_t v)
-        { return __atomic_compare_exchange_n(p, &expect, v, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE); }
-    static inline uint64_t smt_ld64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-    static inline uint32_t smt_ld32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-    static inline void smt_st64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-    static inline void smt_st32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-    static inline void smt_st64_rlx(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
-    static inline uint64_t smt_ld64_rlx(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-    """
-    uint64_t smt_faa64(uint64_t *p, uint64_t v) noexcept nogil
-    int smt_cas32(uint32_t *p, uint32_t expect, uint32_t v) noexcept nogil
-    uint64_t smt_ld64(const uint64_t *p) noexcept nogil
-    uint32_t smt_ld32(const uint32_t *p) noexcept nogil
-    void smt_st64(uint64_t *p, uint64_t v) noexcept nogil
-    void smt_st32(uint32_t *p, uint32_t v) noexcept nogil
-    void smt_st64_rlx(uint64_t *p, uint64_t v) noexcept nogil
-    uint64_t smt_ld64_rlx(const uint64_t *p) noexcept nogil
 
 DEF LINE = 64
 SMT_MAGIC = 0x31544D534D4650     # "PFMSMT1"
@@ -172,10 +151,10 @@ cdef class SmtRegion:
             (<uint32_t*> (b + H_NFRAMES))[0] = nframes
             (<uint32_t*> (b + H_FRAME_BYTES))[0] = frame_bytes
             (<uint32_t*> (b + H_QLEN))[0] = <uint32_t> g[0]
-            smt_st64(<uint64_t*> (b + H_MAGIC), MAGIC)
-            smt_st32(<uint32_t*> (b + H_READY), 1)
-        elif self.size < 2 * LINE or smt_ld64(<uint64_t*> (b + H_MAGIC)) != MAGIC \
-                or smt_ld32(<uint32_t*> (b + H_READY)) != 1 \
+            dp_store_rel64(<uint64_t*> (b + H_MAGIC), MAGIC)
+            dp_store_rel32(<uint32_t*> (b + H_READY), 1)
+        elif self.size < 2 * LINE or dp_load_acq64(<uint64_t*> (b + H_MAGIC)) != MAGIC \
+                or dp_load_acq32(<uint32_t*> (b + H_READY)) != 1 \
                 or (<uint32_t*> (b + H_VERSION))[0] != VERSION:
             raise OSError(errno.EINVAL, "SMT: the buffer holds no shared-memory transport region")
         self.nproc = (<uint32_t*> (b + H_NPROC))[0]
@@ -226,39 +205,39 @@ cdef class SmtRegion:
         if instance >= self.nproc:
             raise OSError(errno.EINVAL, f"SMT: instance {instance} outside the region's {self.nproc} processes")
         cdef uint32_t* slot = <uint32_t*> (self._base + self._map_off + 4 * instance)
-        cdef uint32_t old = smt_ld32(slot)
-        if old and smt_ld32(<uint32_t*> (self._proc(old - 1) + P_STATE)) == STATE_LIVE:
+        cdef uint32_t old = dp_load_acq32(slot)
+        if old and dp_load_acq32(<uint32_t*> (self._proc(old - 1) + P_STATE)) == STATE_LIVE:
             raise OSError(errno.EADDRINUSE, f"SMT: instance {instance} is held by SMT process {old - 1} "
                                             f"(pid {(<uint32_t*> (self._proc(old - 1) + P_PID))[0]})")
-        cdef uint64_t me = smt_faa64(<uint64_t*> (self._base + H_NEXT_ID), 1)
+        cdef uint64_t me = dp_fetch_add64(<uint64_t*> (self._base + H_NEXT_ID), 1)
         if me >= self.nproc:
             raise OSError(errno.ENOSPC, f"SMT: all {self.nproc} process IDs of the region are taken")
         cdef unsigned char* p = self._proc(<uint32_t> me)
         (<uint32_t*> (p + P_PID))[0] = pid
         (<uint64_t*> (p + P_START))[0] = start
         (<uint32_t*> (p + P_INSTANCE))[0] = instance
-        smt_st32(<uint32_t*> (p + P_PUBLISHING), 0)
-        smt_st32(<uint32_t*> (p + P_STATE), STATE_LIVE)
-        smt_st32(slot, <uint32_t> me + 1)
+        dp_store_rel32(<uint32_t*> (p + P_PUBLISHING), 0)
+        dp_store_rel32(<uint32_t*> (p + P_STATE), STATE_LIVE)
+        dp_store_rel32(slot, <uint32_t> me + 1)
         return <int> me
 
     def detach(self, uint32_t me):
         """The process leaves: no new message can be sent to it."""
         cdef unsigned char* p = self._proc(me)
         cdef uint32_t inst = (<uint32_t*> (p + P_INSTANCE))[0]
-        smt_cas32(<uint32_t*> (self._base + self._map_off + 4 * inst), me + 1, 0)
-        smt_st32(<uint32_t*> (p + P_STATE), STATE_FREE)
+        dp_cas32(<uint32_t*> (self._base + self._map_off + 4 * inst), me + 1, 0)
+        dp_store_rel32(<uint32_t*> (p + P_STATE), STATE_FREE)
 
     def process(self, uint32_t sid):
         """(state, pid, start, instance) of SMT process `sid`."""
         if sid >= self.nproc:
             raise OSError(errno.EINVAL, f"SMT: no process {sid}")
         cdef unsigned char* p = self._proc(sid)
-        return (smt_ld32(<uint32_t*> (p + P_STATE)), (<uint32_t*> (p + P_PID))[0],
+        return (dp_load_acq32(<uint32_t*> (p + P_STATE)), (<uint32_t*> (p + P_PID))[0],
                 (<uint64_t*> (p + P_START))[0], (<uint32_t*> (p + P_INSTANCE))[0])
 
     def ids_handed_out(self):
-        return min(smt_ld64(<uint64_t*> (self._base + H_NEXT_ID)), self.nproc)
+        return min(dp_load_acq64(<uint64_t*> (self._base + H_NEXT_ID)), self.nproc)
 
     # -- send (FM-C10) ---------------------------------------------------------------------------
 
@@ -267,8 +246,8 @@ cdef class SmtRegion:
         self._check()
         if instance >= self.nproc:
             return -1
-        cdef uint32_t v = smt_ld32(<uint32_t*> (self._base + self._map_off + 4 * instance))
-        if v == 0 or smt_ld32(<uint32_t*> (self._proc(v - 1) + P_STATE)) != STATE_LIVE:
+        cdef uint32_t v = dp_load_acq32(<uint32_t*> (self._base + self._map_off + 4 * instance))
+        if v == 0 or dp_load_acq32(<uint32_t*> (self._proc(v - 1) + P_STATE)) != STATE_LIVE:
             return -1
         return <int> v - 1
 
@@ -284,9 +263,9 @@ cdef class SmtRegion:
         with nogil:
             while tries < <int> (2 * self.nframes):
                 tries += 1
-                h = smt_faa64(<uint64_t*> area, 1)                                   # (2)
+                h = dp_fetch_add64(<uint64_t*> area, 1)                                   # (2)
                 idx = <uint32_t> h & self._fmask
-                if smt_cas32(<uint32_t*> (self._frame(rid, idx) + F_INUSE), 0, me + 1):   # (3)
+                if dp_cas32(<uint32_t*> (self._frame(rid, idx) + F_INUSE), 0, me + 1):   # (3)
                     break
                 idx = 0xFFFFFFFF
         self.last_tries = tries
@@ -295,7 +274,7 @@ cdef class SmtRegion:
     cpdef unclaim(self, uint32_t rid, uint32_t me, uint32_t idx):
         """Give back a frame `me` claimed and never published (its in-use flag names `me`)."""
         self._check()
-        smt_cas32(<uint32_t*> (self._frame(rid, idx) + F_INUSE), me + 1, 0)
+        dp_cas32(<uint32_t*> (self._frame(rid, idx) + F_INUSE), me + 1, 0)
 
     cpdef Py_ssize_t frame_offset(self, uint32_t rid, uint32_t idx):
         """Offset in `view` of frame `idx`'s data (step 4 copies there)."""
@@ -314,15 +293,15 @@ cdef class SmtRegion:
         (<uint32_t*> (f + F_LEN))[0] = nbytes
         (<uint32_t*> (f + F_SRC))[0] = me
         with nogil:
-            smt_st32(publishing, rid * self.nqueues + q + 1)                     # intent, for reclaim
-            t = smt_faa64(<uint64_t*> (qp + LINE), 1)                             # (5) tail
-            smt_st64(<uint64_t*> (qp + 2 * LINE + 8 * (t & self._qmask)), <uint64_t> idx + 1)   # (6)
-            smt_st32(publishing, 0)
+            dp_store_rel32(publishing, rid * self.nqueues + q + 1)                     # intent, for reclaim
+            t = dp_fetch_add64(<uint64_t*> (qp + LINE), 1)                             # (5) tail
+            dp_store_rel64(<uint64_t*> (qp + 2 * LINE + 8 * (t & self._qmask)), <uint64_t> idx + 1)   # (6)
+            dp_store_rel32(publishing, 0)
 
     cpdef uint64_t consumed(self, uint32_t rid, uint32_t sender):
         """Frames from `sender` that receiver `rid` has consumed (its credits back)."""
         self._check()
-        return smt_ld64(<uint64_t*> (self._area(rid) + self._consumed_off + 8 * sender))
+        return dp_load_acq64(<uint64_t*> (self._area(rid) + self._consumed_off + 8 * sender))
 
     # -- receive (FM-C11) -------------------------------------------------------------------------
 
@@ -336,9 +315,9 @@ cdef class SmtRegion:
         for k in range(self.nqueues):
             q = (self._rr + k) % self.nqueues
             qp = self._queue(me, q)
-            h = smt_ld64_rlx(<uint64_t*> qp)
-            e = smt_ld64(<uint64_t*> (qp + 2 * LINE + 8 * (h & self._qmask)))
-            if e and e <= self.nframes and smt_ld32(<uint32_t*> (self._frame(me, <uint32_t> e - 1) + F_INUSE)):
+            h = dp_load_rlx64(<uint64_t*> qp)
+            e = dp_load_acq64(<uint64_t*> (qp + 2 * LINE + 8 * (h & self._qmask)))
+            if e and e <= self.nframes and dp_load_acq32(<uint32_t*> (self._frame(me, <uint32_t> e - 1) + F_INUSE)):
                 self.last_queue = q
                 self._rr = (q + 1) % self.nqueues
                 return <int> e - 1
@@ -348,8 +327,8 @@ cdef class SmtRegion:
         """Step 2: fetch-and-increment the head of my queue `q` (and empty the entry it passed)."""
         self._check()
         cdef unsigned char* qp = self._queue(me, q)
-        cdef uint64_t h = smt_faa64(<uint64_t*> qp, 1)
-        smt_st64_rlx(<uint64_t*> (qp + 2 * LINE + 8 * (h & self._qmask)), 0)
+        cdef uint64_t h = dp_fetch_add64(<uint64_t*> qp, 1)
+        dp_store_rlx64(<uint64_t*> (qp + 2 * LINE + 8 * (h & self._qmask)), 0)
 
     cpdef uint32_t frame_len(self, uint32_t rid, uint32_t idx):
         return (<uint32_t*> (self._frame(rid, idx) + F_LEN))[0]
@@ -363,10 +342,10 @@ cdef class SmtRegion:
         cdef unsigned char* f = self._frame(me, idx)
         cdef uint32_t src = (<uint32_t*> (f + F_SRC))[0]
         cdef uint64_t* c
-        smt_st32(<uint32_t*> (f + F_INUSE), 0)
+        dp_store_rel32(<uint32_t*> (f + F_INUSE), 0)
         if src < self.nproc:
             c = <uint64_t*> (self._area(me) + self._consumed_off + 8 * src)
-            smt_st64(c, smt_ld64_rlx(c) + 1)              # only the receiver writes it
+            dp_store_rel64(c, dp_load_rlx64(c) + 1)              # only the receiver writes it
 
     def fill(self, uint32_t rid, uint32_t idx, Py_ssize_t at, const unsigned char[::1] data):
         """Step 4 of a send: copy `data` into the frame at offset `at`."""
@@ -387,22 +366,22 @@ cdef class SmtRegion:
     def queue_state(self, uint32_t rid, uint32_t q):
         """(head, tail, entry at head) of queue `q` of `rid`."""
         cdef unsigned char* qp = self._queue(rid, q)
-        cdef uint64_t h = smt_ld64(<uint64_t*> qp)
-        return h, smt_ld64(<uint64_t*> (qp + LINE)), smt_ld64(<uint64_t*> (qp + 2 * LINE + 8 * (h & self._qmask)))
+        cdef uint64_t h = dp_load_acq64(<uint64_t*> qp)
+        return h, dp_load_acq64(<uint64_t*> (qp + LINE)), dp_load_acq64(<uint64_t*> (qp + 2 * LINE + 8 * (h & self._qmask)))
 
     def frames_held_by(self, uint32_t rid, uint32_t sid):
         """Frames of `rid`'s area whose in-use flag names `sid`."""
         cdef uint32_t i
-        return [i for i in range(self.nframes) if smt_ld32(<uint32_t*> (self._frame(rid, i) + F_INUSE)) == sid + 1]
+        return [i for i in range(self.nframes) if dp_load_acq32(<uint32_t*> (self._frame(rid, i) + F_INUSE)) == sid + 1]
 
     def mark_dead(self, uint32_t sid):
         """Record that process `sid` has died (whoever notices first); its instance is
         free for a new process."""
         cdef unsigned char* p = self._proc(sid)
         cdef uint32_t inst
-        if smt_cas32(<uint32_t*> (p + P_STATE), STATE_LIVE, STATE_DEAD):
+        if dp_cas32(<uint32_t*> (p + P_STATE), STATE_LIVE, STATE_DEAD):
             inst = (<uint32_t*> (p + P_INSTANCE))[0]
-            smt_cas32(<uint32_t*> (self._base + self._map_off + 4 * inst), sid + 1, 0)
+            dp_cas32(<uint32_t*> (self._base + self._map_off + 4 * inst), sid + 1, 0)
             return True
         return False
 
@@ -414,49 +393,49 @@ cdef class SmtRegion:
         cdef uint32_t i, q, k
         cdef unsigned char* qp
         cdef uint64_t h, t, e, pos
-        cdef uint32_t pub = smt_ld32(<uint32_t*> (self._proc(dead) + P_PUBLISHING))
+        cdef uint32_t pub = dp_load_acq32(<uint32_t*> (self._proc(dead) + P_PUBLISHING))
         cdef int frames = 0, holes = 0
-        if dead >= self.nproc or smt_ld32(<uint32_t*> (self._proc(dead) + P_STATE)) != STATE_DEAD:
+        if dead >= self.nproc or dp_load_acq32(<uint32_t*> (self._proc(dead) + P_STATE)) != STATE_DEAD:
             return 0, 0                           # a live process may still complete its steps
         published = set()
         for q in range(self.nqueues):
             qp = self._queue(me, q)
-            h = smt_ld64(<uint64_t*> qp)
-            t = smt_ld64(<uint64_t*> (qp + LINE))
+            h = dp_load_acq64(<uint64_t*> qp)
+            t = dp_load_acq64(<uint64_t*> (qp + LINE))
             pos = h
             while pos < t:
-                e = smt_ld64(<uint64_t*> (qp + 2 * LINE + 8 * (pos & self._qmask)))
+                e = dp_load_acq64(<uint64_t*> (qp + 2 * LINE + 8 * (pos & self._qmask)))
                 if e:
                     published.add(e - 1)
                 pos += 1
         for i in range(self.nframes):
-            if smt_ld32(<uint32_t*> (self._frame(me, i) + F_INUSE)) == dead + 1 and i not in published:
-                smt_st32(<uint32_t*> (self._frame(me, i) + F_INUSE), 0)
+            if dp_load_acq32(<uint32_t*> (self._frame(me, i) + F_INUSE)) == dead + 1 and i not in published:
+                dp_store_rel32(<uint32_t*> (self._frame(me, i) + F_INUSE), 0)
                 frames += 1
         if pub and (pub - 1) // self.nqueues == me:
             q = (pub - 1) % self.nqueues
             qp = self._queue(me, q)
-            h = smt_ld64(<uint64_t*> qp)
-            t = smt_ld64(<uint64_t*> (qp + LINE))
-            if h < t and smt_ld64(<uint64_t*> (qp + 2 * LINE + 8 * (h & self._qmask))) == 0 \
+            h = dp_load_acq64(<uint64_t*> qp)
+            t = dp_load_acq64(<uint64_t*> (qp + LINE))
+            if h < t and dp_load_acq64(<uint64_t*> (qp + 2 * LINE + 8 * (h & self._qmask))) == 0 \
                     and not self._someone_publishing(me, q, dead):
                 self.take(me, q)                  # the dead process's unwritten position
                 holes += 1
-            smt_st32(<uint32_t*> (self._proc(dead) + P_PUBLISHING), 0)
+            dp_store_rel32(<uint32_t*> (self._proc(dead) + P_PUBLISHING), 0)
         return frames, holes
 
     def fault_fetch_tail_only(self, uint32_t rid, uint32_t me):
         """Fault injection: steps 5 without 6 -- what a sender killed between them leaves
         in `rid`'s queue (its intent marked, a tail position fetched, no index written)."""
         cdef uint32_t q = me % self.nqueues
-        smt_st32(<uint32_t*> (self._proc(me) + P_PUBLISHING), rid * self.nqueues + q + 1)
-        smt_faa64(<uint64_t*> (self._queue(rid, q) + LINE), 1)
+        dp_store_rel32(<uint32_t*> (self._proc(me) + P_PUBLISHING), rid * self.nqueues + q + 1)
+        dp_fetch_add64(<uint64_t*> (self._queue(rid, q) + LINE), 1)
 
     def _someone_publishing(self, uint32_t me, uint32_t q, uint32_t dead):
         """Is a live process between steps 5 and 6 on my queue `q` (its position may be the hole)?"""
         cdef uint32_t s
         for s in range(self.ids_handed_out()):
-            if s != dead and smt_ld32(<uint32_t*> (self._proc(s) + P_STATE)) == STATE_LIVE \
-                    and smt_ld32(<uint32_t*> (self._proc(s) + P_PUBLISHING)) == me * self.nqueues + q + 1:
+            if s != dead and dp_load_acq32(<uint32_t*> (self._proc(s) + P_STATE)) == STATE_LIVE \
+                    and dp_load_acq32(<uint32_t*> (self._proc(s) + P_PUBLISHING)) == me * self.nqueues + q + 1:
                 return True
         return False
