@@ -306,9 +306,17 @@ def _read_fields(objs):
     return rows
 
 
+cdef list _values = [None] * 4     # spare wake-up outcomes (`kernelsim._path.reuse`)
+# (Cast, not checked: Value's metaclass is ABCMeta, and a `type` argument is checked exact.)
+cdef type _value_type = <type> _Value
+
+
 cdef object _value_none():
-    """``outcome.Value(None)``: its generated __init__, two attribute stores, done in C."""
-    v = _new(_Value)
+    """``outcome.Value(None)``: its generated __init__, two attribute stores, done in C --
+    a spare one where the pool holds its last reference: a wake's Value is unwrapped by
+    the woken park and dropped, and one nothing else holds is a new Value(None) to anyone
+    (a GC-tracked object made and freed per wake)."""
+    v = reuse(_values, _value_type)
     _value_unwrapped.set(v, False)
     _value_value.set(v, None)
     return v
