@@ -1718,8 +1718,19 @@ cdef RunnableCounter _inline_counter(task, double* until):
         return None
     if not counter.live or counter.runnable != 0:
         return None
-    until[0] = _next_trio_deadline(runner, counter)
+    if _fast_deadline and counter.runner is runner and _no_deadline(counter.deadlines):
+        until[0] = INFINITY             # (asked on every call: `_deadline_of`'s first test, here)
+    else:
+        until[0] = _next_trio_deadline(runner, counter)
     return counter
+
+
+cdef inline bint _no_deadline(deadlines) noexcept:
+    """The run's deadline queue is empty (a program without timeouts), read at its slot."""
+    if not _deadlines_heap.has(deadlines):
+        return False
+    heap = _deadlines_heap.get(deadlines)
+    return type(heap) is list and PyList_GET_SIZE(heap) == 0
 
 
 # -- Handing the turn over -----------------------------------------------------------
