@@ -194,6 +194,23 @@ cdef class Endpoint(OpenFile):
     # Reads: the TBP is mapped into the process read-only, so reading is user-level
     # work; the generic read() path below adds the system-call entry in front.
 
+    @property
+    def target(self):
+        """(nid, ep): where this endpoint's writes go (`dp_target`), or None."""
+        return self._target
+
+    @target.setter
+    def target(self, value):
+        # Kept as C ints too where it is two ints of C range: the transmit path unpacked the
+        # tuple per message. Anything else is unpacked (and fails) there, as before.
+        self._target = value
+        self._to_ints = False
+        if type(value) is tuple and len(value) == 2 and type(value[0]) is int and type(value[1]) is int \
+                and -0x80000000 <= value[0] <= 0x7FFFFFFF and -0x80000000 <= value[1] <= 0x7FFFFFFF:
+            self._to_nid = value[0]
+            self._to_ep = value[1]
+            self._to_ints = True
+
     def read_path(self, proc, nbytes):
         if self.export is not None:
             return self.export.read_path(nbytes)
@@ -558,12 +575,16 @@ cdef class _WritePath(Path):
         cdef int nid, dst_ep
         cdef PyObject* res = NULL
         if self.state == 0:
-            if e.target is None:
+            if not e._to_ints and e._target is None:
                 raise OSError(errno.EDESTADDRREQ, f"endpoint {e.ep} has no target: call dp_target first")
             n = len(self.data)
             if n > dp.max_message:
                 raise OSError(errno.EMSGSIZE, f"message of {n} bytes exceeds DP's {dp.max_message}-byte limit")
-            nid, dst_ep = e.target
+            if e._to_ints:
+                nid = e._to_nid
+                dst_ep = e._to_ep
+            else:
+                nid, dst_ep = e._target
             if nid == dp.nid:
                 self.cur = dp._deliver_locally(e, dst_ep, self.data)
                 self.state = 3
