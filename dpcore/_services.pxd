@@ -51,7 +51,9 @@ cdef class Endpoint(OpenFile):
     cdef public DirectedPoint dp
     cdef public object proc
     cdef public int ep
-    cdef public object target
+    cdef object _target                 # `target`: (nid, ep) once dp_target named it, else None
+    cdef int _to_nid, _to_ep            # the same as C ints, when `_to_ints` (the transmit path's)
+    cdef bint _to_ints
     cdef public object tokens
     cdef public long long sent, received
     cdef public RingExport export     # a real node's owner's view (dpcore._export), or None

@@ -194,6 +194,23 @@ cdef class Endpoint(OpenFile):
     # Reads: the TBP is mapped into the process read-only, so reading is user-level
     # work; the generic read() path below adds the system-call entry in front.
 
+    @property
+    def target(self):
+        """(nid, ep): where this endpoint's writes go (`dp_target`), or None."""
+        return self._target
+
+    @target.setter
+    def target(self, value):
+        # Kept as C ints too where it is two ints of C range: the transmit path unpacked the
+        # tuple per message. Anything else is unpacked (and fails) there, as before.
+        self._target = value
+        self._to_ints = False
+        if type(value) is tuple and len(value) == 2 and type(value[0]) is int and type(value[1]) is int \
+                and -0x80000000 <= value[0] <= 0x7FFFFFFF and -0x80000000 <= value[1] <= 0x7FFFFFFF:
+            self._to_nid = value[0]
+            self._to_ep = value[1]
+            self._to_ints = True
+
     def read_path(self, proc, nbytes):
         if self.export is not None:
             return self.export.read_path(nbytes)
@@ -489,10 +506,17 @@ cdef class _ReadPath(Path):
     cdef object nbytes
     cdef int slot
     cdef int state          # 0: not started, 1: slot taken, 2: empty (WouldBlock owed), 3: over
+    cdef double lead        # CPU time spent before it starts (`_UserRead.start2`): a first step
 
     cdef int step(self, double* cost) except -1:
         cdef TokenBufferPool tbp = self.e.tbp
         cdef Py_ssize_t n, want
+        if self.lead:
+            # The poll that noticed the message (a call's `before`), as `kernelsim.after`
+            # would put it in front: the slot is taken when it is spent.
+            cost[0] = self.lead
+            self.lead = 0.0
+            return 1
         if self.state == 0:
             self.slot = tbp.take()
             if self.slot < 0:
@@ -551,12 +575,16 @@ cdef class _WritePath(Path):
         cdef int nid, dst_ep
         cdef PyObject* res = NULL
         if self.state == 0:
-            if e.target is None:
+            if not e._to_ints and e._target is None:
                 raise OSError(errno.EDESTADDRREQ, f"endpoint {e.ep} has no target: call dp_target first")
             n = len(self.data)
             if n > dp.max_message:
                 raise OSError(errno.EMSGSIZE, f"message of {n} bytes exceeds DP's {dp.max_message}-byte limit")
-            nid, dst_ep = e.target
+            if e._to_ints:
+                nid = e._to_nid
+                dst_ep = e._to_ep
+            else:
+                nid, dst_ep = e._target
             if nid == dp.nid:
                 self.cur = dp._deliver_locally(e, dst_ep, self.data)
                 self.state = 3
@@ -611,6 +639,7 @@ cdef _ReadPath _read_path(DirectedPoint dp, Endpoint e, nbytes):
     cdef _ReadPath path = <_ReadPath> reuse(_reads, _ReadPath)
     path.value = None
     path.state = path.slot = 0
+    path.lead = 0.0
     path.dp = dp
     path.e = e
     path.nbytes = nbytes
@@ -627,10 +656,21 @@ cdef class _UserRead(KernelRoutine):
         cdef Endpoint e
         if len(args) != 2 or not isinstance(args[0], Endpoint):
             raise TypeError("a DP read takes an endpoint and a byte count")
-        e = <Endpoint> args[0]
+        return self.start2(proc, args[0], args[1], NULL)
+
+    cdef object start2(self, object proc, object a, object b, double* before):
+        cdef Endpoint e
+        cdef _ReadPath path
+        if not isinstance(a, Endpoint):
+            raise TypeError("a DP read takes an endpoint and a byte count")
+        e = <Endpoint> a
         if type(e.dp) is DirectedPoint:
-            return _read_path(e.dp, e, args[1])
-        return e.dp.read_path_fn(e, args[1])
+            path = _read_path(e.dp, e, b)
+            if before != NULL:
+                path.lead = before[0]
+                before[0] = 0.0
+            return path
+        return e.dp.read_path_fn(e, b)
 
 
 user_read = _UserRead()
@@ -644,6 +684,9 @@ cdef class _GateWrite(KernelRoutine):
         if len(args) != 2:
             raise TypeError(f"dp_write takes an fd and the data ({len(args)} arguments given)")
         return _write_path(self.dp, _endpoint_of(proc, args[0]), args[1])
+
+    cdef object start2(self, object proc, object a, object b, double* before):
+        return _write_path(self.dp, _endpoint_of(proc, a), b)
 
 
 cdef int _copy_in(unsigned char* dst, object data, Py_ssize_t n) except -1:

@@ -301,6 +301,9 @@ cdef class KernelRoutine:
     cdef object start(self, object proc, tuple args):
         raise NotImplementedError
 
+    cdef object start2(self, object proc, object a, object b, double* before):
+        return self.start(proc, (a, b))
+
     def __call__(self, proc, *args):
         return self.start(proc, args)
 
@@ -324,6 +327,8 @@ cdef class _Entry(Path):
     cdef dict table
     cdef str what
     cdef object proc, name, cur, args
+    cdef object a, b            # the two arguments of a call made without a tuple (`pair`)
+    cdef bint pair
     cdef double cost
     cdef int state          # 0: entry cost owed, 1: routine not called yet, 2: running it
     # Run by a real-time CPU, which spends no modeled time: it steps a path again at once
@@ -344,18 +349,18 @@ cdef class _Entry(Path):
             if fn is None:
                 self.state = 3
                 msg = f"no {self.what} {self.name}"
-                self.table = self.name = self.proc = self.args = None
+                self.table = self.name = self.proc = self.args = self.a = self.b = None
                 raise OSError(errno.ENOSYS, msg)
             # (The routine's start and the steps below are called through pointers that do
             # not say they can fail, the error taken here: a `try` block costs more.)
             if _entry_start_unchecked(self, fn) == -1:
                 exc = take_raised()
-                self.table = self.name = self.proc = self.args = None
+                self.table = self.name = self.proc = self.args = self.a = self.b = None
                 self.state = 3          # over, as the generator it replaces would be
                 raise exc
             self.state = 2
             self.proc = None
-            self.args = None
+            self.args = self.a = self.b = None
         elif self.state != 2:
             self.value = None
             return 0
@@ -379,7 +384,13 @@ cdef class _Entry(Path):
 
 
 cdef int _entry_start(_Entry e, object fn) except -1:
-    if isinstance(fn, KernelRoutine) and type(e.args) is tuple:
+    cdef double before = 0.0
+    if e.pair:
+        if isinstance(fn, KernelRoutine):
+            e.cur = (<KernelRoutine> fn).start2(e.proc, e.a, e.b, &before)
+        else:
+            e.cur = fn(e.proc, e.a, e.b)
+    elif isinstance(fn, KernelRoutine) and type(e.args) is tuple:
         e.cur = (<KernelRoutine> fn).start(e.proc, <tuple> e.args)
     else:
         e.cur = fn(e.proc, *e.args)
@@ -402,6 +413,18 @@ cdef object kernel_entry(Node node, bint gate, object proc, object name, object 
     return _entry(node.syscalls, "system call", node.costs.syscall, proc, name, args, entry)
 
 
+cdef object kernel_entry2(Node node, bint gate, object proc, object name, object a, object b, bint entry):
+    cdef _Entry e
+    if gate:
+        e = <_Entry> _entry(node.callgates, "call gate", node.costs.callgate, proc, name, None, entry)
+    else:
+        e = <_Entry> _entry(node.syscalls, "system call", node.costs.syscall, proc, name, None, entry)
+    e.pair = True
+    e.a = a
+    e.b = b
+    return e
+
+
 cdef Py_ssize_t poll_ports(list ports, Engine engine) except -1:
     cdef Py_ssize_t n = 0
     for port in ports:
@@ -422,6 +445,14 @@ cdef object callgate_entry(object callgates, Costs costs, object proc, object na
     return e
 
 
+cdef object callgate_entry2(object callgates, Costs costs, object proc, object name, object a, object b):
+    cdef _Entry e = <_Entry> callgate_entry(callgates, costs, proc, name, None)
+    e.pair = True
+    e.a = a
+    e.b = b
+    return e
+
+
 cdef list _entries = [None] * 4
 
 
@@ -435,6 +466,8 @@ cdef inline object _entry(object table, str what, double cost, object proc, obje
     e.proc = proc
     e.name = name
     e.args = args
+    e.a = e.b = None
+    e.pair = False
     e.state = 0 if entry else 1
     return e
 

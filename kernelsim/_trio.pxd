@@ -9,6 +9,19 @@ cdef object entry_call(Node node, object proc, bint gate, object name, object ar
 cdef object user_call(Node node, object proc, object fn, tuple args, object fd, double cost, object pool,
                       WaitQueue readers, object spin_s)
 
+# The same for a call of two arguments (DP's per-message calls), with no argument tuple.
+cdef object entry_call2(Node node, object proc, bint gate, object name, object a, object b, object fd,
+                        double wake_cost, object spin_s)
+cdef object user_call2(Node node, object proc, object fn, object a, object b, object fd, double cost,
+                       object pool, WaitQueue readers, object spin_s)
+
+# ``await call`` for a compiled caller that awaits at once (the compiled benchmark loops):
+# for a call made by the above and not yet stepped, it runs now, and a call that ends
+# without a pass of trio's (most of a modeled ping-pong's) returns its value with no
+# awaitable stepped and no StopIteration raised; otherwise ``later[0]`` is a new reference
+# to what to await for the value (and this returns None). Its error is raised here.
+cdef object call_now(object call, PyObject** later)
+
 # ``await run_path(node, path)`` for a compiled caller that awaits at once (AM's calls, per
 # transfer): the path's value where it ran to its end with nothing owed to trio -- a
 # modeled call that does not block, the usual case -- with no coroutine made; otherwise

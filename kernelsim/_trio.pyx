@@ -53,7 +53,8 @@ from kernelsim._clock cimport RunnableCounter, join_run, live_counter, own_count
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
 from kernelsim._waits cimport Pool, Waiter, WaitQueue
-from kernelsim._node cimport KernelRoutine, Node, OpenFile, Process, kernel_entry, poll_ports, defer_raising, raise_readable
+from kernelsim._node cimport (KernelRoutine, Node, OpenFile, Process, kernel_entry, kernel_entry2, poll_ports,
+                              defer_raising, raise_readable)
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -305,9 +306,17 @@ def _read_fields(objs):
     return rows
 
 
+cdef list _values = [None] * 4     # spare wake-up outcomes (`kernelsim._path.reuse`)
+# (Cast, not checked: Value's metaclass is ABCMeta, and a `type` argument is checked exact.)
+cdef type _value_type = <type> _Value
+
+
 cdef object _value_none():
-    """``outcome.Value(None)``: its generated __init__, two attribute stores, done in C."""
-    v = _new(_Value)
+    """``outcome.Value(None)``: its generated __init__, two attribute stores, done in C --
+    a spare one where the pool holds its last reference: a wake's Value is unwrapped by
+    the woken park and dropped, and one nothing else holds is a new Value(None) to anyone
+    (a GC-tracked object made and freed per wake)."""
+    v = reuse(_values, _value_type)
     _value_unwrapped.set(v, False)
     _value_value.set(v, None)
     return v
@@ -992,6 +1001,10 @@ cdef class _PathMaker:
     cdef bint gate
     cdef Node node
     cdef object fn, proc, name, args
+    # A call of two arguments (DP's per-message calls) keeps them here, not in a tuple
+    # (`args` None): made and freed per call, a tuple cost more than the fields.
+    cdef bint pair
+    cdef object a, b
     cdef object nonblocking, fd, spin_s, pool
     cdef WaitQueue first_wait
     cdef double wake_cost, before
@@ -1002,17 +1015,35 @@ cdef class _PathMaker:
     cdef int parked
     cdef object task
     cdef _Completion done
+    cdef object message         # _YIELD: the park's message, for the first step to yield
 
     cdef object make(self, bint first):
+        return self.make_after(first, 0.0)
+
+    cdef object make_after(self, bint first, double before):
+        """`make(first)` preceded by `before` seconds of CPU time: a routine that leads its
+        own path with it does (`KernelRoutine.start2`), else `_lead` goes in front."""
+        cdef object path
         if self.kind == _MAKE_ENTRY:
             # what the node's ``syscall_path``/``callgate_path`` make, without a closure
             # or a Python call per call
-            return kernel_entry(self.node, self.gate, self.proc, self.name, self.args, first)
-        if self.kind == _MAKE_USER:
-            if isinstance(self.fn, KernelRoutine):
-                return (<KernelRoutine> self.fn).start(self.proc, <tuple> self.args)
-            return self.fn(*self.args)
-        return self.fn(first)
+            if self.pair:
+                path = kernel_entry2(self.node, self.gate, self.proc, self.name, self.a, self.b, first)
+            else:
+                path = kernel_entry(self.node, self.gate, self.proc, self.name, self.args, first)
+        elif self.kind == _MAKE_USER:
+            if self.pair:
+                if isinstance(self.fn, KernelRoutine):
+                    path = (<KernelRoutine> self.fn).start2(self.proc, self.a, self.b, &before)
+                else:
+                    path = self.fn(self.a, self.b)
+            elif isinstance(self.fn, KernelRoutine):
+                path = (<KernelRoutine> self.fn).start(self.proc, <tuple> self.args)
+            else:
+                path = self.fn(*self.args)
+        else:
+            path = self.fn(first)
+        return _lead(before, path) if before else path
 
     def __await__(self):
         return self
@@ -1037,7 +1068,7 @@ cdef class _PathMaker:
             except BaseException:
                 _over(self)
                 raise
-        if self.state == _PARKED:
+        if self.state == _PARKED or self.state == _YIELD:
             raise_readable()            # as `_blocking_rest` leaves (its `finally`)
             _over(self)
         elif self.state == _NEW:
@@ -1054,7 +1085,7 @@ cdef class _PathMaker:
                 self.rest.close()
             finally:
                 _over(self)
-        elif self.state == _PARKED:
+        elif self.state == _PARKED or self.state == _YIELD:
             raise_readable()
             _over(self)
         elif self.state == _NEW:
@@ -1066,6 +1097,7 @@ cdef enum:
     _GOING_ON = 1
     _OVER = 2
     _PARKED = 3
+    _YIELD = 4          # parked by `call_now`, its message not yet yielded: then _PARKED
     _PARKED_WAIT = 1
     _PARKED_PATH = 2
 
@@ -1074,12 +1106,13 @@ cdef int _over(_PathMaker call) except -1:
     # A spare lets go of what is its call's own (the message, closures, the coroutine);
     # the node's objects it names live as long as the node, as a spare completion's engine.
     call.state = _OVER
-    call.args = None
+    call.args = call.a = call.b = None
     call.fn = None
     call.nonblocking = None
     call.rest = None
     call.task = None
     call.done = None
+    call.message = None
     return 0
 
 
@@ -1095,6 +1128,15 @@ cdef int _call_send(_PathMaker call, object value, PyObject** res) except -1:
         return r
     if call.state == _PARKED:
         r = _resume_unchecked(call, value, res)
+    elif call.state == _YIELD:
+        if value is not None:
+            raise TypeError("can't send non-None value to a just-started call")
+        call.state = _PARKED
+        m = call.message
+        call.message = None
+        Py_INCREF(m)
+        res[0] = <PyObject*> m
+        return 1
     elif call.state == _OVER:
         raise RuntimeError("cannot reuse already awaited call")
     elif value is not None:
@@ -1174,7 +1216,8 @@ cdef _PathMaker _callable_maker(Node node, object make_path, object nonblocking,
                                    None, spare)
     maker.fn = make_path
     maker.gate = False
-    maker.name = maker.args = None
+    maker.name = maker.args = maker.a = maker.b = None
+    maker.pair = False
     return maker
 
 
@@ -1184,6 +1227,8 @@ cdef _PathMaker _entry_maker(Node node, object proc, bint gate, object name, obj
     maker.gate = gate
     maker.name = name
     maker.args = args
+    maker.a = maker.b = None
+    maker.pair = False
     maker.fn = None
     return maker
 
@@ -1193,6 +1238,8 @@ cdef _PathMaker _user_maker(Node node, object proc, object fn, tuple args, objec
     cdef _PathMaker maker = _maker(_MAKE_USER, node, proc, fd, None, cost, spin_s, 0.0, pool, readers, spare)
     maker.fn = fn
     maker.args = args
+    maker.a = maker.b = None
+    maker.pair = False
     maker.gate = False
     maker.name = None
     return maker
@@ -1219,6 +1266,59 @@ cdef object entry_call(Node node, object proc, bint gate, object name, object ar
 cdef object user_call(Node node, object proc, object fn, tuple args, object fd, double cost, object pool,
                       WaitQueue readers, object spin_s):
     return _user_maker(node, proc, fn, args, fd, cost, pool, readers, spin_s, True)
+
+
+cdef object entry_call2(Node node, object proc, bint gate, object name, object a, object b, object fd,
+                        double wake_cost, object spin_s):
+    cdef _PathMaker maker = _entry_maker(node, proc, gate, name, None, fd, wake_cost, spin_s, True)
+    maker.pair = True
+    maker.a = a
+    maker.b = b
+    return maker
+
+
+cdef object user_call2(Node node, object proc, object fn, object a, object b, object fd, double cost,
+                       object pool, WaitQueue readers, object spin_s):
+    cdef _PathMaker maker = _user_maker(node, proc, fn, None, fd, cost, pool, readers, spin_s, True)
+    maker.pair = True
+    maker.a = a
+    maker.b = b
+    return maker
+
+
+cdef object call_now(object call, PyObject** later):
+    # (kernelsim/_trio.pxd says what it is for)
+    cdef PyObject* res = NULL
+    cdef int r
+    cdef _PathMaker c
+    later[0] = NULL
+    if type(call) is not _PathMaker or (<_PathMaker> call).state != _NEW:
+        Py_INCREF(call)
+        later[0] = <PyObject*> call
+        return None
+    c = <_PathMaker> call
+    r = _start_unchecked(c, &res)
+    if r == 0:
+        _over(c)
+        raise_readable()
+        value = <object> res
+        Py_XDECREF(res)
+        return value
+    if r == -1:
+        exc = take_raised()
+        _over(c)
+        raise_readable()                # control leaves the kernel (see OpenFile)
+        raise exc
+    if r == 2:
+        # Parked by itself: trio's message is yielded by the awaiting coroutine's first step.
+        c.message = <object> res
+        Py_XDECREF(res)
+        c.state = _YIELD
+    else:
+        c.state = _GOING_ON             # in `rest`, not stepped yet: the first step sends None
+    Py_INCREF(call)
+    later[0] = <PyObject*> call
+    return None
 
 
 def run_entry(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_s: float = DEFAULT_SPIN_S):
@@ -1299,9 +1399,7 @@ cdef int _first_try(_PathMaker call, task, double before, PyObject** res) except
     """The call's first try, after `before` seconds of CPU time: as `_start`."""
     cdef Node node = call.node
     cdef Engine engine = node.engine
-    path = call.make(True)
-    if before:
-        path = _lead(before, path)
+    path = call.make_after(True, before)
     cdef _Completion done = _completion(engine)
     cdef int how = _start_path(engine, node.cpu, path, done, task)
     if (how == _INLINE or how == _WOKEN) and (done.exc is None or not isinstance(done.exc, WouldBlock)) \
@@ -1376,9 +1474,7 @@ async def _blocking_rest(_PathMaker call, task, _Completion done, int how, bint 
                 _unwrap(await _park(done.abort_wait))
             elif how == _WOKEN_AMONG:
                 await _to_trio(_shielded_checkpoint)
-            path = call.make(True)
-            if wake_cost:
-                path = _lead(wake_cost, path)
+            path = call.make_after(True, wake_cost)
             done = _completion(engine)
             how = _start_path(engine, on, path, done, task)
         while True:
@@ -1412,7 +1508,7 @@ async def _blocking_rest(_PathMaker call, task, _Completion done, int how, bint 
                 _unwrap(await _park(done.abort_wait))
             elif how == _WOKEN_AMONG:
                 await _to_trio(_shielded_checkpoint)
-            path = _lead(wake_cost, call.make(False)) if wake_cost else call.make(False)
+            path = call.make_after(False, wake_cost)
             done = _completion(engine)
             how = _start_path(engine, on, path, done, task)
     finally:
@@ -1488,7 +1584,7 @@ cdef object _blocking_sync(_PathMaker maker):
             if _is_nonblocking(nonblocking, proc, fd):
                 raise BlockingIOError(errno.EAGAIN, str(wb.strerror)) from None
             wait_on_sync(node, wb.queue, spin_s)
-        path = _lead(wake_cost, maker.make(False)) if wake_cost else maker.make(False)
+        path = maker.make_after(False, wake_cost)
 
 
 cdef object _run_real_sync(Node node, _PathMaker maker, nonblocking, proc, fd, double spin_s,
@@ -1622,8 +1718,19 @@ cdef RunnableCounter _inline_counter(task, double* until):
         return None
     if not counter.live or counter.runnable != 0:
         return None
-    until[0] = _next_trio_deadline(runner, counter)
+    if _fast_deadline and counter.runner is runner and _no_deadline(counter.deadlines):
+        until[0] = INFINITY             # (asked on every call: `_deadline_of`'s first test, here)
+    else:
+        until[0] = _next_trio_deadline(runner, counter)
     return counter
+
+
+cdef inline bint _no_deadline(deadlines) noexcept:
+    """The run's deadline queue is empty (a program without timeouts), read at its slot."""
+    if not _deadlines_heap.has(deadlines):
+        return False
+    heap = _deadlines_heap.get(deadlines)
+    return type(heap) is list and PyList_GET_SIZE(heap) == 0
 
 
 # -- Handing the turn over -----------------------------------------------------------

@@ -229,6 +229,47 @@ def test_the_compiled_ping_pong_loops_are_the_python_ones():
     assert set(plain[0]) >= {"size", "rtt_us", "one_way_us", "min_us", "max_us", "stddev_us"}
 
 
+def test_the_compiled_ping_pong_loops_give_trio_its_passes():
+    """Beside a task of the rank's own that wakes on trio timers, the compiled loops' calls
+    (run by C, `kernelsim._trio.call_now`) must often park or give trio a pass, and are then
+    awaited: the rows are still the Python way's, to the last bit."""
+    import trio
+
+    from libdp import DP, Cluster, pingpong
+
+    class Traced(DP):
+        calls = 0
+
+        def dp_write(self, fd, data):
+            Traced.calls += 1
+            return super().dp_write(fd, data)
+
+        def dp_read(self, fd, nbytes=65536):
+            Traced.calls += 1
+            return super().dp_read(fd, nbytes)
+
+    def run(traced):
+        async def program(dp, rank, size):
+            if traced:
+                dp.__class__ = Traced
+
+            async def ticker():
+                for _ in range(300):
+                    await trio.sleep(7e-6)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ticker)
+                rows = await pingpong(dp, rank, size, [1, 200], 25, 3, full=True)
+            return rows
+
+        return Cluster(nodes=2).run_spmd(program)[0]
+
+    plain = run(False)
+    assert Traced.calls == 0
+    assert run(True) == plain
+    assert Traced.calls >= 4 * 2 * 28
+
+
 def _run_am_program(am_class, program, *args):
     """Rank 0's result of `program` on two modeled TB2 nodes with `am` loaded, each rank's
     AM object made an `am_class` (None: the plain AM)."""
