@@ -18,7 +18,7 @@ from kernelsim._node cimport Costs
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from libc.string cimport memcpy
 from kernelsim._waits cimport WaitQueue
-from kernelsim._path cimport Path, reuse
+from kernelsim._path cimport Path, reuse, spent
 from kernelsim._netdev cimport RxWalk
 from nic_drivers._nic cimport NicDriver
 
@@ -285,7 +285,8 @@ cdef class _TulipIrq(RxWalk):
                 self.passes += 1
                 cost[0] = self.pending + self.pci_read
                 self.state = IRQ_READ_CSR5
-                return 1
+                if not spent(cost[0]):
+                    return 1
             elif self.state == IRQ_READ_CSR5:
                 self.csr5 = self.dev.csr_read(5)
                 if not self.csr5 & (NIS | AIS):
@@ -293,7 +294,8 @@ cdef class _TulipIrq(RxWalk):
                     return 0
                 cost[0] = self.pci_write
                 self.state = IRQ_ACK
-                return 1
+                if not spent(cost[0]):
+                    return 1
             elif self.state == IRQ_ACK:
                 self.dev.csr_write(5, self.csr5 & 0x0001FFFF)   # acknowledge what we saw
                 self.pending = nd.c_isr
@@ -309,7 +311,9 @@ cdef class _TulipIrq(RxWalk):
                     if self.give_back >= 0:
                         cost[0] = self.pending
                         self.state = RX_GIVE_LAST
-                        return 1
+                        if not spent(cost[0]):
+                            return 1
+                        continue
                     self.state = IRQ_RX_DONE
                     continue
                 self.walked += 1
@@ -317,7 +321,8 @@ cdef class _TulipIrq(RxWalk):
                 self.d = nd.rx_ring + 16 * i
                 cost[0] = self.pending + self.mem_miss  # the NIC wrote it: not in the cache
                 self.state = RX_DESC
-                return 1
+                if not spent(cost[0]):
+                    return 1
             elif self.state == RX_DESC:
                 self.pending = 0.0
                 if self.give_back >= 0:
@@ -349,7 +354,9 @@ cdef class _TulipIrq(RxWalk):
                 if self.csr5 & RU:
                     cost[0] = self.pending + self.pci_write
                     self.state = IRQ_POLL_DEMAND
-                    return 1
+                    if not spent(cost[0]):
+                        return 1
+                    continue
                 self.pending += nd._tx_reclaim()
                 self.state = IRQ_TOP
             elif self.state == IRQ_POLL_DEMAND:
@@ -382,7 +389,8 @@ cdef class _TulipCommit(Path):
         if self.state == 0:
             self.state = 1
             cost[0] = self.pending + nd.c_desc + (<Costs> nd.c).pci_write
-            return 1
+            if not spent(cost[0]):
+                return 1
         if self.state == 1:
             self.state = 2
             mem = nd.host_mem
