@@ -15,7 +15,7 @@ The per-frame paths (transmit commit, interrupt, receive walk, reclaim) reach th
 and physical memory through typed C calls; set-up and tear-down stay plain.
 """
 from kernelsim._node cimport Costs
-from kernelsim._physmem cimport PhysMem, span_check, span_ok
+from kernelsim._physmem cimport PhysMem, mem_rd32, mem_wr32, span_check, span_ok
 from libc.string cimport memcpy
 from kernelsim._waits cimport WaitQueue
 from kernelsim._path cimport Path, reuse, spent
@@ -180,7 +180,7 @@ cdef class TulipNetDevice(NicDriver):
         cdef Py_ssize_t freed = 0, ntx = self.ntx, d
         while self.dirty_tx < self.cur_tx:
             d = self.tx_ring + 16 * (self.dirty_tx % ntx)
-            if mem.rd32(d) & OWN:
+            if mem_rd32(mem, d) & OWN:
                 break
             self.dirty_tx += 1
             freed += 1
@@ -326,9 +326,9 @@ cdef class _TulipIrq(RxWalk):
             elif self.state == RX_DESC:
                 self.pending = 0.0
                 if self.give_back >= 0:
-                    mem.wr32(self.give_back, OWN)       # the last buffer goes back to the NIC
+                    mem_wr32(mem, self.give_back, OWN)       # the last buffer goes back to the NIC
                     self.give_back = -1
-                des0 = mem.rd32(self.d)
+                des0 = mem_rd32(mem, self.d)
                 if des0 & OWN:
                     self.state = IRQ_RX_DONE
                     continue
@@ -348,7 +348,7 @@ cdef class _TulipIrq(RxWalk):
                 self._next_desc(nd)
             elif self.state == RX_GIVE_LAST:
                 self.pending = 0.0
-                mem.wr32(self.give_back, OWN)
+                mem_wr32(mem, self.give_back, OWN)
                 self.state = IRQ_RX_DONE
             elif self.state == IRQ_RX_DONE:
                 if self.csr5 & RU:
@@ -404,8 +404,8 @@ cdef class _TulipCommit(Path):
                 flags |= TDES1_IC
             if entry == ntx - 1:
                 flags |= TDES1_TER | TDES1_IC
-            mem.wr32(d + 4, flags)
-            mem.wr32(d, OWN)                         # OWN last: the descriptor is the NIC's now
+            mem_wr32(mem, d + 4, flags)
+            mem_wr32(mem, d, OWN)                         # OWN last: the descriptor is the NIC's now
             nd.cur_tx += 1
             nd.tx_frames += 1
             nd.tx_bytes += length

@@ -39,7 +39,7 @@ from kernelsim import WaitQueue, WouldBlock
 
 from kernelsim._node cimport Costs
 from libc.string cimport memcpy
-from kernelsim._physmem cimport PhysMem, span_check, span_ok
+from kernelsim._physmem cimport PhysMem, mem_rd32, mem_wr32, span_check, span_ok
 from kernelsim._waits cimport WaitQueue as _WaitQueue
 from nic_drivers._nic cimport NicDriver
 from nic_drivers.myrinet import _model as hw
@@ -178,7 +178,7 @@ cdef class MyrinetNetDevice(NicDriver):
         return self._reclaim_c()
 
     cdef long long _reclaim_c(self) except -1:
-        cdef long long done = self.hostmem.rd32(self.txdone), freed
+        cdef long long done = mem_rd32(self.hostmem, self.txdone), freed
         # The counts are 32-bit words: the difference modulo 2**32 (C arithmetic, no Python int).
         freed = <unsigned int> (<unsigned int> done - <unsigned int> self.dirty_tx)
         if 0 < freed <= self.cur_tx - self.dirty_tx:
@@ -458,7 +458,7 @@ cdef class _MyriRxWalk(RxWalk):
                     return 1
             elif self.state == WALK_SLOT:
                 self.pending = 0.0
-                w = mem.rd32(self.end - 4)
+                w = mem_rd32(mem, self.end - 4)
                 if not w & _TRAILER_FULL:
                     self._finish(cost)
                     if self.state == WALK_CONSUMED:
@@ -500,7 +500,7 @@ cdef class _MyriRxWalk(RxWalk):
             self.value = self.pending
 
     cdef void _next_slot(self, MyrinetNetDevice nd) except *:
-        self.mem.wr32(self.end - 4, 0)
+        mem_wr32(self.mem, self.end - 4, 0)
         nd.cur_rx += 1
         self.consumed += 1
         self.pending += nd.c_desc
