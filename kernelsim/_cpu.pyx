@@ -31,7 +31,7 @@ kernel held interrupts off for the length of a path.
 cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._engine cimport Engine, EventTarget
-from kernelsim._path cimport Path
+from kernelsim._path cimport Path, SpendFn, set_spender, swap_walker
 from kernelsim._waits cimport Waiter
 
 from kernelsim._pyiter cimport resume as _send, take_raised
@@ -170,7 +170,10 @@ cdef class Cpu(EventTarget):
         """Run the path's Python code up to the next segment it waits for (or its end)."""
         cdef PyObject* res = NULL
         cdef double c
+        # The paths a C path runs may spend their segments in place (`_path.spent`).
+        cdef PyObject* walker = swap_walker(<PyObject*> self if job.path is not None else NULL)
         cdef int r = _walk_unchecked(self, job, &c, &res)
+        swap_walker(walker)
         if r == -1:
             exc = take_raised()
             if not isinstance(exc, Exception):
@@ -252,6 +255,7 @@ cdef int _walk(Cpu cpu, _Job job, double* cost, PyObject** value) except -1:
     1: it yielded `cost[0]`, a segment that needs an event; 0: it returned, a new
     reference to its value in `value[0]`; -1: it raised (`_advance` gives the error to the
     path's waiter)."""
+    global _refused
     cdef object out
     cdef int r
     cdef double c
@@ -259,6 +263,7 @@ cdef int _walk(Cpu cpu, _Job job, double* cost, PyObject** value) except -1:
     while True:
         if path is not None:
             # A C state machine: its next instant by a C call, no generator resume.
+            _refused = False
             r = path.step(&c)
             if r == 0:
                 out = path.value
@@ -269,6 +274,7 @@ cdef int _walk(Cpu cpu, _Job job, double* cost, PyObject** value) except -1:
             if not cpu.modeled:
                 continue
         else:
+            _refused = False
             r = _send(job.gen, value)
             if r == 0:
                 return 0
@@ -279,17 +285,47 @@ cdef int _walk(Cpu cpu, _Job job, double* cost, PyObject** value) except -1:
                 continue
             c = <double> out
         if c > 0.0:
-            if cpu._ahead and not (job.level == PROC_LEVEL and cpu._irq.head is not None) \
-                    and cpu.engine.advance(cpu.engine.now + c):
-                # Nothing can happen before this segment ends: it is over already.
-                if job.level == IRQ_LEVEL:
-                    cpu.busy_irq_s += c
-                else:
-                    cpu.busy_proc_s += c
-                cpu.segments_advanced += 1
+            if _refused:
+                _refused = False        # the path asked already: the engine said no
+            elif _over(cpu, job.level, c):
                 continue
             cost[0] = c
             return 1
+
+
+cdef inline bint _over(Cpu cpu, int level, double c) except -1:
+    """The running path's next segment, `c` seconds, is over already: nothing can happen
+    before it ends (the CPU owns this instant, no interrupt path waits to preempt a process
+    path, the engine can advance to its end)."""
+    if cpu._ahead and not (level == PROC_LEVEL and cpu._irq.head is not None) \
+            and cpu.engine.advance(cpu.engine.now + c):
+        if level == IRQ_LEVEL:
+            cpu.busy_irq_s += c
+        else:
+            cpu.busy_proc_s += c
+        cpu.segments_advanced += 1
+        return True
+    return False
+
+
+# A path that asked (`_spend`) was told to yield: `_walk` need not ask the engine again.
+cdef bint _refused = False
+
+
+cdef int _spend(Cpu cpu, double c) except -1:
+    """`_path.spent` for the CPU walking a path: what `_walk` would do with the yield of
+    `c` that the path asks about (a real-time CPU and a segment of no time go on at once).
+    (The walker is borrowed: typed as the argument, it is not counted again.)"""
+    global _refused
+    if not cpu.modeled or c <= 0.0:
+        return 1
+    if cpu._running is not None and _over(cpu, cpu._running.level, c):
+        return 1
+    _refused = True
+    return 0
+
+
+set_spender(<SpendFn> _spend)
 
 
 # `_advance` calls `_walk` through a pointer that does not say it can fail, and looks at

@@ -16,7 +16,7 @@ import errno
 
 from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._cpu cimport Completion, Cpu
-from kernelsim._path cimport Path, step_any
+from kernelsim._path cimport Path, spent, step_any
 
 __all__ = ["IrqController"]
 
@@ -75,7 +75,7 @@ cdef class _IrqPath(Path):
                         return 0
                     self.exited = True
                     cost[0] = self.pending + self.exit_s
-                    if self.real:
+                    if self.real or spent(cost[0]):
                         continue
                     return 1
                 handler = (<tuple> self.handlers[self.i])[1]

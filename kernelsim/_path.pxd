@@ -14,6 +14,14 @@ cdef class Path:
     cdef int step(self, double* cost) except -1
 
 
+# Spending a segment in place (`_path.pyx`, "Spent in place"): what a path's step calls
+# instead of yielding, while its CPU walks it.
+ctypedef int (*SpendFn)(PyObject* walker, double c) except -1
+cdef int spent(double c) except -1
+cdef PyObject* swap_walker(PyObject* walker) noexcept
+cdef int set_spender(SpendFn fn) except -1
+
+
 cdef class RxHandler:
     # A protocol's receive hand-off (`NetDevice.add_protocol`) as a C call: see _path.pyx.
     cdef int rx(self, object dev, Py_ssize_t addr, Py_ssize_t length, double* cost,
@@ -35,7 +43,11 @@ cdef inline int step_any(object path, double* cost, PyObject** res) except -1:
             Py_INCREF(v)
             res[0] = <PyObject*> v
         return r
+    # A generator is not a pass-through of the C paths it runs: none of them spends in
+    # its stead (`spent`).
+    cdef PyObject* walker = swap_walker(NULL)
     r = resume(path, res)
+    swap_walker(walker)
     if r == 1:
         v = <object> res[0]
         Py_XDECREF(res[0])

@@ -17,10 +17,49 @@ with a network device as an object whose ``rx`` is a C call that either does all
 work at once (the common case: it returns the CPU time it spent, no path at all) or
 hands back a path to run. Called from Python it is still ``handler(dev, addr, length)``
 returning a path, as every protocol handler is.
+
+Spent in place. Between two of a path's instants the CPU either moves time itself
+(`Engine.advance`: nothing else can happen first) and steps the path again at once, or
+posts the segment's end as an event. A path nested in others (a driver's interrupt
+path in the line's, a commit in a write in a kernel entry) returns each yield up
+through every path it runs in, and is stepped back down through them, only to go on
+at once. While the CPU walks a Path, the paths it runs may ask it instead (`spent(c)`,
+where they would yield `c`): 1, the time is spent already (the same test, the same
+accounting, the same instant) and the path goes on in place; 0, it yields as before.
+It is the CPU's answer for the path it walks only if every path between passes its
+yields through unchanged, as the C wrappers do; a generator, which may not, runs
+with no walker (`step_any`, `Path.__next__`), and a path stepped outside any walk gets 0.
 """
 from cpython.ref cimport PyObject, Py_XDECREF
 
 __all__ = ["Path", "RxHandler"]
+
+
+# The CPU walking a Path now (borrowed: the walk holds it), and its test (`_cpu._spend`).
+cdef PyObject* _walker = NULL
+cdef SpendFn _spend = NULL
+
+
+cdef int spent(double c) except -1:
+    """1 if the CPU walking this path has spent `c` seconds of it in place (go on now);
+    0 if the path is to yield `c` (no walk, or something may happen before its end)."""
+    if _walker == NULL:
+        return 0
+    return _spend(_walker, c)
+
+
+cdef PyObject* swap_walker(PyObject* walker) noexcept:
+    """Make `walker` the CPU walking the paths stepped from here on; the previous one back."""
+    global _walker
+    cdef PyObject* prev = _walker
+    _walker = walker
+    return prev
+
+
+cdef int set_spender(SpendFn fn) except -1:
+    global _spend
+    _spend = fn
+    return 0
 
 
 cdef class Path:
@@ -31,8 +70,14 @@ cdef class Path:
         return self
 
     def __next__(self):
+        # Iterated by Python (a generator's ``yield from``): not a pass-through (`spent`).
         cdef double c
-        if self.step(&c):
+        cdef PyObject* walker = swap_walker(NULL)
+        try:
+            r = self.step(&c)
+        finally:
+            swap_walker(walker)
+        if r:
             return c
         v = self.value
         self.value = None

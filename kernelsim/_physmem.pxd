@@ -40,3 +40,22 @@ cdef class ReadOnlyWindow:
 
 cdef object window_on(unsigned char[::1] mv, Py_ssize_t offset, Py_ssize_t n)
     # a read-only memoryview of mv[offset:offset + n] whose .obj is a ReadOnlyWindow
+
+
+# rd32/wr32 inlined in the caller: a device model's or a driver's descriptor words, a dozen
+# per frame, without a call through the type's table. The methods are these.
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline unsigned int mem_rd32(PhysMem mem, Py_ssize_t addr) except? 0xFFFFFFFF:
+    if not span_ok(addr, 4, mem.size):
+        span_check(addr, 4, mem.size, "physical memory")
+    return (<unsigned int*> &mem.buf[addr])[0]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline int mem_wr32(PhysMem mem, Py_ssize_t addr, unsigned int value) except -1:
+    if not span_ok(addr, 4, mem.size):
+        span_check(addr, 4, mem.size, "physical memory")
+    (<unsigned int*> &mem.buf[addr])[0] = value
+    return 0

@@ -100,14 +100,10 @@ cdef class PhysMem:
         return sum(self._live.values())
 
     cpdef unsigned int rd32(self, Py_ssize_t addr) except? 0xFFFFFFFF:
-        if not span_ok(addr, 4, self.size):
-            span_check(addr, 4, self.size, "physical memory")
-        return (<unsigned int*> &self.buf[addr])[0]
+        return mem_rd32(self, addr)
 
     cpdef wr32(self, Py_ssize_t addr, unsigned int value):
-        if not span_ok(addr, 4, self.size):
-            span_check(addr, 4, self.size, "physical memory")
-        (<unsigned int*> &self.buf[addr])[0] = value
+        mem_wr32(self, addr, value)
 
     cpdef write(self, Py_ssize_t addr, const unsigned char[::1] src):
         if not span_ok(addr, src.shape[0], self.size):

@@ -54,7 +54,7 @@ from kernelsim._node cimport Costs
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from kernelsim._waits cimport WaitQueue
 from kernelsim._netdev cimport RxWalk
-from kernelsim._path cimport Path
+from kernelsim._path cimport Path, spent
 from nic_drivers._nic cimport NicDriver
 
 from nic_drivers.atm import _model as hw
@@ -472,7 +472,8 @@ cdef class _AtmCommit(Path):
         if self.state == 0:
             self.state = 1
             cost[0] = self.pending + nd.c_desc + nd.c.pci_write
-            return 1
+            if not spent(cost[0]):
+                return 1
         if self.state == 1:
             self.state = 2
             nd._post_tpd(self.payload_bytes)
@@ -580,14 +581,16 @@ cdef class _AtmIrq(RxWalk):
                 self.passes += 1
                 cost[0] = self.pending + self.pci_read
                 self.state = IRQ_READ_HCR
-                return 1
+                if not spent(cost[0]):
+                    return 1
             elif self.state == IRQ_READ_HCR:
                 if not self.card.reg_read(REG_HCR) & HCR_INTR:
                     self.value = 0.0
                     return 0
                 cost[0] = self.pci_write
                 self.state = IRQ_ACK
-                return 1
+                if not spent(cost[0]):
+                    return 1
             elif self.state == IRQ_ACK:
                 self.card.reg_write(REG_HCR, HCR_CLR_INTR)     # acknowledge, then look at the queues
                 self.pending = nd.c_isr
@@ -602,7 +605,8 @@ cdef class _AtmIrq(RxWalk):
                 self.st = nd.rx_status + 4 * self.e
                 cost[0] = self.pending + self.mem_miss        # written by the card's DMA: not cached
                 self.state = RX_STATUS
-                return 1
+                if not spent(cost[0]):
+                    return 1
             elif self.state == RX_STATUS:
                 self.pending = 0.0
                 if not mem.rd32(self.st) & STATUS_COMPLETE:
@@ -626,12 +630,16 @@ cdef class _AtmIrq(RxWalk):
                             self.state = RX_PROTO
                             continue
                         self.pending = before + self.pending
-                return self._give_back(cost)
+                self._give_back(cost)
+                if not spent(cost[0]):
+                    return 1
             elif self.state == RX_PROTO:
                 if self.step_proto(cost):
                     return 1
                 self.pending = self.before_proto + self.pending
-                return self._give_back(cost)
+                self._give_back(cost)
+                if not spent(cost[0]):
+                    return 1
             elif self.state == RX_GIVE:
                 self.pending = 0.0
                 self.card.reg_write(nd.rxq_off + QENTRY * self.e, <unsigned int> self.rpd)   # the RPD goes back
@@ -647,7 +655,9 @@ cdef class _AtmIrq(RxWalk):
                 if len(<list> nd.free_bufs[self.magn]) >= nd._supply_min[self.magn]:
                     cost[0] = self.pending + nd.c_desc + self.pci_write
                     self.state = SUPPLY_POST
-                    return 1
+                    if not spent(cost[0]):
+                        return 1
+                    continue
                 self.magn += 1
             elif self.state == SUPPLY_POST:
                 self.pending = 0.0

@@ -12,7 +12,7 @@ Descriptors and buffers live in the node's physical memory and are reached only 
 DMA through the addresses the driver wrote into CSR3/CSR4 and the descriptors.
 """
 from kernelsim._engine cimport Engine
-from kernelsim._physmem cimport PhysMem, span_check, span_ok
+from kernelsim._physmem cimport PhysMem, mem_rd32, mem_wr32, span_check, span_ok
 from kernelsim.media._port cimport FramePort
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.list cimport PyList_GET_ITEM
@@ -162,7 +162,7 @@ cdef class Dec21140(NicModel):
         if des1 & end_bit:
             return base
         if des1 & chain_bit:
-            return self.mem.rd32(cur + 12)
+            return mem_rd32(self.mem, cur + 12)
         return cur + 16 + ((self.csr[0] >> 2) & 0x1F) * 4
 
     cdef int _then(self, double t, int what, Py_ssize_t d) except -1:
@@ -207,7 +207,7 @@ cdef class Dec21140(NicModel):
 
     cdef _tx_fetched(self):
         cdef Py_ssize_t d = self.tx_cur
-        cdef unsigned int des0 = self.mem.rd32(d)
+        cdef unsigned int des0 = mem_rd32(self.mem, d)
         cdef unsigned int des1
         cdef Py_ssize_t length
         if not self.csr[6] & ST:
@@ -221,7 +221,7 @@ cdef class Dec21140(NicModel):
                 self._tx_kick()
             return
         self.tx_pending_kick = False
-        des1 = self.mem.rd32(d + 4)
+        des1 = mem_rd32(self.mem, d + 4)
         length = des1 & 0x7FF
         self.tx_state = TS_READING
         if des1 & TDES1_SET:
@@ -239,15 +239,15 @@ cdef class Dec21140(NicModel):
 
     cdef _tx_setup_done(self, Py_ssize_t d):
         """Load the 16-entry perfect filter: each address in three longwords' low halves."""
-        cdef Py_ssize_t buf = self.mem.rd32(d + 8), i, w
-        cdef unsigned int des1 = self.mem.rd32(d + 4)
+        cdef Py_ssize_t buf = mem_rd32(self.mem, d + 8), i, w
+        cdef unsigned int des1 = mem_rd32(self.mem, d + 4)
         cdef unsigned long long mac
         self._nperfect = 0
         if (des1 & 0x7FF) >= 192:
             for i in range(16):
                 mac = 0
                 for w in range(3):          # the address's bytes in order, low half of each longword
-                    mac |= (<unsigned long long> (self.mem.rd32(buf + 12 * i + 4 * w) & 0xFFFF)) << (16 * w)
+                    mac |= (<unsigned long long> (mem_rd32(self.mem, buf + 12 * i + 4 * w) & 0xFFFF)) << (16 * w)
                 self._perfect[i] = mac
             self._nperfect = 16
         self._tx_complete(d, des1)
@@ -255,16 +255,16 @@ cdef class Dec21140(NicModel):
 
     cdef _tx_loaded(self, Py_ssize_t d):
         """The frame is in the FIFO (store and forward): put it on the wire."""
-        cdef unsigned int des1 = self.mem.rd32(d + 4)
+        cdef unsigned int des1 = mem_rd32(self.mem, d + 4)
         cdef Py_ssize_t length = des1 & 0x7FF
-        cdef Py_ssize_t buf = self.mem.rd32(d + 8)
+        cdef Py_ssize_t buf = mem_rd32(self.mem, d + 8)
         cdef Py_ssize_t padded = length if length >= ETH_MIN_FRAME else ETH_MIN_FRAME
         cdef double start, end
         cdef bytes frame
         cdef char* out
         if not des1 & TDES1_FS or not des1 & TDES1_LS or length < 14:
             # Multi-descriptor frames are not used by our driver; refuse them loudly.
-            self.mem.wr32(d, TDES0_ES)
+            mem_wr32(self.mem, d, TDES0_ES)
             self._raise(TI if des1 & TDES1_IC else 0)
             self._tx_advance(d, self.engine.now)
             return
@@ -300,18 +300,18 @@ cdef class Dec21140(NicModel):
         self._tx_advance(d, start)
 
     cdef _tx_wire_done(self, Py_ssize_t d, bint last):
-        cdef unsigned int des1 = self.mem.rd32(d + 4)
+        cdef unsigned int des1 = mem_rd32(self.mem, d + 4)
         self._tx_complete(d, des1, last)
 
     cdef _tx_complete(self, Py_ssize_t d, unsigned int des1, bint last=False):
-        self.mem.wr32(d, 0)                           # status write-back: OWN cleared, no errors
+        mem_wr32(self.mem, d, 0)                           # status write-back: OWN cleared, no errors
         if des1 & TDES1_IC:
             self._raise(TI, last)
 
     cdef _tx_advance(self, Py_ssize_t d, double t):
         """Step to the next descriptor and fetch it, starting at time `t` (the last thing
         of each event that calls it)."""
-        cdef unsigned int des1 = self.mem.rd32(d + 4)
+        cdef unsigned int des1 = mem_rd32(self.mem, d + 4)
         self.tx_cur = self._next_desc(d, des1, TDES1_TER, TDES1_TCH, self.csr[4])
         self.tx_pending_kick = False
         self.tx_state = TS_FETCHING
@@ -336,7 +336,7 @@ cdef class Dec21140(NicModel):
         if n >= 14 and not self._accepts(frame):
             self.rx_filtered += 1
             return 0
-        des0 = self.mem.rd32(d)
+        des0 = mem_rd32(self.mem, d)
         if not des0 & OWN or self._rx_busy(d):
             # Receive buffer unavailable: the frame is lost and counted (CSR8).
             self.rx_state = RS_SUSPENDED
@@ -344,7 +344,7 @@ cdef class Dec21140(NicModel):
             self.rx_missed += 1
             self._raise(RU)
             return 0
-        des1 = self.mem.rd32(d + 4)
+        des1 = mem_rd32(self.mem, d + 4)
         size1 = des1 & 0x7FF
         status = ((<unsigned int> (n + 4)) << 16) | RDES0_FS | RDES0_LS
         if n < 14:
@@ -365,7 +365,7 @@ cdef class Dec21140(NicModel):
         t = max(self.engine.now, self.rx_free_at) + tail
         self.rx_free_at = t
         if n:
-            self.mem.write(<Py_ssize_t> self.mem.rd32(d + 8), frame[:n])
+            self.mem.write(<Py_ssize_t> mem_rd32(self.mem, d + 8), frame[:n])
         self.rx_cur = self._next_desc(d, des1, RDES1_RER, RDES1_RCH, self.csr[3])
         self.rx_frames += 1
         self.rx_bytes += n
@@ -414,7 +414,7 @@ cdef class Dec21140(NicModel):
         cdef Py_ssize_t d = self.rx_cur
         if self.rx_state == RS_STOPPED:
             return 0
-        return 1 if self.mem.rd32(d) & OWN and not self._rx_busy(d) else 0
+        return 1 if mem_rd32(self.mem, d) & OWN and not self._rx_busy(d) else 0
 
     cdef bint _accepts(self, const unsigned char[::1] frame) except -1:
         """Address filtering: promiscuous, multicast with PM, or a perfect-filter hit."""
@@ -444,7 +444,7 @@ cdef class Dec21140(NicModel):
                     self._rxq_live -= 1
                 self._rxq_head = (self._rxq_head + 1) % cap
                 self._rxq_len -= 1
-                self.mem.wr32(done.desc, done.status)     # OWN cleared: the host's now
+                mem_wr32(self.mem, done.desc, done.status)     # OWN cleared: the host's now
             self._raise(RI)
             return 0
         while self._rxq[(self._rxq_head + i) % cap].tag != tag:
@@ -458,7 +458,7 @@ cdef class Dec21140(NicModel):
             for j in range(i, self._rxq_len - 1):
                 self._rxq[(self._rxq_head + j) % cap] = self._rxq[(self._rxq_head + j + 1) % cap]
         self._rxq_len -= 1
-        self.mem.wr32(done.desc, done.status)         # OWN cleared: the host's now
+        mem_wr32(self.mem, done.desc, done.status)         # OWN cleared: the host's now
         self._raise(RI, True)                       # the event's last thing
         return 0
 

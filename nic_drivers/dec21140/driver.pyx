@@ -15,10 +15,10 @@ The per-frame paths (transmit commit, interrupt, receive walk, reclaim) reach th
 and physical memory through typed C calls; set-up and tear-down stay plain.
 """
 from kernelsim._node cimport Costs
-from kernelsim._physmem cimport PhysMem, span_check, span_ok
+from kernelsim._physmem cimport PhysMem, mem_rd32, mem_wr32, span_check, span_ok
 from libc.string cimport memcpy
 from kernelsim._waits cimport WaitQueue
-from kernelsim._path cimport Path, reuse
+from kernelsim._path cimport Path, reuse, spent
 from kernelsim._netdev cimport RxWalk
 from nic_drivers._nic cimport NicDriver
 
@@ -180,7 +180,7 @@ cdef class TulipNetDevice(NicDriver):
         cdef Py_ssize_t freed = 0, ntx = self.ntx, d
         while self.dirty_tx < self.cur_tx:
             d = self.tx_ring + 16 * (self.dirty_tx % ntx)
-            if mem.rd32(d) & OWN:
+            if mem_rd32(mem, d) & OWN:
                 break
             self.dirty_tx += 1
             freed += 1
@@ -285,7 +285,8 @@ cdef class _TulipIrq(RxWalk):
                 self.passes += 1
                 cost[0] = self.pending + self.pci_read
                 self.state = IRQ_READ_CSR5
-                return 1
+                if not spent(cost[0]):
+                    return 1
             elif self.state == IRQ_READ_CSR5:
                 self.csr5 = self.dev.csr_read(5)
                 if not self.csr5 & (NIS | AIS):
@@ -293,7 +294,8 @@ cdef class _TulipIrq(RxWalk):
                     return 0
                 cost[0] = self.pci_write
                 self.state = IRQ_ACK
-                return 1
+                if not spent(cost[0]):
+                    return 1
             elif self.state == IRQ_ACK:
                 self.dev.csr_write(5, self.csr5 & 0x0001FFFF)   # acknowledge what we saw
                 self.pending = nd.c_isr
@@ -309,7 +311,9 @@ cdef class _TulipIrq(RxWalk):
                     if self.give_back >= 0:
                         cost[0] = self.pending
                         self.state = RX_GIVE_LAST
-                        return 1
+                        if not spent(cost[0]):
+                            return 1
+                        continue
                     self.state = IRQ_RX_DONE
                     continue
                 self.walked += 1
@@ -317,13 +321,14 @@ cdef class _TulipIrq(RxWalk):
                 self.d = nd.rx_ring + 16 * i
                 cost[0] = self.pending + self.mem_miss  # the NIC wrote it: not in the cache
                 self.state = RX_DESC
-                return 1
+                if not spent(cost[0]):
+                    return 1
             elif self.state == RX_DESC:
                 self.pending = 0.0
                 if self.give_back >= 0:
-                    mem.wr32(self.give_back, OWN)       # the last buffer goes back to the NIC
+                    mem_wr32(mem, self.give_back, OWN)       # the last buffer goes back to the NIC
                     self.give_back = -1
-                des0 = mem.rd32(self.d)
+                des0 = mem_rd32(mem, self.d)
                 if des0 & OWN:
                     self.state = IRQ_RX_DONE
                     continue
@@ -343,13 +348,15 @@ cdef class _TulipIrq(RxWalk):
                 self._next_desc(nd)
             elif self.state == RX_GIVE_LAST:
                 self.pending = 0.0
-                mem.wr32(self.give_back, OWN)
+                mem_wr32(mem, self.give_back, OWN)
                 self.state = IRQ_RX_DONE
             elif self.state == IRQ_RX_DONE:
                 if self.csr5 & RU:
                     cost[0] = self.pending + self.pci_write
                     self.state = IRQ_POLL_DEMAND
-                    return 1
+                    if not spent(cost[0]):
+                        return 1
+                    continue
                 self.pending += nd._tx_reclaim()
                 self.state = IRQ_TOP
             elif self.state == IRQ_POLL_DEMAND:
@@ -382,7 +389,8 @@ cdef class _TulipCommit(Path):
         if self.state == 0:
             self.state = 1
             cost[0] = self.pending + nd.c_desc + (<Costs> nd.c).pci_write
-            return 1
+            if not spent(cost[0]):
+                return 1
         if self.state == 1:
             self.state = 2
             mem = nd.host_mem
@@ -396,8 +404,8 @@ cdef class _TulipCommit(Path):
                 flags |= TDES1_IC
             if entry == ntx - 1:
                 flags |= TDES1_TER | TDES1_IC
-            mem.wr32(d + 4, flags)
-            mem.wr32(d, OWN)                         # OWN last: the descriptor is the NIC's now
+            mem_wr32(mem, d + 4, flags)
+            mem_wr32(mem, d, OWN)                         # OWN last: the descriptor is the NIC's now
             nd.cur_tx += 1
             nd.tx_frames += 1
             nd.tx_bytes += length

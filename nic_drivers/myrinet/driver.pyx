@@ -39,13 +39,13 @@ from kernelsim import WaitQueue, WouldBlock
 
 from kernelsim._node cimport Costs
 from libc.string cimport memcpy
-from kernelsim._physmem cimport PhysMem, span_check, span_ok
+from kernelsim._physmem cimport PhysMem, mem_rd32, mem_wr32, span_check, span_ok
 from kernelsim._waits cimport WaitQueue as _WaitQueue
 from nic_drivers._nic cimport NicDriver
 from nic_drivers.myrinet import _model as hw
 from nic_drivers.myrinet._model cimport HostWriteSink, LanaiNI
 from nic_drivers.myrinet.firmware cimport DPFirmware
-from kernelsim._path cimport Path, reuse
+from kernelsim._path cimport Path, reuse, spent
 from kernelsim._netdev cimport RxWalk
 from nic_drivers.myrinet.fabric import RouteTable
 from nic_drivers.myrinet.firmware import (
@@ -178,7 +178,7 @@ cdef class MyrinetNetDevice(NicDriver):
         return self._reclaim_c()
 
     cdef long long _reclaim_c(self) except -1:
-        cdef long long done = self.hostmem.rd32(self.txdone), freed
+        cdef long long done = mem_rd32(self.hostmem, self.txdone), freed
         # The counts are 32-bit words: the difference modulo 2**32 (C arithmetic, no Python int).
         freed = <unsigned int> (<unsigned int> done - <unsigned int> self.dirty_tx)
         if 0 < freed <= self.cur_tx - self.dirty_tx:
@@ -446,20 +446,25 @@ cdef class _MyriRxWalk(RxWalk):
                 if self.walked == nd.nrx:
                     self._finish(cost)
                     if self.state == WALK_CONSUMED:
-                        return 1
+                        if not spent(cost[0]):
+                            return 1
+                        continue
                     return 0
                 self.walked += 1
                 self.end = nd.rx_ring + (nd.cur_rx % nd.nrx + 1) * nd.slot_bytes
                 cost[0] = self.pending + nd.c.mem_miss  # the NI wrote it: not in the cache
                 self.state = WALK_SLOT
-                return 1
+                if not spent(cost[0]):
+                    return 1
             elif self.state == WALK_SLOT:
                 self.pending = 0.0
-                w = mem.rd32(self.end - 4)
+                w = mem_rd32(mem, self.end - 4)
                 if not w & _TRAILER_FULL:
                     self._finish(cost)
                     if self.state == WALK_CONSUMED:
-                        return 1
+                        if not spent(cost[0]):
+                            return 1
+                        continue
                     return 0
                 n = w & 0xFFFF
                 if n < 4 or n > nd.slot_bytes - 4:
@@ -495,7 +500,7 @@ cdef class _MyriRxWalk(RxWalk):
             self.value = self.pending
 
     cdef void _next_slot(self, MyrinetNetDevice nd) except *:
-        self.mem.wr32(self.end - 4, 0)
+        mem_wr32(self.mem, self.end - 4, 0)
         nd.cur_rx += 1
         self.consumed += 1
         self.pending += nd.c_desc
@@ -555,7 +560,8 @@ cdef class _MyriIrq(Path):
                 nd._owed = 0.0
                 cost[0] = self.pending + owed + nd.c.pci_read
                 self.state = IRQ_READ_ISR
-                return 1
+                if not spent(cost[0]):
+                    return 1
             elif self.state == IRQ_READ_ISR:
                 self.isr = self.dev.csr_read(_REG_ISR) & nd.eimr
                 if not self.isr:
@@ -563,7 +569,8 @@ cdef class _MyriIrq(Path):
                     return 0
                 cost[0] = nd.c.pci_write
                 self.state = IRQ_ACK
-                return 1
+                if not spent(cost[0]):
+                    return 1
             elif self.state == IRQ_ACK:
                 self.dev.csr_write(_REG_ISR, self.isr)  # acknowledge what we saw
                 self.pending = nd.c_isr
@@ -610,7 +617,8 @@ cdef class _MyriCommit(Path):
             else:
                 cost[0] = self.pending + owed + nd.c_desc + nd.desc_pio_s
                 self.state = 2
-            return 1
+            if not spent(cost[0]):
+                return 1
         if self.state == 1:
             if nd.fw is None:
                 raise AttributeError(f"{nd.name}: no control program loaded")
