@@ -13,13 +13,17 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from types import MethodType as _MethodType
 
 from kernelsim import WouldBlock, run_path, wait_on
+from kernelsim._cpu cimport Cpu
 from kernelsim._node cimport Node
+from kernelsim._pyiter cimport take_raised
 from kernelsim._trio cimport path_call
 from kernelsim._spin cimport EngineSpin, init_spin
 from kernelsim._spin import spin
 from protocols.am.window import BLOCKED
 from protocols.am.window cimport Events
 from protocols.am.endpoint cimport AmEndpoint
+from protocols.am._codes cimport K_REQ
+from protocols.am._wire cimport Msg, new_msg
 
 __all__ = ["call", "poll_until", "store_async", "get", "REQUEST", "TRANSFER", "WAIT", "CLOSE"]
 
@@ -238,18 +242,17 @@ async def request_rounds(am, dp, peer, int h_ping, tuple args, Py_ssize_t warmup
     poll until its reply is counted in ``got[0]``; returns ``dp.now()`` when the round
     trip numbered `warmup` began."""
     cdef Py_ssize_t i
-    cdef Py_ssize_t want = 0
     cdef bint plain = _plain_am(am)
     cdef AmEndpoint ep
-
-    def replied():
-        return got[0] > want
-
+    cdef _Above replied = _Above.__new__(_Above)
+    cdef _Rounds s
+    replied.got = got
+    replied.want = 0
     t0 = dp.now()
     for i in range(total):
         if i == warmup:
             t0 = dp.now()
-        want = i
+        replied.want = i
         if not plain:
             await am.am_request(peer, h_ping, *args)
             await am.poll_until(replied)
@@ -260,8 +263,137 @@ async def request_rounds(am, dp, peer, int h_ping, tuple args, Py_ssize_t warmup
             ep.check_caller(f"am_request_{len(args)}")
         to, msg = ep.request_msg(peer, h_ping, args)
         await call(ep, am.dp, _REQUEST, to, msg)
-        await poll_until(ep, am.dp, replied)
+        node = am.dp._node
+        if not isinstance(node, Node) or not (<Node> node).modeled:
+            await poll_until(ep, am.dp, replied)
+            continue
+        # Modeled time: poll_until's first checks, then its spin -- which runs every round
+        # trip left, the task parked once for them all (`_Rounds`).
+        if ep.closed or ep._handler_depth:
+            ep.check_caller("am_poll")
+        if replied():
+            continue
+        s = _Rounds.__new__(_Rounds)
+        init_spin(s, node, <Events> ep.events)
+        s.ep, s.peer, s.pred, s.t0 = ep, to, replied, t0
+        s.handler, s.data = (<Msg> msg).handler, (<Msg> msg).data
+        s.what = f"am_request_{len(args)}"
+        s.i, s.warmup, s.total = i, warmup, total
+        s.waiting = True
+        await spin(s, node, am.dp.spin_s)
+        return s.t0
     return t0
+
+
+@cython.final
+cdef class _Above:
+    """``got[0] > want``: whether round trip `want`'s reply is in (the poll's predicate, a
+    C object: tested at every poll without an interpreted frame)."""
+    cdef list got
+    cdef Py_ssize_t want
+
+    def __call__(self):
+        return self.got[0] > self.want
+
+
+cdef enum:
+    _SPIN_RUN = 0       # `EngineSpin._defer`'s ``what`` that submits the next path (kernelsim._spin)
+    _LEVEL_PROC = 1     # kernelsim.LEVEL_PROC
+
+
+@cython.final
+cdef class _Rounds(EngineSpin):
+    """The round trips of `request_rounds` left after its first request, in modeled time: one
+    poll loop the engine runs (see kernelsim._spin), the task parked once for all of them.
+
+    As a task, each round trip parked and woke it (a pass of trio's run loop, four
+    coroutines and a spin made and freed per round trip); its code between two calls --
+    the time read at round `warmup`, the next request built, poll_until's checks -- does
+    nothing modeled, and its calls are paths submitted at the instant the last one ended,
+    before any other event of that instant. Here the same paths are submitted at the same
+    instants, the same checks made in the same order: each round trip's request
+    (``request_path``, continued after a full window as `call` does), then, unless its
+    reply is in already, a poll until it is (``wait_path``, as `poll_until`'s spin)."""
+    cdef AmEndpoint ep
+    cdef object peer, t0, data
+    cdef _Above pred
+    cdef Msg msg
+    cdef int handler
+    cdef str what
+    cdef Py_ssize_t i, warmup, total
+    cdef bint waiting       # on the poll for round `i`'s reply (else its request)
+    cdef bint inside        # submitting a path from `complete`: a next one is deferred
+
+    cdef object poll_path(self, object since):
+        if self.waiting:
+            return AmEndpoint.wait_path(self.ep, self.pred, since)
+        return AmEndpoint.request_path(self.ep, self.peer, self.msg, since)
+
+    cdef bint ends(self, object value) except -1:
+        return value is not BLOCKED
+
+    cdef bint ready(self) except -1:
+        return AmEndpoint.ready(self.ep)
+
+    cdef int arm(self) except -1:
+        AmEndpoint.arm_timer(self.ep)
+        return 0
+
+    cdef int complete(self, object value, object exc) except -1:
+        cdef int r
+        if self.over or exc is not None or value is BLOCKED:
+            return EngineSpin.complete(self, value, exc)
+        r = _go_on_unchecked(self)
+        if r == -1:
+            return EngineSpin.complete(self, None, take_raised())
+        if r == 0:
+            return EngineSpin.complete(self, value, None)         # the last round trip is over
+        return 0
+
+
+cdef int _go_on(_Rounds s) except -1:
+    """What the task does once a call has returned: 1 when it has started the next call,
+    0 when the round trips are over."""
+    cdef AmEndpoint ep = s.ep
+    cdef Cpu cpu
+    if s.waiting:
+        s.waiting = False                   # the poll ended: the reply is in
+    else:
+        # the request went: `poll_until(replied)`, which looks before it polls
+        if ep.closed or ep._handler_depth:
+            ep.check_caller("am_poll")
+        s.waiting = not s.pred()
+    if not s.waiting:
+        s.i += 1
+        if s.i >= s.total:
+            return 0
+        if s.i == s.warmup:
+            s.t0 = s.engine.now                                    # `dp.now()`
+        s.pred.want = s.i
+        if ep.closed or ep._handler_depth:
+            ep.check_caller(s.what)
+        # `ep.request_msg(peer, h_ping, args)`: the same peer, handler and words every time
+        s.msg = new_msg(K_REQ, 0, s.handler, s.data, 1, 0, 0, 0, 0, None, False)
+    cpu = s.cpu
+    if s.inside or s.engine.stop_requested or cpu._running is not None or cpu._irq.head is not None \
+            or cpu._proc.head is not None or s.engine.peek() <= s.engine.now:
+        # Not alone at this instant (a woken task, another path, another event): as the task
+        # would, after them.
+        s.since = None
+        s._defer(_SPIN_RUN)
+        return 1
+    # The path is submitted now, as the last thing of the event that ended the last one: the
+    # event a deferred submission would be runs next anyway (nothing else is due before it).
+    s.inside = True
+    cpu.submit(_LEVEL_PROC, s.poll_path(None), s)
+    s.inside = False
+    return 1
+
+
+# `complete` calls `_go_on` through a pointer that does not declare it can fail, and takes
+# the error itself (`take_raised`): it goes to the task, as a check the task made would.
+ctypedef int (*_GoOnFn)(_Rounds) noexcept
+cdef _GoOnFn _go_on_unchecked = <_GoOnFn> _go_on
 
 
 async def serve_rounds(am, Py_ssize_t total):
