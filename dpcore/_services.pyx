@@ -506,7 +506,7 @@ cdef class _ReadPath(Path):
     cdef object nbytes
     cdef int slot
     cdef int state          # 0: not started, 1: slot taken, 2: empty (WouldBlock owed), 3: over
-    cdef double lead        # CPU time spent before it starts (`_UserRead.start2`): a first step
+    cdef double lead        # CPU time spent before it starts (`_UserRead.start_pair`): a first step
 
     cdef int step(self, double* cost) except -1:
         cdef TokenBufferPool tbp = self.e.tbp
@@ -656,9 +656,9 @@ cdef class _UserRead(KernelRoutine):
         cdef Endpoint e
         if len(args) != 2 or not isinstance(args[0], Endpoint):
             raise TypeError("a DP read takes an endpoint and a byte count")
-        return self.start2(proc, args[0], args[1], NULL)
+        return self.start_pair(proc, args[0], args[1], NULL)
 
-    cdef object start2(self, object proc, object a, object b, double* before):
+    cdef object start_pair(self, object proc, object a, object b, double* before):
         cdef Endpoint e
         cdef _ReadPath path
         if not isinstance(a, Endpoint):
@@ -685,7 +685,7 @@ cdef class _GateWrite(KernelRoutine):
             raise TypeError(f"dp_write takes an fd and the data ({len(args)} arguments given)")
         return _write_path(self.dp, _endpoint_of(proc, args[0]), args[1])
 
-    cdef object start2(self, object proc, object a, object b, double* before):
+    cdef object start_pair(self, object proc, object a, object b, double* before):
         return _write_path(self.dp, _endpoint_of(proc, a), b)
 
 

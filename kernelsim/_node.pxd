@@ -71,18 +71,18 @@ cdef class KernelRoutine:
     # The same for a call of two arguments (DP's per-message calls), with no argument tuple
     # made and freed per call; `before[0]`: CPU time the path must spend first -- a routine
     # that leads its path with it itself sets it to 0 (else the caller puts it in front).
-    cdef object start2(self, object proc, object a, object b, double* before)
+    cdef object start_pair(self, object proc, object a, object b, double* before)
 
 
 # A kernel entry's path into routine `name`: through `node`'s call gate or its generic
 # system-call entry (`Node.callgate_path` / `Node.syscall_path`).
 cdef object kernel_entry(Node node, bint gate, object proc, object name, object args, bint entry)
 # The same for a call of two arguments, ``fn(proc, a, b)``, with no argument tuple.
-cdef object kernel_entry2(Node node, bint gate, object proc, object name, object a, object b, bint entry)
+cdef object kernel_entry_pair(Node node, bint gate, object proc, object name, object a, object b, bint entry)
 # The same through the call gate, for a caller that looked `node.callgates` and
 # `node.costs` up once (a node's gate drain: per message).
 cdef object callgate_entry(object callgates, Costs costs, object proc, object name, object args)
-cdef object callgate_entry2(object callgates, Costs costs, object proc, object name, object a, object b)
+cdef object callgate_entry_pair(object callgates, Costs costs, object proc, object name, object a, object b)
 
 # `Node.poll_devices` for a caller that holds the node's real ports (the list itself: ports
 # come and go in it) and its engine: a node's polling loop, every pass.

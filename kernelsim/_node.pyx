@@ -301,7 +301,7 @@ cdef class KernelRoutine:
     cdef object start(self, object proc, tuple args):
         raise NotImplementedError
 
-    cdef object start2(self, object proc, object a, object b, double* before):
+    cdef object start_pair(self, object proc, object a, object b, double* before):
         return self.start(proc, (a, b))
 
     def __call__(self, proc, *args):
@@ -387,7 +387,7 @@ cdef int _entry_start(_Entry e, object fn) except -1:
     cdef double before = 0.0
     if e.pair:
         if isinstance(fn, KernelRoutine):
-            e.cur = (<KernelRoutine> fn).start2(e.proc, e.a, e.b, &before)
+            e.cur = (<KernelRoutine> fn).start_pair(e.proc, e.a, e.b, &before)
         else:
             e.cur = fn(e.proc, e.a, e.b)
     elif isinstance(fn, KernelRoutine) and type(e.args) is tuple:
@@ -413,7 +413,7 @@ cdef object kernel_entry(Node node, bint gate, object proc, object name, object 
     return _entry(node.syscalls, "system call", node.costs.syscall, proc, name, args, entry)
 
 
-cdef object kernel_entry2(Node node, bint gate, object proc, object name, object a, object b, bint entry):
+cdef object kernel_entry_pair(Node node, bint gate, object proc, object name, object a, object b, bint entry):
     cdef _Entry e
     if gate:
         e = <_Entry> _entry(node.callgates, "call gate", node.costs.callgate, proc, name, None, entry)
@@ -445,7 +445,7 @@ cdef object callgate_entry(object callgates, Costs costs, object proc, object na
     return e
 
 
-cdef object callgate_entry2(object callgates, Costs costs, object proc, object name, object a, object b):
+cdef object callgate_entry_pair(object callgates, Costs costs, object proc, object name, object a, object b):
     cdef _Entry e = <_Entry> callgate_entry(callgates, costs, proc, name, None)
     e.pair = True
     e.a = a

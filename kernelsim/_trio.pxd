@@ -10,9 +10,9 @@ cdef object user_call(Node node, object proc, object fn, tuple args, object fd, 
                       WaitQueue readers, object spin_s)
 
 # The same for a call of two arguments (DP's per-message calls), with no argument tuple.
-cdef object entry_call2(Node node, object proc, bint gate, object name, object a, object b, object fd,
+cdef object entry_call_pair(Node node, object proc, bint gate, object name, object a, object b, object fd,
                         double wake_cost, object spin_s)
-cdef object user_call2(Node node, object proc, object fn, object a, object b, object fd, double cost,
+cdef object user_call_pair(Node node, object proc, object fn, object a, object b, object fd, double cost,
                        object pool, WaitQueue readers, object spin_s)
 
 # ``await call`` for a compiled caller that awaits at once (the compiled benchmark loops):

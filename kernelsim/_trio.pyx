@@ -53,7 +53,7 @@ from kernelsim._clock cimport RunnableCounter, join_run, live_counter, own_count
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
 from kernelsim._waits cimport Pool, Waiter, WaitQueue
-from kernelsim._node cimport (KernelRoutine, Node, OpenFile, Process, kernel_entry, kernel_entry2, poll_ports,
+from kernelsim._node cimport (KernelRoutine, Node, OpenFile, Process, kernel_entry, kernel_entry_pair, poll_ports,
                               defer_raising, raise_readable)
 
 cdef extern from "<poll.h>" nogil:
@@ -1022,19 +1022,19 @@ cdef class _PathMaker:
 
     cdef object make_after(self, bint first, double before):
         """`make(first)` preceded by `before` seconds of CPU time: a routine that leads its
-        own path with it does (`KernelRoutine.start2`), else `_lead` goes in front."""
+        own path with it does (`KernelRoutine.start_pair`), else `_lead` goes in front."""
         cdef object path
         if self.kind == _MAKE_ENTRY:
             # what the node's ``syscall_path``/``callgate_path`` make, without a closure
             # or a Python call per call
             if self.pair:
-                path = kernel_entry2(self.node, self.gate, self.proc, self.name, self.a, self.b, first)
+                path = kernel_entry_pair(self.node, self.gate, self.proc, self.name, self.a, self.b, first)
             else:
                 path = kernel_entry(self.node, self.gate, self.proc, self.name, self.args, first)
         elif self.kind == _MAKE_USER:
             if self.pair:
                 if isinstance(self.fn, KernelRoutine):
-                    path = (<KernelRoutine> self.fn).start2(self.proc, self.a, self.b, &before)
+                    path = (<KernelRoutine> self.fn).start_pair(self.proc, self.a, self.b, &before)
                 else:
                     path = self.fn(self.a, self.b)
             elif isinstance(self.fn, KernelRoutine):
@@ -1268,7 +1268,7 @@ cdef object user_call(Node node, object proc, object fn, tuple args, object fd, 
     return _user_maker(node, proc, fn, args, fd, cost, pool, readers, spin_s, True)
 
 
-cdef object entry_call2(Node node, object proc, bint gate, object name, object a, object b, object fd,
+cdef object entry_call_pair(Node node, object proc, bint gate, object name, object a, object b, object fd,
                         double wake_cost, object spin_s):
     cdef _PathMaker maker = _entry_maker(node, proc, gate, name, None, fd, wake_cost, spin_s, True)
     maker.pair = True
@@ -1277,7 +1277,7 @@ cdef object entry_call2(Node node, object proc, bint gate, object name, object a
     return maker
 
 
-cdef object user_call2(Node node, object proc, object fn, object a, object b, object fd, double cost,
+cdef object user_call_pair(Node node, object proc, object fn, object a, object b, object fd, double cost,
                        object pool, WaitQueue readers, object spin_s):
     cdef _PathMaker maker = _user_maker(node, proc, fn, None, fd, cost, pool, readers, spin_s, True)
     maker.pair = True

@@ -13,7 +13,7 @@ from time import perf_counter
 
 from kernelsim._node cimport FdTable, Node, OpenFile
 from cpython.ref cimport PyObject, Py_XDECREF
-from kernelsim._trio cimport call_now, entry_call2, user_call2
+from kernelsim._trio cimport call_now, entry_call_pair, user_call_pair
 from dpcore._services cimport Endpoint
 from dpcore._services import user_read      # `DirectedPoint.read_path` as a KernelRoutine
 
@@ -68,7 +68,7 @@ cdef class DPCalls:
                 data = _bytes(data)
             except OSError as exc:
                 return _raise(exc)
-        return entry_call2(self._node, self._proc, True, "dp_write", fd, data, fd, self._wake_cost, self.spin_s)
+        return entry_call_pair(self._node, self._proc, True, "dp_write", fd, data, fd, self._wake_cost, self.spin_s)
 
     cdef object _read(self, fd, nbytes):
         cdef Endpoint ep
@@ -76,7 +76,7 @@ cdef class DPCalls:
         if isinstance(f, Endpoint) and "dp" in self._services:
             # A good call, told without a `try` block (one per read cost more than the test).
             ep = <Endpoint> f
-            return user_call2(self._node, self._proc, user_read, ep, nbytes, fd, self._poll_cost,
+            return user_call_pair(self._node, self._proc, user_read, ep, nbytes, fd, self._poll_cost,
                               ep.tbp, ep.readers, self.spin_s)
         try:
             if type(nbytes) is not int or nbytes < 0:
@@ -86,7 +86,7 @@ cdef class DPCalls:
             return _raise(exc)
         # The TBP is mapped into the process: its count is looked at before anything is
         # entered; an empty pool is waited on first (the poll then takes _poll_cost more).
-        return user_call2(self._node, self._proc, user_read, ep, nbytes, fd, self._poll_cost,
+        return user_call_pair(self._node, self._proc, user_read, ep, nbytes, fd, self._poll_cost,
                           ep.tbp, ep.readers, self.spin_s)
 
     cdef double _now(self):

@@ -77,7 +77,7 @@ from cpython.ref cimport Py_REFCNT
 from kernelsim._path cimport reuse
 from kernelsim._cpu cimport Completion, Cpu
 from kernelsim._engine cimport Engine, wall_now
-from kernelsim._node cimport Costs, callgate_entry2, poll_ports
+from kernelsim._node cimport Costs, callgate_entry_pair, poll_ports
 from kernelsim.media._shmring cimport RING_EMPTY, ShmRing
 from kernelsim.daemon._rings cimport CrowdedCore, RingExport, epoll_event, epoll_wait, sched_yield
 import errno
@@ -986,7 +986,7 @@ cdef inline object _call_entry(Gate gate, object name, const unsigned char* payl
     """Run a call-gate entry's routine `name` on the gate's file with `n` bytes of payload:
     what it raised, or None (`_run_now`)."""
     return _run_now(gate._engine, gate._cpu,
-                    callgate_entry2(gate._callgates, gate._costs, gate._proc, name,
+                    callgate_entry_pair(gate._callgates, gate._costs, gate._proc, name,
                                     gate.node_fd, _payload_of(gate, payload, n)), settle)
 
 
