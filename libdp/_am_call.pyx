@@ -104,14 +104,10 @@ async def poll_until(AmEndpoint ep, dp, pred):
 # kernelsim/_spin.pyx): the engine runs its polls at the instants the task would have,
 # the task parked once for the whole loop.
 
-@cython.final
-cdef class _AmSpin(EngineSpin):
-    """One `poll_until` of an SP AM endpoint: each poll is its ``wait_path``."""
+cdef class _AmLoop(EngineSpin):
+    """An engine-run loop of an SP AM endpoint's polls: what `_AmSpin` and `_Rounds` share
+    (a poll that found nothing blocks; the endpoint says when a poll is due, and arms it)."""
     cdef AmEndpoint ep
-    cdef object pred
-
-    cdef object poll_path(self, object since):
-        return AmEndpoint.wait_path(self.ep, self.pred, since)
 
     cdef bint ends(self, object value) except -1:
         return value is not BLOCKED
@@ -122,6 +118,15 @@ cdef class _AmSpin(EngineSpin):
     cdef int arm(self) except -1:
         AmEndpoint.arm_timer(self.ep)
         return 0
+
+
+@cython.final
+cdef class _AmSpin(_AmLoop):
+    """One `poll_until` of an SP AM endpoint: each poll is its ``wait_path``."""
+    cdef object pred
+
+    cdef object poll_path(self, object since):
+        return AmEndpoint.wait_path(self.ep, self.pred, since)
 
 
 async def _spin(AmEndpoint ep, node, pred, spin_s):
@@ -302,7 +307,7 @@ cdef enum:
 
 
 @cython.final
-cdef class _Rounds(EngineSpin):
+cdef class _Rounds(_AmLoop):
     """The round trips of `request_rounds` left after its first request, in modeled time: one
     poll loop the engine runs (see kernelsim._spin), the task parked once for all of them.
 
@@ -314,7 +319,6 @@ cdef class _Rounds(EngineSpin):
     instants, the same checks made in the same order: each round trip's request
     (``request_path``, continued after a full window as `call` does), then, unless its
     reply is in already, a poll until it is (``wait_path``, as `poll_until`'s spin)."""
-    cdef AmEndpoint ep
     cdef object peer, t0, data
     cdef _Above pred
     cdef Msg msg
@@ -328,16 +332,6 @@ cdef class _Rounds(EngineSpin):
         if self.waiting:
             return AmEndpoint.wait_path(self.ep, self.pred, since)
         return AmEndpoint.request_path(self.ep, self.peer, self.msg, since)
-
-    cdef bint ends(self, object value) except -1:
-        return value is not BLOCKED
-
-    cdef bint ready(self) except -1:
-        return AmEndpoint.ready(self.ep)
-
-    cdef int arm(self) except -1:
-        AmEndpoint.arm_timer(self.ep)
-        return 0
 
     cdef int complete(self, object value, object exc) except -1:
         cdef int r

@@ -197,11 +197,10 @@ def test_lsmod_names_dp_as_the_user_of_the_nic_driver():
     assert mods.lsmod() == []
 
 
-def test_the_compiled_ping_pong_loops_are_the_python_ones():
-    """`pingpong`'s loops on a lossless medium are compiled (libdp._calls.pingpong_rounds,
-    echo_rounds) and make the calls by C for a plain DP; a DP whose calls are overridden is
-    awaited as Python would. Both give the same rows, to the last bit."""
-    from libdp import DP, Cluster, pingpong
+def _traced_dp():
+    """A DP whose dp_write and dp_read are overridden (so awaited the Python way), counting
+    its calls in ``calls``."""
+    from libdp import DP
 
     class Traced(DP):
         calls = 0
@@ -213,6 +212,16 @@ def test_the_compiled_ping_pong_loops_are_the_python_ones():
         def dp_read(self, fd, nbytes=65536):
             Traced.calls += 1
             return super().dp_read(fd, nbytes)
+
+    return Traced
+
+
+def test_the_compiled_ping_pong_loops_are_the_python_ones():
+    """`pingpong`'s loops on a lossless medium are compiled (libdp._calls.pingpong_rounds,
+    echo_rounds) and make the calls by C for a plain DP; a DP whose calls are overridden is
+    awaited as Python would. Both give the same rows, to the last bit."""
+    from libdp import Cluster, pingpong
+    Traced = _traced_dp()
 
     def run(traced):
         async def program(dp, rank, size):
@@ -235,18 +244,8 @@ def test_the_compiled_ping_pong_loops_give_trio_its_passes():
     awaited: the rows are still the Python way's, to the last bit."""
     import trio
 
-    from libdp import DP, Cluster, pingpong
-
-    class Traced(DP):
-        calls = 0
-
-        def dp_write(self, fd, data):
-            Traced.calls += 1
-            return super().dp_write(fd, data)
-
-        def dp_read(self, fd, nbytes=65536):
-            Traced.calls += 1
-            return super().dp_read(fd, nbytes)
+    from libdp import Cluster, pingpong
+    Traced = _traced_dp()
 
     def run(traced):
         async def program(dp, rank, size):
