@@ -1153,10 +1153,16 @@ cdef int _call_send(_PathMaker call, object value, PyObject** res) except -1:
             return 1
         _over(call)
         return r
+    return _ended(call, r)
+
+
+cdef inline int _ended(_PathMaker call, int r) except -1:
+    """A call's path has ended (`r` 0, or -1 with its error raised): the call is over and
+    control leaves the kernel (see OpenFile); the error, if any, goes on up."""
     if r == -1:
         exc = take_raised()
         _over(call)
-        raise_readable()                # control leaves the kernel (see OpenFile)
+        raise_readable()
         raise exc
     _over(call)
     raise_readable()
@@ -1298,17 +1304,11 @@ cdef object call_now(object call, PyObject** later):
         return None
     c = <_PathMaker> call
     r = _start_unchecked(c, &res)
-    if r == 0:
-        _over(c)
-        raise_readable()
+    if r == 0 or r == -1:
+        _ended(c, r)
         value = <object> res
         Py_XDECREF(res)
         return value
-    if r == -1:
-        exc = take_raised()
-        _over(c)
-        raise_readable()                # control leaves the kernel (see OpenFile)
-        raise exc
     if r == 2:
         # Parked by itself: trio's message is yielded by the awaiting coroutine's first step.
         c.message = <object> res
