@@ -205,6 +205,10 @@ class EngineClock(trio.abc.Clock):
         self.engine = engine
         self.counter = RunnableCounter()
         self.deadlocked = False
+        # An error an engine event raised while `drive` ran it: the run's, raised by `run`
+        # (a system task's error would be trio's TrioInternalError -- or no error at all,
+        # the run hung, while a task waits for a path only the engine can finish).
+        self.failed = None
         self._idle_waiter = None        # `drive`'s task while it waits for trio to go idle
 
     def start_clock(self) -> None:
@@ -264,7 +268,18 @@ class EngineClock(trio.abc.Clock):
                 await wait_idle()
             gap = stats().seconds_to_next_deadline
             until = engine.now + gap if gap < math.inf else math.inf
-            engine.run_until_stop(until)
+            try:
+                engine.run_until_stop(until)
+            except Exception as exc:
+                # The engine cannot go on from half an event: the tasks waiting for it are
+                # let go (a kernel path's park, which refuses a cancellation while the engine
+                # can still finish the path, accepts one now: `kernelsim._trio._refuse_abort`)
+                # and the error is the run's.
+                self.failed = exc
+                if scope is None:
+                    raise
+                scope.cancel()
+                return
             if engine.stop_requested:
                 continue
             if until < math.inf:
@@ -279,9 +294,16 @@ class EngineClock(trio.abc.Clock):
     async def run(self, async_fn, *args):
         """Run ``async_fn(*args)`` in modeled time (inside ``trio.run(..., clock=self)``)."""
         self.deadlocked = False
+        self.failed = None
         with trio.CancelScope() as scope:
             trio.lowlevel.spawn_system_task(self.drive, scope)
-            return await async_fn(*args)
+            try:
+                return await async_fn(*args)
+            finally:
+                if self.failed is not None:
+                    # In place of the Cancelled (or value) the program ended with.
+                    exc, self.failed = self.failed, None
+                    raise exc from exc.__cause__
         if self.deadlocked:
             raise OSError(errno.EDEADLK, "modeled deadlock: every process is blocked and no event is pending")
         raise RuntimeError("modeled run cancelled")  # pragma: no cover - only a deadlock cancels it

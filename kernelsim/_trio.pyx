@@ -355,8 +355,12 @@ cdef int _wake(object task) except -1:
     if _task_send_fn.get(task) is not None:
         raise RuntimeError(f"{task!r} is not parked")       # trio's assert
     cdef RunnableCounter c = live_counter()
-    _task_send_fn.set(task, _send_of(c, _task_coro.get(task)))
-    _task_send.set(task, _value_none())
+    # What can fail first: a wake that raises leaves the task parked as it was (trio's
+    # cancellation of it must still find it so), and its error goes to the waker.
+    send_fn = _send_of(c, _task_coro.get(task))
+    send = _value_none()
+    _task_send_fn.set(task, send_fn)
+    _task_send.set(task, send)
     _task_abort_func.set(task, None)
     _task_sleep_data.set(task, None)
     if c is not None and c.runner is runner and _alone(c):
@@ -635,7 +639,10 @@ cdef object _outcome(_Completion done):
 
 def _refuse_abort(_):
     # A kernel path cannot be abandoned half-way: cancellation is delivered at the
-    # next checkpoint, once the path has returned.
+    # next checkpoint, once the path has returned -- unless the engine failed under the
+    # clock's drive (`EngineClock.failed`): then nothing will ever finish the path.
+    if getattr(_current_clock(), "failed", None) is not None:
+        return _ABORT_SUCCEEDED
     return _ABORT_FAILED
 
 __all__ = ["checkpoint", "sleep_until_readable", "replicates_trio", "run_path", "wait_on", "run_blocking", "run_entry", "run_user", "run_path_sync", "wait_on_sync", "run_blocking_sync",

@@ -561,3 +561,58 @@ def test_a_stepped_task_is_trio_s_current_task():
     c.run_spmd(program)
     assert c.clock.counter.stepped >= 20
     assert seen == {0: {(mine[0], 0)}, 1: {(mine[1], 1)}}
+
+
+# A wake that raises (here trio's own `reschedule`, the public calls' way, patched to fail
+# for one task) inside an engine event the clock's drive runs. The run must end in that
+# error -- not TrioInternalError (the drive is a system task), and not hang in trio's I/O
+# wait for a task parked on a kernel path nothing will ever finish. Run in a subprocess,
+# bounded: the bug came back as a hang.
+_FAILING_WAKE = """
+import sys, trio
+from trio._core import _run
+from libdp import Cluster
+from kernelsim import replicates_trio
+replicates_trio(False)
+who = sys.argv[1]
+marked = {}
+class Boom(Exception):
+    pass
+reschedule = _run.Runner.reschedule
+def failing(self, task, *args):
+    if marked.get("task") is task:
+        del marked["task"]
+        raise Boom("wake")
+    return reschedule(self, task, *args)
+_run.Runner.reschedule = failing
+async def other():
+    await trio.sleep(1e-3)
+async def program(dp, rank, size):
+    fd = await dp.dp_open(7)
+    await dp.dp_target(fd, 1 - rank, 7)
+    if rank == 1:
+        if who == "reader":
+            marked["task"] = trio.lowlevel.current_task()
+        return await dp.dp_read(fd, 100)
+    async with trio.open_nursery() as n:
+        # Another task runnable at the write's instant: the write parks on its path,
+        # which the drive finishes -- and that wake fails.
+        n.start_soon(other)
+        await trio.sleep(1e-3)
+        if who == "writer":
+            marked["task"] = trio.lowlevel.current_task()
+        await dp.dp_write(fd, b"x")
+        await trio.sleep(1e-3)
+try:
+    Cluster(nodes=2, nic="dec21140").run_spmd(program)
+except Boom as e:
+    print("Boom", e)
+"""
+
+
+@pytest.mark.parametrize("who", ["reader", "writer"])
+def test_an_error_in_a_wake_the_drive_runs_is_the_run_s_error(who):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _FAILING_WAKE, who], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "Boom wake", out.stderr[-2000:]
