@@ -307,6 +307,7 @@ def _read_fields(objs):
 
 
 cdef list _values = [None] * 4     # spare wake-up outcomes (`kernelsim._path.reuse`)
+cdef type _message_type = <type> _WaitTaskRescheduled     # (cast: trio's classes have their own metaclass)
 # (Cast, not checked: Value's metaclass is ABCMeta, and a `type` argument is checked exact.)
 cdef type _value_type = <type> _Value
 
@@ -332,9 +333,15 @@ cdef object _unwrap(o):
     return o.unwrap()
 
 
+cdef list _messages = [None] * 4  # spare park messages (`kernelsim._path.reuse`)
+
+
 cdef object _wait_message(abort_func):
-    """``WaitTaskRescheduled(abort_func)``, the same way."""
-    m = _new(_WaitTaskRescheduled)
+    """``WaitTaskRescheduled(abort_func)``, the same way -- a spare one where the pool
+    holds its last reference: trio reads a park's message once and drops it, and one
+    nothing else holds is a new message to anyone (an object and its attributes made
+    and freed per park). (It keeps its last abort function until it is used again.)"""
+    m = reuse(_messages, _message_type)
     PyObject_GenericSetAttr(m, "abort_func", abort_func)
     return m
 
@@ -559,6 +566,9 @@ async def _park_outcome(abort_func):
     return outcome.Value(await _wait_task_rescheduled(abort_func))
 
 
+cdef object _WAKE_UP = object()     # `_Completion.__call__` without an argument
+
+
 cdef class _Completion(Completion):
     """A path's `on_done` (and a wait queue's waiter): records, stops the engine, wakes.
 
@@ -595,6 +605,17 @@ cdef class _Completion(Completion):
 
     def abort_wait(self, _):
         # A wait can be cancelled: nothing has happened yet but the queue entry.
+        self.task = None
+        self.queue.discard(self)
+        return _ABORT_SUCCEEDED
+
+    def __call__(self, raise_cancel=_WAKE_UP):
+        # The completion is its own wait's abort function (``abort_wait``; trio calls it
+        # with the cancellation): a bound method made and dropped per park cost more.
+        # Called bare, it is the waiter it also is (`Waiter.__call__`).
+        if raise_cancel is _WAKE_UP:
+            self.wake_up()
+            return None
         self.task = None
         self.queue.discard(self)
         return _ABORT_SUCCEEDED
@@ -910,7 +931,7 @@ async def wait_on(Node node, queue, spin_s: float = DEFAULT_SPIN_S) -> None:
                 await _to_trio(_checkpoint)
             elif how == _PARK:
                 woken.task = task
-                _unwrap(await _park(woken.abort_wait))
+                _unwrap(await _park(woken))
             elif how == _WOKEN_AMONG:
                 await _to_trio(_shielded_checkpoint)
         finally:
@@ -1394,7 +1415,7 @@ cdef int _start(_PathMaker call, PyObject** res) except -1:
             done = _completion(None)    # the queue's wake stops the engine itself
             how = _start_wait(node.engine, first_wait, done, task)
             if how == _PARK and _fast_park:
-                return _park_call(call, task, done, _PARKED_WAIT, done.abort_wait, res)
+                return _park_call(call, task, done, _PARKED_WAIT, done, res)
             if _passes(how, task):
                 call.rest = _blocking_rest(call, task, done, how, True)
                 return 1
@@ -1478,7 +1499,7 @@ async def _blocking_rest(_PathMaker call, task, _Completion done, int how, bint 
                 await _to_trio(_checkpoint)
             elif how == _PARK:
                 done.task = task
-                _unwrap(await _park(done.abort_wait))
+                _unwrap(await _park(done))
             elif how == _WOKEN_AMONG:
                 await _to_trio(_shielded_checkpoint)
             path = call.make_after(True, wake_cost)
@@ -1512,7 +1533,7 @@ async def _blocking_rest(_PathMaker call, task, _Completion done, int how, bint 
                 await _to_trio(_checkpoint)
             elif how == _PARK:
                 done.task = task
-                _unwrap(await _park(done.abort_wait))
+                _unwrap(await _park(done))
             elif how == _WOKEN_AMONG:
                 await _to_trio(_shielded_checkpoint)
             path = call.make_after(False, wake_cost)
