@@ -742,13 +742,10 @@ cdef bint _cancel_pending(task) except -1:
 
 
 cdef bint _cancel_pending_of(task) except -1:
-    cdef RunnableCounter counter
     if _status_cancelled.get(_task_cancel_status.get(task)):
         return True
-    # A KeyboardInterrupt is delivered to the main task only: asked of it alone.
-    counter = own_counter()
-    if counter is not None:
-        return task is counter.main_task() and _runner_ki_pending.get(counter.runner)
+    # A KeyboardInterrupt is delivered to the main task only: asked of it alone (the
+    # flag first, at its slot: it is almost never set).
     runner = _task_runner.get(task)
     return _runner_ki_pending.get(runner) and task is _runner_main_task.get(runner)
 
@@ -1727,8 +1724,13 @@ cdef inline bint _run_inline(Engine engine, _Completion done, RunnableCounter co
 cdef RunnableCounter _inline_counter(task, double* until):
     """The run's counter if the calling task may drive the engine itself now (the only one
     trio would run), with how far in ``until[0]`` (trio's next deadline); else None."""
-    cdef RunnableCounter counter = own_counter()
-    if counter is not None and counter.runner is not None:
+    # The live counter's run is the calling task's (so this thread's): `own_counter`
+    # without the thread's ident, the task's runner read at its slot.
+    cdef RunnableCounter counter = live_counter()
+    if counter is not None and counter.runner is not None and _task_runner.has(task) \
+            and _task_runner.get(task) is counter.runner:
+        runner = counter.runner
+    elif (counter := own_counter()) is not None and counter.runner is not None:
         runner = counter.runner         # this thread's run is the counter's
     else:
         try:
