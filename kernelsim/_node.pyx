@@ -291,6 +291,33 @@ cdef class Process:
 
 from kernelsim._path cimport Path, reuse, step_any
 from kernelsim._pyiter cimport take_raised
+from kernelsim._dictver cimport dict_version
+
+
+# The routine an entry found last, and where: its table (by address) at that table's
+# version, under that name (`kernelsim._dictver`). A process's per-message call finds the
+# same routine in the same unchanged table every time. The routine is borrowed: the
+# table, unchanged, holds it; a table freed and another made at its address has another
+# version.
+cdef PyObject* _found_table = NULL
+cdef unsigned long long _found_version = 0
+cdef object _found_name = None
+cdef PyObject* _found_fn = NULL
+
+
+cdef inline object _routine(dict table, object name):
+    """``table.get(name)``."""
+    global _found_table, _found_version, _found_name, _found_fn
+    cdef unsigned long long v = dict_version(table)
+    if v != 0 and v == _found_version and <PyObject*> table == _found_table and name is _found_name:
+        return <object> _found_fn
+    fn = table.get(name)
+    if fn is not None and v != 0:
+        _found_table = <PyObject*> table
+        _found_version = v
+        _found_name = name
+        _found_fn = <PyObject*> fn
+    return fn
 
 
 cdef class KernelRoutine:
@@ -345,7 +372,7 @@ cdef class _Entry(Path):
             if not self.real:
                 return 1
         if self.state == 1:
-            fn = self.table.get(self.name)
+            fn = _routine(self.table, self.name)
             if fn is None:
                 self.state = 3
                 msg = f"no {self.what} {self.name}"

@@ -20,7 +20,8 @@ directly, and the engine driven in a C loop.
 
 cimport cython
 from libc.math cimport INFINITY
-from cpython.dict cimport PyDict_Next, PyDict_SetItem
+from cpython.dict cimport PyDict_Check, PyDict_Next, PyDict_SetItem
+from kernelsim._dictver cimport dict_version
 from cpython.list cimport PyList_GET_SIZE
 from cpython.pythread cimport PyThread_get_thread_ident
 cdef extern from "Python.h":
@@ -1831,13 +1832,34 @@ cdef inline bint _alone(RunnableCounter counter) noexcept:
     return key == <PyObject*> counter
 
 
+# trio's registered descriptors (a dict) as last seen holding none but its wake-up socket's,
+# at that version (`kernelsim._dictver`): asked on every hand-over, it changes only when a
+# task waits on a descriptor.
+cdef PyObject* _quiet_registered = NULL
+cdef unsigned long long _quiet_version = 0
+
+
+cdef inline bint _only_wakeup_fd(RunnableCounter counter, registered) except -1:
+    """No descriptor waited on but trio's own wake-up socket."""
+    global _quiet_registered, _quiet_version
+    cdef unsigned long long v = dict_version(registered) if PyDict_Check(registered) else 0
+    if v != 0 and v == _quiet_version and <PyObject*> registered == _quiet_registered:
+        return True
+    cdef Py_ssize_t n = len(registered)
+    if n > 1 or (n == 1 and counter.wakeup_fd not in registered):
+        return False
+    if v != 0:
+        _quiet_registered = <PyObject*> registered
+        _quiet_version = v
+    return True
+
+
 cdef bint _quiet(RunnableCounter counter, runner) except -1:
     """Nothing for trio's next pass to attend to but its runnable tasks."""
     registered = counter.io_registered
     if registered is None or _runner_ki_pending.get(runner):
         return False
-    cdef Py_ssize_t n = len(registered)
-    if n > 1 or (n == 1 and counter.wakeup_fd not in registered):
+    if not _only_wakeup_fd(counter, registered):
         return False
     if counter.entry_jobs or counter.entry_once:
         return False

@@ -12,6 +12,7 @@ import errno
 from time import perf_counter
 
 from kernelsim._node cimport FdTable, Node, OpenFile
+from kernelsim._dictver cimport dict_version
 from cpython.ref cimport PyObject, Py_XDECREF
 from kernelsim._trio cimport call_now, entry_call_pair, user_call_pair
 from dpcore._services cimport Endpoint
@@ -27,6 +28,7 @@ cdef class DPCalls:
     cdef public double _poll_cost, _wake_cost
     cdef FdTable _fds
     cdef dict _services
+    cdef unsigned long long _dp_seen     # `_services`' version when "dp" was last found in it
 
     def __init__(self, proc, spin_s):
         self._proc = proc
@@ -73,7 +75,7 @@ cdef class DPCalls:
     cdef object _read(self, fd, nbytes):
         cdef Endpoint ep
         f = self._fds.peek(fd) if type(nbytes) is int and nbytes >= 0 else None
-        if isinstance(f, Endpoint) and "dp" in self._services:
+        if isinstance(f, Endpoint) and self._dp_loaded():
             # A good call, told without a `try` block (one per read cost more than the test).
             ep = <Endpoint> f
             return user_call_pair(self._node, self._proc, user_read, ep, nbytes, fd, self._poll_cost,
@@ -88,6 +90,17 @@ cdef class DPCalls:
         # entered; an empty pool is waited on first (the poll then takes _poll_cost more).
         return user_call_pair(self._node, self._proc, user_read, ep, nbytes, fd, self._poll_cost,
                           ep.tbp, ep.readers, self.spin_s)
+
+    cdef inline bint _dp_loaded(self) except -1:
+        """``"dp" in self._services``, asked per read: answered again without the lookup
+        while the table is as it was when "dp" was found (`kernelsim._dictver`)."""
+        cdef unsigned long long v = dict_version(self._services)
+        if v != 0 and v == self._dp_seen:
+            return True
+        if "dp" in self._services:
+            self._dp_seen = v
+            return True
+        return False
 
     cdef double _now(self):
         return self._node.engine.now if self._node.modeled else perf_counter()

@@ -99,6 +99,33 @@ def test_a_read_looks_at_the_pool_when_it_runs_not_when_it_is_made(binding):
     assert c.run(main) == b"first"
 
 
+def test_a_call_sees_its_node_s_tables_as_they_are_when_it_runs():
+    """The gate's routine and the dp service are found again after each edit of their
+    tables between calls (the calls keep what they found while a table is unchanged)."""
+    c = Cluster(nodes=2)
+
+    async def main():
+        a, fa, b, fb = await _sender_and_receiver(c)
+        node_a, node_b = c.node(0), c.node(1)
+        for _ in range(3):                          # found, then kept
+            await a.dp_write(fa, b"m")
+            assert await b.dp_read(fb, 10) == b"m"
+        gate = node_a.callgates.pop("dp_write")
+        with pytest.raises(OSError) as ei:
+            await a.dp_write(fa, b"m")
+        assert ei.value.errno == errno.ENOSYS
+        node_a.callgates["dp_write"] = gate
+        await a.dp_write(fa, b"back")
+        dp = node_b.services.pop("dp")
+        with pytest.raises(OSError) as ei:
+            await b.dp_read(fb, 10)
+        assert ei.value.errno == errno.EINVAL
+        node_b.services["dp"] = dp
+        return await b.dp_read(fb, 10)
+
+    assert c.run(main) == b"back"
+
+
 # -- Handing the turn over (kernelsim._trio): a modeled wait steps the task it woke -------
 
 def _both_ways(run):
