@@ -27,3 +27,11 @@ cdef object call_now(object call, PyObject** later)
 # modeled call that does not block, the usual case -- with no coroutine made; otherwise
 # ``rest[0]`` is a new reference to what to await for the value (and this returns None).
 cdef object path_call(Node node, object path, PyObject** rest)
+
+# ``call_now(entry_call_pair(...))`` and ``call_now(user_call_pair(...))`` as one call (the
+# compiled benchmark loops'): the call object is made only where the call must give trio a
+# pass -- most of a modeled ping-pong's calls end without one, and make none.
+cdef object entry_pair_now(Node node, object proc, bint gate, object name, object a, object b, object fd,
+                           double wake_cost, object spin_s, PyObject** later)
+cdef object user_pair_now(Node node, object proc, object fn, object a, object b, object fd, double cost,
+                          object pool, WaitQueue readers, object spin_s, PyObject** later)

@@ -1347,6 +1347,136 @@ cdef object call_now(object call, PyObject** later):
     return None
 
 
+# -- A call run now, its call object made only if it must give trio a pass --------------------
+#
+# `call_now` of a call just made: most of a modeled ping-pong's calls end inline (the
+# engine driven by the lone task, or the call woken while its task stepped another), and
+# for those the call object -- taken from spares, some twenty fields set and cleared -- is
+# only a bag of arguments. These run the call from their arguments as `_start` and
+# `_first_try` do and make the call object only where one of those would go on in it (a
+# park, a pass of trio's loop), filled as `entry_call_pair`/`user_call_pair` fill it and
+# left in the state `call_now` leaves it in. Anything else -- real time, a WouldBlock to
+# wait on -- goes the same way it went.
+
+cdef object entry_pair_now(Node node, object proc, bint gate, object name, object a, object b, object fd,
+                           double wake_cost, object spin_s, PyObject** later):
+    # (kernelsim/_trio.pxd says what it is for)
+    cdef PyObject* res = NULL
+    later[0] = NULL
+    if not node.modeled:
+        return call_now(entry_call_pair(node, proc, gate, name, a, b, fd, wake_cost, spin_s), later)
+    cdef int r = _entry_now_unchecked(node, proc, gate, name, a, b, fd, wake_cost, spin_s, &res)    # before `res` is read
+    return _now_end(r, res, later)
+
+
+cdef object user_pair_now(Node node, object proc, object fn, object a, object b, object fd, double cost,
+                          object pool, WaitQueue readers, object spin_s, PyObject** later):
+    # (kernelsim/_trio.pxd says what it is for)
+    cdef PyObject* res = NULL
+    later[0] = NULL
+    if not node.modeled:
+        return call_now(user_call_pair(node, proc, fn, a, b, fd, cost, pool, readers, spin_s), later)
+    cdef int r = _user_now_unchecked(node, proc, fn, a, b, fd, cost, pool, readers, spin_s, &res)    # before `res` is read
+    return _now_end(r, res, later)
+
+
+cdef object _now_end(int r, PyObject* res, PyObject** later):
+    """After `_entry_now`/`_user_now` gave `r`: the call's value (0), its error raised (-1)
+    -- control leaving the kernel, as `_ended` has it -- or (1) the call to await for it,
+    in ``later[0]`` (its new reference, `res`)."""
+    if r == -1:
+        exc = take_raised()
+        raise_readable()
+        raise exc
+    if r == 1:
+        later[0] = res
+        return None
+    value = <object> res
+    Py_XDECREF(res)
+    raise_readable()
+    return value
+
+
+cdef int _entry_now(Node node, object proc, bint gate, object name, object a, object b, object fd,
+                    double wake_cost, object spin_s, PyObject** res) except -1:
+    """`_start` and `_first_try` of an entry's call, from its arguments: 0 and its value in
+    ``res[0]``, or 1 and the call object, made now, in ``res[0]`` (`_go_on`)."""
+    task = _task()
+    path = kernel_entry_pair(node, gate, proc, name, a, b, True)
+    cdef _Completion done = _completion(node.engine)
+    cdef int how = _start_path(node.engine, node.cpu, path, done, task)
+    if _ended_now(how, done, task, res):
+        return 0
+    return _go_on(entry_call_pair(node, proc, gate, name, a, b, fd, wake_cost, spin_s), task, done, how, False,
+                  res)
+
+
+cdef int _user_now(Node node, object proc, object fn, object a, object b, object fd, double cost, object pool,
+                   WaitQueue readers, object spin_s, PyObject** res) except -1:
+    """The same for a user-level call (`user_call_pair`'s)."""
+    cdef _Completion done
+    cdef int how
+    cdef double before = 0.0
+    task = _task()
+    if readers is not None and _empty(pool) and not _is_nonblocking(None, proc, fd):
+        # The pool looked at first, and an empty one waited on (`_start`).
+        done = _completion(None)        # the queue's wake stops the engine itself
+        how = _start_wait(node.engine, readers, done, task)
+        if (how == _PARK and _fast_park) or _passes(how, task):
+            return _go_on(user_call_pair(node, proc, fn, a, b, fd, cost, pool, readers, spin_s), task, done, how,
+                          True, res)
+        before = cost
+    if isinstance(fn, KernelRoutine):
+        path = (<KernelRoutine> fn).start_pair(proc, a, b, &before)
+    else:
+        path = fn(a, b)
+    if before:
+        path = _lead(before, path)
+    done = _completion(node.engine)
+    how = _start_path(node.engine, node.cpu, path, done, task)
+    if _ended_now(how, done, task, res):
+        return 0
+    return _go_on(user_call_pair(node, proc, fn, a, b, fd, cost, pool, readers, spin_s), task, done, how, False,
+                  res)
+
+
+ctypedef int (*_EntryNow)(Node, object, bint, object, object, object, object, double, object, PyObject**) noexcept
+ctypedef int (*_UserNow)(Node, object, object, object, object, object, double, object, WaitQueue, object,
+                         PyObject**) noexcept
+cdef _EntryNow _entry_now_unchecked = <_EntryNow> _entry_now
+cdef _UserNow _user_now_unchecked = <_UserNow> _user_now
+
+
+cdef inline bint _ended_now(int how, _Completion done, task, PyObject** res) except -1:
+    """`_first_try`'s test: the try ended the call (its value in ``res[0]``; its error raised)."""
+    if (how == _INLINE or how == _WOKEN) and (done.exc is None or not isinstance(done.exc, WouldBlock)) \
+            and not (how == _INLINE and _cancel_pending(task)):
+        value = _outcome(done)
+        Py_INCREF(value)
+        res[0] = <PyObject*> value
+        return True
+    return False
+
+
+cdef int _go_on(_PathMaker call, task, _Completion done, int how, bint waiting, PyObject** res) except -1:
+    """The call `_entry_now`/`_user_now` ran, in `call` from here on, as `call_now` leaves a
+    call that must give trio a pass: parked by itself (`_park_call`), or in `rest`. 1, and
+    ``res[0]`` the call."""
+    cdef PyObject* m = NULL
+    if how == _PARK and _fast_park:
+        _park_call(call, task, done, _PARKED_WAIT if waiting else _PARKED_PATH, done if waiting else _refuse_abort,
+                   &m)
+        call.message = <object> m
+        Py_XDECREF(m)
+        call.state = _YIELD
+    else:
+        call.rest = _blocking_rest(call, task, done, how, waiting)
+        call.state = _GOING_ON
+    Py_INCREF(call)
+    res[0] = <PyObject*> call
+    return 1
+
+
 def run_entry(Node node, proc, bint gate, name, args, fd, double wake_cost=0.0, spin_s: float = DEFAULT_SPIN_S):
     """`run_blocking` of process `proc`'s call `name` through the call gate (`gate`) or the
     generic system-call entry, on file `fd` (None: no file; else its ``nonblocking``

@@ -14,7 +14,7 @@ from time import perf_counter
 from kernelsim._node cimport FdTable, Node, OpenFile
 from kernelsim._dictver cimport dict_version
 from cpython.ref cimport PyObject, Py_XDECREF
-from kernelsim._trio cimport call_now, entry_call_pair, user_call_pair
+from kernelsim._trio cimport call_now, entry_call_pair, entry_pair_now, user_call_pair, user_pair_now
 from dpcore._services cimport Endpoint
 from dpcore._services import user_read      # `DirectedPoint.read_path` as a KernelRoutine
 
@@ -102,6 +102,24 @@ cdef class DPCalls:
             return True
         return False
 
+    cdef object _write_now(self, fd, data, PyObject** later):
+        """``call_now(self._write(fd, data), later)``, the call made only if it must give
+        trio a pass (`kernelsim._trio.entry_pair_now`)."""
+        if type(data) is not bytes:
+            return call_now(self._write(fd, data), later)
+        return entry_pair_now(self._node, self._proc, True, "dp_write", fd, data, fd, self._wake_cost, self.spin_s,
+                              later)
+
+    cdef object _read_now(self, fd, nbytes, PyObject** later):
+        """``call_now(self._read(fd, nbytes), later)``, likewise (`user_pair_now`)."""
+        cdef Endpoint ep
+        f = self._fds.peek(fd) if type(nbytes) is int and nbytes >= 0 else None
+        if isinstance(f, Endpoint) and self._dp_loaded():
+            ep = <Endpoint> f
+            return user_pair_now(self._node, self._proc, user_read, ep, nbytes, fd, self._poll_cost, ep.tbp,
+                                 ep.readers, self.spin_s, later)
+        return call_now(self._read(fd, nbytes), later)
+
     cdef double _now(self):
         return self._node.engine.now if self._node.modeled else perf_counter()
 
@@ -177,12 +195,12 @@ async def pingpong_rounds(dp, fd, msg, n, Py_ssize_t warmup, Py_ssize_t iters, l
         if i == warmup:
             start = c._now()
         t = c._now()
-        # Each call as ``await``, run now by C (`call_now`): awaited only if it must give
-        # trio a pass.
-        call_now(c._write(fd, msg), &later)
+        # Each call as ``await``, run now by C (`_write_now`, `_read_now`): awaited only if
+        # it must give trio a pass.
+        c._write_now(fd, msg, &later)
         if later != NULL:
             await _take(later)
-        call_now(c._read(fd, n), &later)
+        c._read_now(fd, n, &later)
         if later != NULL:
             await _take(later)
         if i >= warmup and samples is not None:
@@ -204,10 +222,10 @@ async def echo_rounds(dp, fd, Py_ssize_t count):
     c = <DPCalls> dp
     cdef PyObject* later = NULL
     while echoed < count:
-        m = call_now(c._read(fd, 65536), &later)
+        m = c._read_now(fd, 65536, &later)
         if later != NULL:
             m = await _take(later)
-        call_now(c._write(fd, m), &later)
+        c._write_now(fd, m, &later)
         if later != NULL:
             await _take(later)
         echoed += 1
