@@ -72,15 +72,11 @@ cdef class NicModel(FrameSink):
                 self._irq_sink(line)
 
     cdef double dma_span(self, Py_ssize_t nbytes) noexcept:
-        cdef Py_ssize_t bursts = 1
-        if self.burst_bytes > 0 and nbytes > self.burst_bytes:
-            bursts = (nbytes + self.burst_bytes - 1) // self.burst_bytes
-        return self.dma_setup + (bursts - 1) * self.burst_overhead + nbytes / self.dma_rate
+        return dma_span_of(self, nbytes)
 
     cpdef double dma_time(self, Py_ssize_t nbytes):
         """One DMA transfer of `nbytes`: its time on the bus (the bytes are counted)."""
-        self.dma_bytes += nbytes
-        return self.dma_span(nbytes)
+        return nic_dma(self, nbytes)
 
 
 cdef class NicDriver(NetDevice):
