@@ -1,3 +1,4 @@
+cimport cython
 from cpython.ref cimport PyObject
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim._path cimport Path
@@ -10,6 +11,7 @@ cdef class Completion(Waiter):
     cdef int complete(self, object value, object exc) except -1
 
 
+@cython.final
 cdef class _Job:
     # One submitted path. Jobs are links of their level's FIFO and, once finished, of the
     # CPU's list of spare jobs: no object is made and no list grows per path.
@@ -20,6 +22,7 @@ cdef class _Job:
     cdef int level
     cdef _Job next
 
+@cython.final
 cdef class _JobQueue:
     # One level's FIFO of jobs: a chain from head to tail.
     cdef _Job head, tail
@@ -46,9 +49,18 @@ cdef class Cpu(EventTarget):
 
     cpdef submit(self, int level, object gen, object on_done, bint last=*)
     cdef int on_event(self, int what, object arg) except -1
+    # Final methods (nothing subclasses the CPU): direct calls, open to gcc's inlining,
+    # not calls through the type's table. Their value is only ever None: an int, not an
+    # object to count and drop per call.
+    @cython.final
     cdef _Job _head(self)
-    cdef _dispatch(self)
-    cdef _advance(self, _Job job)
-    cdef _start_segment(self, _Job job, double cost)
-    cdef _finish(self, _Job job, object value, object exc)
-    cdef _run_real(self)
+    @cython.final
+    cdef int _dispatch(self) except -1
+    @cython.final
+    cdef int _advance(self, _Job job) except -1
+    @cython.final
+    cdef int _start_segment(self, _Job job, double cost) except -1
+    @cython.final
+    cdef int _finish(self, _Job job, object value, object exc) except -1
+    @cython.final
+    cdef int _run_real(self) except -1

@@ -30,7 +30,7 @@ kernel held interrupts off for the length of a path.
 """
 cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
-from kernelsim._engine cimport Engine, EventTarget
+from kernelsim._engine cimport Engine, EventTarget, try_advance
 from kernelsim._path cimport Path, SpendFn, set_spender, swap_walker
 from kernelsim._waits cimport Waiter
 
@@ -142,7 +142,7 @@ cdef class Cpu(EventTarget):
         """The path to run next: the first interrupt path, else the first process path."""
         return self._irq.head if self._irq.head is not None else self._proc.head
 
-    cdef _run_real(self):
+    cdef int _run_real(self) except -1:
         cdef _Job job
         self._in_real_run = True
         try:
@@ -153,20 +153,22 @@ cdef class Cpu(EventTarget):
                 self._advance(job)
         finally:
             self._in_real_run = False
+        return 0
 
-    cdef _dispatch(self):
+    cdef int _dispatch(self) except -1:
         cdef _Job job
         while self._running is None:
             job = self._head()
             if job is None:
-                return
+                return 0
             self._running = job
             if job.remaining > 0.0:
                 self._start_segment(job, job.remaining)
             else:
                 self._advance(job)
+        return 0
 
-    cdef _advance(self, _Job job):
+    cdef int _advance(self, _Job job) except -1:
         """Run the path's Python code up to the next segment it waits for (or its end)."""
         cdef PyObject* res = NULL
         cdef double c
@@ -185,18 +187,19 @@ cdef class Cpu(EventTarget):
             self._finish(job, out, None)
         else:
             self._start_segment(job, c)
+        return 0
 
-    cdef _start_segment(self, _Job job, double cost):
+    cdef int _start_segment(self, _Job job, double cost) except -1:
         if job.level == PROC_LEVEL and self._irq.head is not None:
             # An interrupt arrived while this path ran its Python code: it goes first.
             job.remaining = cost
             self._running = None
-            self._dispatch()
-            return
+            return self._dispatch()
         job.remaining = cost
         self._seg_start = self.engine.now
         self._seg_end = self.engine.now + cost
         self._ev = self.engine.post(self._seg_end, self, 0, job)
+        return 0
 
     cdef int on_event(self, int what, object arg) except -1:
         """The running segment has ended: the path goes on, owning this instant."""
@@ -214,7 +217,7 @@ cdef class Cpu(EventTarget):
             self._ahead = False
         return 0
 
-    cdef _finish(self, _Job job, object value, object exc):
+    cdef int _finish(self, _Job job, object value, object exc) except -1:
         cdef object on_done = job.on_done
         cdef bint ahead = self._ahead
         (self._irq if job.level == IRQ_LEVEL else self._proc).unlink(job)
@@ -237,6 +240,7 @@ cdef class Cpu(EventTarget):
             # see first -- a wake, an event -- the engine's advance refuses to pass).
             self._ahead = ahead
             self._dispatch()
+        return 0
 
     def stats(self):
         return {
@@ -298,7 +302,7 @@ cdef inline bint _over(Cpu cpu, int level, double c) except -1:
     before it ends (the CPU owns this instant, no interrupt path waits to preempt a process
     path, the engine can advance to its end)."""
     if cpu._ahead and not (level == PROC_LEVEL and cpu._irq.head is not None) \
-            and cpu.engine.advance(cpu.engine.now + c):
+            and try_advance(cpu.engine, cpu.engine.now + c):
         if level == IRQ_LEVEL:
             cpu.busy_irq_s += c
         else:

@@ -287,7 +287,9 @@ cdef class Engine:
         """Move `now` to `t` if nothing can happen before it (see the module's essay)."""
         if not self._look or self.stop_requested or t > self._until or t < self.now:
             return False
-        if self.peek() <= t:
+        # The top key is the earliest of all, live or cancelled: past `t`, no live event
+        # comes first, without a call to find the live one (most asks end here).
+        if self._size and self._heap[0].time <= t and self._live_top() and self._heap[0].time <= t:
             return False
         self.now = t
         self.advances += 1

@@ -1,5 +1,6 @@
 # What the four NIC models share (declared here; `_nic.pyx` implements it): the
 # interrupt line, the bus-master DMA timing and the counters of both.
+cimport cython
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim.media._port cimport FrameSink
 from kernelsim._netdev cimport NetDevice
@@ -39,3 +40,18 @@ cdef class NicDriver(NetDevice):
     cdef public list tx_bufs
 
     cdef Py_ssize_t ring_reserve(self) except -1
+
+
+@cython.cdivision(True)
+cdef inline double dma_span_of(NicModel m, Py_ssize_t nbytes) noexcept:
+    """`NicModel.dma_span` in the caller (a card's per-frame DMA, several per frame)."""
+    cdef Py_ssize_t bursts = 1
+    if m.burst_bytes > 0 and nbytes > m.burst_bytes:
+        bursts = (nbytes + m.burst_bytes - 1) // m.burst_bytes
+    return m.dma_setup + (bursts - 1) * m.burst_overhead + nbytes / m.dma_rate
+
+
+cdef inline double nic_dma(NicModel m, Py_ssize_t nbytes) noexcept:
+    """`NicModel.dma_time` in the caller: the transfer's time, its bytes counted."""
+    m.dma_bytes += nbytes
+    return dma_span_of(m, nbytes)

@@ -24,6 +24,7 @@ from kernelsim._node import WouldBlock
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim.media._port cimport FrameSink
 from kernelsim._physmem cimport PhysMem
+from kernelsim._irq cimport _Line
 
 __all__ = ["NicModel", "NicDriver"]
 
@@ -62,25 +63,29 @@ cdef class NicModel(FrameSink):
     cdef _set_line(self, bint line, bint last=False):
         """Drive the card's interrupt line. ``last=True``: the card's own engine event does
         nothing more at this instant (see IrqController.set_level)."""
+        cdef NetDevice dev = self._irq_dev
+        cdef _Line ln
         if line != self._line:
             self._line = line
             if line:
                 self.irq_raised += 1
-            if self._irq_dev is not None:
-                self._irq_dev.drive_irq(line, last)
+            if dev is not None:
+                # `dev.drive_irq` -> `IrqController.set_level` written out: a raise and a
+                # lower per message each, and those two calls cost more than their work.
+                if dev.irq_line >= 0:
+                    ln = <_Line> dev._irq._lines[dev.irq_line]
+                    ln.level = line
+                    if line and not ln.in_service and ln.handlers:
+                        dev._irq._start(ln, last)
             elif self._irq_sink is not None:
                 self._irq_sink(line)
 
     cdef double dma_span(self, Py_ssize_t nbytes) noexcept:
-        cdef Py_ssize_t bursts = 1
-        if self.burst_bytes > 0 and nbytes > self.burst_bytes:
-            bursts = (nbytes + self.burst_bytes - 1) // self.burst_bytes
-        return self.dma_setup + (bursts - 1) * self.burst_overhead + nbytes / self.dma_rate
+        return dma_span_of(self, nbytes)
 
     cpdef double dma_time(self, Py_ssize_t nbytes):
         """One DMA transfer of `nbytes`: its time on the bus (the bytes are counted)."""
-        self.dma_bytes += nbytes
-        return self.dma_span(nbytes)
+        return nic_dma(self, nbytes)
 
 
 cdef class NicDriver(NetDevice):

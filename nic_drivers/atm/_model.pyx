@@ -67,7 +67,7 @@ from libc.string cimport memcpy, memset
 
 from kernelsim._engine cimport Engine
 from kernelsim._physmem cimport PhysMem, span_ok
-from nic_drivers._nic cimport NicModel
+from nic_drivers._nic cimport NicModel, nic_dma
 from nic_drivers.atm._medium cimport CellPort, CellSink
 
 DEF CELL = 53
@@ -383,7 +383,7 @@ cdef class Pca200e(NicModel):
                 i = rel // QENTRY                   # 0..2*bsq_len-1: small entries, then large
                 self.bsq_posted[i] = 1
                 word = (<long long> self.epoch << 16) | i
-                self.engine.post(self.engine.now + (self.cp_poll_s + self.dma_time(RBD_BYTES * ((value & 31) + 1))),
+                self.engine.post(self.engine.now + (self.cp_poll_s + nic_dma(self, RBD_BYTES * ((value & 31) + 1))),
                                  self, EV_BSQ_DONE, word)
 
     # -- interrupt -------------------------------------------------------------------------
@@ -612,7 +612,7 @@ cdef class Pca200e(NicModel):
             slot = self.load_slot
             p = self.slot_buf[slot]
             total_seg = 0
-            dur = self.dma_time(TPD_BYTES)
+            dur = nic_dma(self, TPD_BYTES)
             for k in range(nseg):
                 buf = self._rd(tpd + TPD_TSD + 8 * k)
                 seglen = self._rd(tpd + TPD_TSD + 8 * k + 4)
@@ -621,7 +621,7 @@ cdef class Pca200e(NicModel):
                     break
                 memcpy(p + total_seg, self.host + buf, seglen)
                 total_seg += seglen
-                dur += self.dma_time(seglen)
+                dur += nic_dma(self, seglen)
             if total_seg != length:
                 self.dma_errors += 1
                 self._tx_fail(e, spec)
@@ -686,7 +686,7 @@ cdef class Pca200e(NicModel):
             self.engine.post(nxt, self, EV_TX_CELL, self.epoch_obj)
             return
         self.pdus_tx += 1
-        self.engine.post(self._dma(t, self.dma_time(4)), self, EV_TX_DONE,
+        self.engine.post(self._dma(t, nic_dma(self, 4)), self, EV_TX_DONE,
                          (<long long> self.epoch << 24) | (self.slot_entry[slot] << 1) | self.slot_intr[slot])
         self.slot_full[slot] = 0
         self.seg_slot = -1
@@ -823,10 +823,10 @@ cdef class Pca200e(NicModel):
                 self._wr(rpd + RPD_RSD + 8 * k, handle)
                 self._wr(rpd + RPD_RSD + 8 * k + 4, part)
                 done += part
-                dur += self.dma_time(part)
+                dur += nic_dma(self, part)
             self._wr(rpd + RPD_HEADER, hdr & ~(<unsigned int> 0xE))
             self._wr(rpd + RPD_NSEG, nseg)
-            dur += self.dma_time(RPD_RSD + 8 * nseg) + self.dma_time(4)
+            dur += nic_dma(self, RPD_RSD + 8 * nseg) + nic_dma(self, 4)
             self.pdus_rx += 1
             t = self._cp(t, self.sar_pdu_s)
             self.engine.post(self._dma(t, dur), self, EV_RX_DONE, (<long long> self.epoch << 24) | e)

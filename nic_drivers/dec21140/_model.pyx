@@ -11,14 +11,14 @@ move the modeled figures as they would on the card (HW-21140).
 Descriptors and buffers live in the node's physical memory and are reached only by
 DMA through the addresses the driver wrote into CSR3/CSR4 and the descriptors.
 """
-from kernelsim._engine cimport Engine
+from kernelsim._engine cimport Engine, try_advance
 from kernelsim._physmem cimport PhysMem, mem_rd32, mem_wr32, span_check, span_ok
 from kernelsim.media._port cimport FramePort
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.list cimport PyList_GET_ITEM
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memset
-from nic_drivers._nic cimport NicModel
+from nic_drivers._nic cimport NicModel, nic_dma
 
 # What each engine event of the card is (EventTarget.on_event's `what`).
 DEF TX_FETCHED = 0
@@ -153,7 +153,7 @@ cdef class Dec21140(NicModel):
             return
         if self.tx_state == TS_SUSPENDED:
             self.tx_state = TS_FETCHING
-            self.engine.post(self.engine.now + (self.tx_poll_s + self.dma_time(16)), self, TX_FETCHED, None)
+            self.engine.post(self.engine.now + (self.tx_poll_s + nic_dma(self, 16)), self, TX_FETCHED, None)
         else:
             self.tx_pending_kick = True       # busy: look again when this frame is done
 
@@ -170,7 +170,7 @@ cdef class Dec21140(NicModel):
         descriptor `d`. Run at once when nothing else can happen before it
         (`Engine.advance`: the same effects at the same instant, in the same order), posted
         otherwise. (A frame's fetch, load and next fetch were three events each.)"""
-        if self.engine.advance(t):
+        if try_advance(self.engine, t):
             if what == TX_FETCHED:
                 self._tx_fetched()
             elif what == TX_LOADED:
@@ -226,7 +226,7 @@ cdef class Dec21140(NicModel):
         self.tx_state = TS_READING
         if des1 & TDES1_SET:
             # Setup frame: loads the address filter; we accept and complete it.
-            self._then(self.engine.now + self.dma_time(length), TX_SETUP_DONE, d)
+            self._then(self.engine.now + nic_dma(self, length), TX_SETUP_DONE, d)
             return
         if self.engine.realtime:
             # Real time: the DMA is done at once and nothing of this card's comes between
@@ -235,7 +235,7 @@ cdef class Dec21140(NicModel):
             return
         # Store and forward waits for the whole frame; otherwise the wire starts once
         # the FIFO holds the transmit threshold (128 bytes at 100 Mb/s).
-        self._then(self.engine.now + self.dma_time(length if self.csr[6] & SF else min(length, 128)), TX_LOADED, d)
+        self._then(self.engine.now + nic_dma(self, length if self.csr[6] & SF else min(length, 128)), TX_LOADED, d)
 
     cdef _tx_setup_done(self, Py_ssize_t d):
         """Load the 16-entry perfect filter: each address in three longwords' low halves."""
@@ -315,7 +315,7 @@ cdef class Dec21140(NicModel):
         self.tx_cur = self._next_desc(d, des1, TDES1_TER, TDES1_TCH, self.csr[4])
         self.tx_pending_kick = False
         self.tx_state = TS_FETCHING
-        self._then(t + self.dma_time(16), TX_FETCHED, 0)
+        self._then(t + nic_dma(self, 16), TX_FETCHED, 0)
 
     # -- receive ring walker (the medium calls frame_in by C at the frame's last bit) ----
 
@@ -326,7 +326,7 @@ cdef class Dec21140(NicModel):
         cdef Py_ssize_t d = self.rx_cur
         cdef Py_ssize_t n = frame.shape[0]
         cdef unsigned int des0, des1, status
-        cdef Py_ssize_t size1
+        cdef Py_ssize_t size1, buf
         cdef double tail, t
         cdef RxDma* q
         cdef Py_ssize_t k, cap
@@ -361,11 +361,15 @@ cdef class Dec21140(NicModel):
         # The frame streamed into host memory while it arrived; what is left after the
         # last bit is the final burst (with unlimited bursts, what the FIFO held past its
         # 64-byte DMA threshold) and the descriptor status write.
-        tail = self.dma_time(min(n, self.burst_bytes or 64)) + self.dma_time(4)
+        tail = nic_dma(self, min(n, self.burst_bytes or 64)) + nic_dma(self, 4)
         t = max(self.engine.now, self.rx_free_at) + tail
         self.rx_free_at = t
         if n:
-            self.mem.write(<Py_ssize_t> mem_rd32(self.mem, d + 8), frame[:n])
+            # Straight into memory: a slice of the view and a call with it cost more than the copy.
+            buf = mem_rd32(self.mem, d + 8)
+            if not span_ok(buf, n, self.mem.size):
+                span_check(buf, n, self.mem.size, "physical memory")
+            memcpy(&self.mem.buf[buf], &frame[0], n)
         self.rx_cur = self._next_desc(d, des1, RDES1_RER, RDES1_RCH, self.csr[3])
         self.rx_frames += 1
         self.rx_bytes += n
@@ -392,7 +396,7 @@ cdef class Dec21140(NicModel):
         if self.engine.realtime:
             if self._rxq_len == 1:
                 self.engine.post(t, self, RX_DONE + self._rxq_tag, None)
-        elif last and self.engine.advance(t):
+        elif last and try_advance(self.engine, t):
             # The frame's arrival does nothing more at its instant and nothing can come
             # before the DMA's end: the end runs now, as the event it would be (one event
             # per received frame fewer, the same effects at the same instant).
