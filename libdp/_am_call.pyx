@@ -99,6 +99,11 @@ async def poll_until(AmEndpoint ep, dp, pred):
 
 
 # -- am_poll loops the engine runs (modeled time) --------------------------------------------
+
+cdef enum:
+    _SPIN_RUN = 0       # `EngineSpin._defer`'s ``what`` that submits the next path (kernelsim._spin)
+    _SPIN_GO_ON = 1     # ... and the one that goes on after a poll said "not yet"
+    _LEVEL_PROC = 1     # kernelsim.LEVEL_PROC
 #
 # A program's ``while (!flag) am_poll();`` in modeled time is an `EngineSpin` (see
 # kernelsim/_spin.pyx): the engine runs its polls at the instants the task would have,
@@ -108,6 +113,7 @@ cdef class _AmLoop(EngineSpin):
     """An engine-run loop of an SP AM endpoint's polls: what `_AmSpin` and `_Rounds` share
     (a poll that found nothing blocks; the endpoint says when a poll is due, and arms it)."""
     cdef AmEndpoint ep
+    cdef bint inside        # running the loop's next step from `complete`: a next one is deferred
 
     cdef bint ends(self, object value) except -1:
         return value is not BLOCKED
@@ -127,6 +133,29 @@ cdef class _AmSpin(_AmLoop):
 
     cdef object poll_path(self, object since):
         return AmEndpoint.wait_path(self.ep, self.pred, since)
+
+    cdef int complete(self, object value, object exc) except -1:
+        # A poll that found nothing ("not yet") defers what the task does next -- poll again,
+        # or wait with the endpoint's timer armed -- to an event at this instant ahead of
+        # every other (`EngineSpin.go_on`). Alone at this instant, that event is the next
+        # thing the engine runs: it is run now, as the last thing of the event that ended
+        # the poll (one engine event less per poll, in the sweep's receiver once a transfer).
+        if self.over or exc is not None or value is not BLOCKED or self.inside or not _alone(self):
+            return EngineSpin.complete(self, value, exc)
+        self.since = self.engine.now
+        self.inside = True
+        self.go_on(_SPIN_GO_ON)
+        self.inside = False
+        return 0
+
+
+cdef inline bint _alone(_AmLoop s) noexcept:
+    """Nothing else is left at this instant -- no woken task, no other path on the CPU, no
+    event due now -- so a spin's deferred event (priority -1, at this instant) would run
+    next: what it does may be done now instead."""
+    cdef Cpu cpu = s.cpu
+    return not (s.engine.stop_requested or cpu._running is not None or cpu._irq.head is not None
+                or cpu._proc.head is not None or s.engine.peek() <= s.engine.now)
 
 
 async def _spin(AmEndpoint ep, node, pred, spin_s):
@@ -301,9 +330,6 @@ cdef class _Above:
         return self.got[0] > self.want
 
 
-cdef enum:
-    _SPIN_RUN = 0       # `EngineSpin._defer`'s ``what`` that submits the next path (kernelsim._spin)
-    _LEVEL_PROC = 1     # kernelsim.LEVEL_PROC
 
 
 @cython.final
@@ -326,7 +352,6 @@ cdef class _Rounds(_AmLoop):
     cdef str what
     cdef Py_ssize_t i, warmup, total
     cdef bint waiting       # on the poll for round `i`'s reply (else its request)
-    cdef bint inside        # submitting a path from `complete`: a next one is deferred
 
     cdef object poll_path(self, object since):
         if self.waiting:
@@ -369,8 +394,7 @@ cdef int _go_on(_Rounds s) except -1:
         # `ep.request_msg(peer, h_ping, args)`: the same peer, handler and words every time
         s.msg = new_msg(K_REQ, 0, s.handler, s.data, 1, 0, 0, 0, 0, None, False)
     cpu = s.cpu
-    if s.inside or s.engine.stop_requested or cpu._running is not None or cpu._irq.head is not None \
-            or cpu._proc.head is not None or s.engine.peek() <= s.engine.now:
+    if s.inside or not _alone(s):
         # Not alone at this instant (a woken task, another path, another event): as the task
         # would, after them.
         s.since = None

@@ -1,6 +1,6 @@
 """Paths that spend their segments in place (`kernelsim._path.spent`).
 
-The 21140's and Myrinet's driver paths ask the CPU walking them whether a segment is
+The 21140's, Myrinet's and the TB2's driver paths ask the CPU walking them whether a segment is
 over already instead of yielding it up through the paths they run in. Run inside a
 Python generator (which need not pass their yields through), they get no walker and
 yield every segment: the modeled figures must be the same either way, to the bit.
@@ -37,3 +37,8 @@ def test_a_path_iterated_by_python_outside_any_walk_yields_its_segments():
     # Nothing pending on the card: the handler reads CSR5 (one PCI read) and returns.
     costs = list(nd.interrupt_path(0.0))
     assert costs == [c.nodes[0].costs.pci_read]
+
+
+def test_the_tb2_interrupt_path_run_by_a_generator_models_the_same_round_trips():
+    # The TB2 driver's interrupt path and commit ask too (session 35).
+    assert _rows("tb2", True) == _rows("tb2", False)

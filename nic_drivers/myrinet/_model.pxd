@@ -138,6 +138,7 @@ cdef class LanaiNI(NicModel):
     cdef _queue(self, object item, bint urgent)
     cdef _then(self, object then, object arg)
     cdef _run(self)
+    cdef _run_item(self, object item)
     cdef _step(self)
     cdef _fault(self, exc)
     cdef int on_event(self, int what, object arg) except -1

@@ -115,25 +115,23 @@ cdef Fifo _fifo():
 # `kernelsim._cpu._advance`). An `Exception` is the control program's fault; anything
 # else goes on up.
 cdef int _start_item(object item, PyObject** started) except -1:
-    """Start a queued item's handler: a new reference to what runs it (a Path, a
-    generator, or None for nothing to run) in `started[0]`."""
+    """Start a queued item's handler (a watched word's or a (fn, arg) pair's; a ready
+    Path needs no start): a new reference to what runs it (a Path, a generator, or None
+    for nothing to run) in `started[0]`."""
     cdef object gen, fn, arg
     cdef _Watch w
-    if isinstance(item, Path):
-        gen = item
+    if type(item) is _Watch:
+        w = <_Watch> item
+        w.queued = False
+        fn = w.fn
+        arg = w.off
     else:
-        if type(item) is _Watch:
-            w = <_Watch> item
-            w.queued = False
-            fn = w.fn
-            arg = w.off
-        else:
-            fn = (<tuple> item)[0]
-            arg = (<tuple> item)[1]
-        if isinstance(fn, NiHandler):
-            gen = (<NiHandler> fn).start(arg)
-        else:
-            gen = fn(arg)
+        fn = (<tuple> item)[0]
+        arg = (<tuple> item)[1]
+    if isinstance(fn, NiHandler):
+        gen = (<NiHandler> fn).start(arg)
+    else:
+        gen = fn(arg)
     Py_INCREF(gen)
     started[0] = <PyObject*> gen
     return 0
@@ -389,6 +387,13 @@ cdef class LanaiNI(NicModel):
         # An item is a (fn, arg) pair, a ready Path, or a watched word's _Watch.
         if not self.ctrl & _CTRL_RUN:
             return
+        if self._cur is None and self._q_hi.count == 0 and self._q_lo.count == 0:
+            # The processor is idle and nothing is queued: this item is the one `_run`
+            # would take next, started without going through a queue.
+            self._run_item(item)
+            if self._cur is None:
+                self._run()
+            return
         if urgent:
             self._q_hi.push(item)
         else:
@@ -406,9 +411,6 @@ cdef class LanaiNI(NicModel):
             self._queue((then, arg), False)
 
     cdef _run(self):
-        cdef PyObject* started = NULL
-        cdef object gen
-        cdef bint last
         while self._cur is None and self.ctrl & _CTRL_RUN:
             if not self._q_hi.empty():
                 item = self._q_hi.pop()
@@ -416,7 +418,17 @@ cdef class LanaiNI(NicModel):
                 item = self._q_lo.pop()
             else:
                 return
-            self.ni_events += 1
+            self._run_item(item)
+
+    cdef _run_item(self, object item):
+        # Start the item's handler on the idle processor and run it up to its first cycles.
+        cdef PyObject* started = NULL
+        cdef object gen
+        cdef bint last
+        self.ni_events += 1
+        if isinstance(item, Path):
+            gen = item                          # ready: starting it runs no code
+        else:
             last = self._last
             self._last = False                  # starting a handler runs its code: not ours
             if _start_item_unchecked(item, &started) == -1:
@@ -425,15 +437,14 @@ cdef class LanaiNI(NicModel):
                 if not isinstance(exc, Exception):
                     raise exc
                 self._fault(exc)
-                continue
+                return
             gen = <object> started
             Py_XDECREF(started)
-            started = NULL
             self._last = last
             if gen is None:
-                continue
-            self._cur = gen
-            self._step()
+                return
+        self._cur = gen
+        self._step()
 
     cdef _step(self):
         # Run the current handler up to its next cycles (a Path by its C call, a

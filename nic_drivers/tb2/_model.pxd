@@ -27,8 +27,9 @@ cdef class Tb2Adapter(NicModel):
     cdef readonly int nid
     cdef readonly bytes hwaddr
     cdef public object port             # switch port: transmit(packet, t) -> (start, end)
-    cdef public object on_rx            # callable(): an entry was written (polling owners)
-    cdef public object on_tx_space      # callable(): a send entry became free
+    # The polling owner's hooks: a callable(), or a WaitQueue the card wakes by a C call.
+    cdef public object on_rx            # an entry was written
+    cdef public object on_tx_space      # a send entry became free
     # registers
     cdef unsigned char lengths[256]
     cdef Py_ssize_t send_base, recv_base

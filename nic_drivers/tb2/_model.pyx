@@ -58,6 +58,7 @@ import errno
 
 cimport cython
 from kernelsim._engine cimport Engine, EventTarget
+from kernelsim._waits cimport WaitQueue
 from kernelsim._physmem cimport PhysMem, span_check, span_ok
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.string cimport memcpy
@@ -195,6 +196,16 @@ cdef class _RxJob:
     cdef bytes pkt                  # the packet, header and data
     cdef Py_ssize_t dlen            # its data bytes
     cdef Py_ssize_t entry           # the receive entry it goes to (once the i860 has taken it)
+
+
+cdef inline int _hook(object hook) except -1:
+    # An owner's hook (`on_rx`, `on_tx_space`): a wait queue is woken by a C call (once a
+    # transfer on a polling owner's card), anything else is called.
+    if type(hook) is WaitQueue or isinstance(hook, WaitQueue):
+        (<WaitQueue> hook).wake()
+    else:
+        hook()
+    return 0
 
 
 cdef class Tb2Adapter(NicModel):
@@ -517,7 +528,7 @@ cdef class Tb2Adapter(NicModel):
         self.lengths[entry] = 0
         self.tx_done += 1
         if self.on_tx_space is not None:
-            self.on_tx_space()
+            _hook(self.on_tx_space)
 
     # -- receive side: the switch delivers a packet's last byte ----------------------------
 
@@ -608,7 +619,7 @@ cdef class Tb2Adapter(NicModel):
         self.int_status |= C_INT_RX
         self._update_irq(self.on_rx is None)      # (the last thing of the commit's event)
         if self.on_rx is not None:
-            self.on_rx()
+            _hook(self.on_rx)
 
     def stats(self):
         return {"tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes, "tx_errors": self.tx_errors,

@@ -288,9 +288,9 @@ cdef class UserFifos(OpenFile):
 
     def _open(self) -> None:
         self.fifos.attach()
-        # the queues' bound methods (a Python call from the adapter), not their C entries
-        self.adapter.on_rx = (<object> self.arrivals).wake
-        self.adapter.on_tx_space = (<object> self.tx_space).wake
+        # the queues themselves: the adapter wakes them by a C call
+        self.adapter.on_rx = self.arrivals
+        self.adapter.on_tx_space = self.tx_space
 
     def release(self, proc) -> None:
         """Last close (or process exit): the card goes back to nobody."""

@@ -171,7 +171,7 @@ cdef class AmEndpoint(Bulk):
         self._init_window(params)
         self._init_bulk(params)
         self._init_keepalive(params)
-        uf.adapter.on_rx = (<object> self.events).wake     # an arrival wakes a waiting caller
+        uf.adapter.on_rx = self.events          # an arrival wakes a waiting caller (by a C call)
         uf.adapter.on_tx_space = self._on_tx_space
 
     def __repr__(self):
