@@ -110,6 +110,24 @@ cdef class Cpu(EventTarget):
         job.remaining = 0.0
         job.level = level
         job.next = None
+        if self.modeled and self._running is None and self._irq.head is None \
+                and self._proc.head is None:
+            # An idle CPU: the job runs now, at once, and most end inside this call. It
+            # joins its FIFO (at the head, where it would be) only if it has to wait.
+            if level == IRQ_LEVEL:
+                self.jobs_irq += 1
+            else:
+                self.jobs_proc += 1
+            self._running = job
+            if last:
+                self._ahead = True
+                try:
+                    _run_first(self, job)
+                finally:
+                    self._ahead = False
+            else:
+                _run_first(self, job)
+            return
         if level == IRQ_LEVEL:
             self._irq.push(job)
             self.jobs_irq += 1
@@ -251,6 +269,51 @@ cdef class Cpu(EventTarget):
             "preemptions": self.preemptions,
             "segments_advanced": self.segments_advanced,
         }
+
+
+cdef int _run_first(Cpu cpu, _Job job) except -1:
+    """`Cpu._advance` and, for a path that returns, `Cpu._finish`, for the job `submit`
+    runs on an idle CPU, which is in no FIFO yet: a path that must wait (or raises) is put
+    at the head of its own and goes on by the ordinary calls."""
+    cdef PyObject* res = NULL
+    cdef double c
+    cdef object on_done, out
+    cdef bint ahead
+    cdef _JobQueue q
+    cdef PyObject* walker = swap_walker(<PyObject*> cpu if job.path is not None else NULL)
+    cdef int r = _walk_unchecked(cpu, job, &c, &res)
+    swap_walker(walker)
+    if r != 0:
+        q = cpu._irq if job.level == IRQ_LEVEL else cpu._proc
+        job.next = q.head
+        q.head = job
+        if q.tail is None:
+            q.tail = job
+        if r == -1:
+            exc = take_raised()
+            if not isinstance(exc, Exception):
+                raise exc
+            return cpu._finish(job, None, exc)
+        return cpu._start_segment(job, c)
+    out = <object> res
+    Py_XDECREF(res)
+    on_done = job.on_done
+    ahead = cpu._ahead
+    cpu._running = None
+    job.gen = None
+    job.path = None
+    job.on_done = None
+    job.next = cpu._spare
+    cpu._spare = job
+    cpu._ahead = False
+    if isinstance(on_done, Completion):
+        (<Completion> on_done).complete(out, None)
+    else:
+        on_done(out, None)
+    cpu._ahead = ahead
+    if cpu._irq.head is not None or cpu._proc.head is not None:
+        cpu._dispatch()
+    return 0
 
 
 cdef int _walk(Cpu cpu, _Job job, double* cost, PyObject** value) except -1:
