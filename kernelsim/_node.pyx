@@ -294,29 +294,41 @@ from kernelsim._pyiter cimport take_raised
 from kernelsim._dictver cimport dict_version
 
 
-# The routine an entry found last, and where: its table (by address) at that table's
+# The routines entries found last, and where: each its table (by address) at that table's
 # version, under that name (`kernelsim._dictver`). A process's per-message call finds the
-# same routine in the same unchanged table every time. The routine is borrowed: the
-# table, unchanged, holds it; a table freed and another made at its address has another
-# version.
-cdef PyObject* _found_table = NULL
-cdef unsigned long long _found_version = 0
-cdef object _found_name = None
-cdef PyObject* _found_fn = NULL
+# same routine in the same unchanged table every time; two entries, since a ping-pong's
+# two nodes (two tables) call in turn and would evict each other's one. A routine is
+# borrowed: the table, unchanged, holds it; a table freed and another made at its address
+# has another version. The names are held (compared by identity).
+cdef PyObject* _found_table0 = NULL
+cdef unsigned long long _found_version0 = 0
+cdef object _found_name0 = None
+cdef PyObject* _found_fn0 = NULL
+cdef PyObject* _found_table1 = NULL
+cdef unsigned long long _found_version1 = 0
+cdef object _found_name1 = None
+cdef PyObject* _found_fn1 = NULL
 
 
 cdef inline object _routine(dict table, object name):
     """``table.get(name)``."""
-    global _found_table, _found_version, _found_name, _found_fn
+    global _found_table0, _found_version0, _found_name0, _found_fn0
+    global _found_table1, _found_version1, _found_name1, _found_fn1
     cdef unsigned long long v = dict_version(table)
-    if v != 0 and v == _found_version and <PyObject*> table == _found_table and name is _found_name:
-        return <object> _found_fn
+    if v != 0:
+        if v == _found_version0 and <PyObject*> table == _found_table0 and name is _found_name0:
+            return <object> _found_fn0
+        if v == _found_version1 and <PyObject*> table == _found_table1 and name is _found_name1:
+            return <object> _found_fn1
     fn = table.get(name)
     if fn is not None and v != 0:
-        _found_table = <PyObject*> table
-        _found_version = v
-        _found_name = name
-        _found_fn = <PyObject*> fn
+        # The newest in entry 0, the one it replaces in entry 1 (the older one goes).
+        _found_table1, _found_version1, _found_name1, _found_fn1 = \
+            _found_table0, _found_version0, _found_name0, _found_fn0
+        _found_table0 = <PyObject*> table
+        _found_version0 = v
+        _found_name0 = name
+        _found_fn0 = <PyObject*> fn
     return fn
 
 

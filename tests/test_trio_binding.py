@@ -126,6 +126,32 @@ def test_a_call_sees_its_node_s_tables_as_they_are_when_it_runs():
     assert c.run(main) == b"back"
 
 
+def test_two_nodes_calling_in_turn_each_see_their_own_gate_table():
+    """The kept routines are one per table (two kept): a ping-pong's nodes call in turn,
+    and an edit of one node's gates reaches that node's next call only."""
+    c = Cluster(nodes=2)
+
+    async def main():
+        a, fa, b, fb = await _sender_and_receiver(c)
+        await b.dp_target(fb, 0, 1)
+        node_b = c.node(1)
+        for _ in range(3):                          # both found, then both kept
+            await a.dp_write(fa, b"ab")
+            assert await b.dp_read(fb, 10) == b"ab"
+            await b.dp_write(fb, b"ba")
+            assert await a.dp_read(fa, 10) == b"ba"
+        gate = node_b.callgates.pop("dp_write")
+        await a.dp_write(fa, b"still")
+        with pytest.raises(OSError) as ei:
+            await b.dp_write(fb, b"m")
+        assert ei.value.errno == errno.ENOSYS
+        node_b.callgates["dp_write"] = gate
+        await b.dp_write(fb, b"back")
+        return await b.dp_read(fb, 10), await a.dp_read(fa, 10)
+
+    assert c.run(main) == (b"still", b"back")
+
+
 # -- Handing the turn over (kernelsim._trio): a modeled wait steps the task it woke -------
 
 def _both_ways(run):
