@@ -32,6 +32,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._path cimport reuse
 from kernelsim._pyiter cimport PyIter_Send, take_raised
 from cpython.exc cimport PyErr_Occurred
+import collections
 import contextvars
 import errno
 import hashlib
@@ -337,13 +338,26 @@ cdef object _unwrap(o):
 cdef list _messages = [None] * 4  # spare park messages (`kernelsim._path.reuse`)
 
 
+# The park message made last while a hand-over steps a task, and its abort function: the
+# hand-over (`_step_woken`) takes the abort function of the message the step ended in from
+# here, not by reading the message's attribute (an instance dict's lookup). Held only
+# during that step (a held message is no spare).
+cdef bint _parks_noted = False
+cdef object _noted_message = None
+cdef object _noted_abort = None
+
+
 cdef object _wait_message(abort_func):
     """``WaitTaskRescheduled(abort_func)``, the same way -- a spare one where the pool
     holds its last reference: trio reads a park's message once and drops it, and one
     nothing else holds is a new message to anyone (an object and its attributes made
     and freed per park). (It keeps its last abort function until it is used again.)"""
+    global _noted_message, _noted_abort
     m = reuse(_messages, _message_type)
     PyObject_GenericSetAttr(m, "abort_func", abort_func)
+    if _parks_noted:
+        _noted_message = m
+        _noted_abort = abort_func
     return m
 
 
@@ -1984,6 +1998,19 @@ cdef inline bint _only_wakeup_fd(RunnableCounter counter, registered) except -1:
     return True
 
 
+cdef type _deque = collections.deque
+
+
+cdef inline bint _nonempty(o) except -1:
+    """``bool(o)`` for run_sync_soon's queues (a deque and a dict): their sizes read, not
+    asked through the type's slots."""
+    if type(o) is _deque:
+        return Py_SIZE(o) != 0
+    if type(o) is dict:
+        return PyDict_GET_SIZE(o) != 0
+    return bool(o)
+
+
 cdef bint _quiet(RunnableCounter counter, runner) except -1:
     """Nothing for trio's next pass to attend to but its runnable tasks."""
     registered = counter.io_registered
@@ -1991,7 +2018,7 @@ cdef bint _quiet(RunnableCounter counter, runner) except -1:
         return False
     if not _only_wakeup_fd(counter, registered):
         return False
-    if counter.entry_jobs or counter.entry_once:
+    if _nonempty(counter.entry_jobs) or _nonempty(counter.entry_once):
         return False
     if _alone(counter):
         return True
@@ -2003,6 +2030,21 @@ cdef bint _quiet(RunnableCounter counter, runner) except -1:
         if called and (len(called) != 1 or counter not in called):
             return False
     return True
+
+
+# The run queue's bound ``pop``, kept with its queue: ``runq.pop()`` looks the method up on
+# every hand-over (a run has one queue for its whole life).
+cdef object _popped_queue = None
+cdef object _popped_by = None
+
+
+cdef inline int _runq_pop(runq) except -1:
+    global _popped_queue, _popped_by
+    if runq is not _popped_queue:
+        _popped_by = runq.pop
+        _popped_queue = runq
+    _popped_by()
+    return 0
 
 
 cdef inline int _set_task(RunnableCounter counter, task) except -1:
@@ -2054,8 +2096,8 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     if not _fast_step or _hosting or counter is None or not counter.own_clock or counter.runnable != 1:
         return 0
     runner = counter.runner
-    runq = counter.runq
-    if len(runq) != 1:
+    runq = counter.runq                 # trio's deque (its length at Py_SIZE, as `_wake` reads it)
+    if Py_SIZE(runq) != 1:
         return 0
     other = runq[0]
     send_fn = _task_send_fn.get(other)
@@ -2064,7 +2106,7 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     if not _quiet(counter, runner) or engine.now >= _next_trio_deadline(runner, counter):
         return 0
     # trio's loop from here: pop, before_task_step, take the send, step in the task's context.
-    runq.pop()
+    _runq_pop(runq)
     counter.runnable -= 1
     counter.stepped += 1
     send = _task_send.get(other)
@@ -2079,6 +2121,8 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
     _hosted = done
     _task_abort_func.set(task, _HOST_ABORT)
     cdef bint deferring = defer_raising(False)     # its own calls defer for themselves
+    global _parks_noted, _noted_message, _noted_abort
+    _parks_noted = True
     # (Stepped through a pointer that does not say it can fail, its error taken here: a
     # `try` block walks the stack of handled exceptions, one entry per coroutine.)
     cdef PyObject* res = _step_in_unchecked(other, send_fn, send)
@@ -2090,6 +2134,9 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
         msg = <object> res
         Py_XDECREF(res)
     defer_raising(deferring)
+    _parks_noted = False
+    noted_message, noted_abort = _noted_message, _noted_abort
+    _noted_message = _noted_abort = None
     _hosting = done.hosting = False
     _hosted = None
     _task_abort_func.set(task, None)
@@ -2099,7 +2146,9 @@ cdef int _step_woken(task, _Completion done, Engine engine) except -1:
             # Parked again: trio's handling of the message.
             _task_schedule_points.set(other, _task_schedule_points.get(other) + 1)
             _task_cancel_points.set(other, _task_cancel_points.get(other) + 1)
-            _task_abort_func.set(other, msg.abort_func)
+            # (The message the step's park yielded, held meanwhile: its abort function as
+            # noted; a message from elsewhere is read.)
+            _task_abort_func.set(other, noted_abort if msg is noted_message else msg.abort_func)
             if _runner_ki_pending.get(runner) and other is _runner_main_task.get(runner):
                 other._attempt_delivery_of_pending_ki()
             if _status_cancelled.get(_task_cancel_status.get(other)):   # the method's own first test, asked first
