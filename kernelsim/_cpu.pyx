@@ -113,7 +113,12 @@ cdef class Cpu(EventTarget):
         else:
             self._spare = job.next
         job.gen = gen
-        job.path = <Path> gen if isinstance(gen, Path) else None
+        # Two assignments, not one of a conditional expression: that one is an untyped
+        # object, tested again against `Path` (its type's bases walked) per job.
+        if isinstance(gen, Path):
+            job.path = <Path> gen
+        else:
+            job.path = None
         job.on_done = on_done
         job.remaining = 0.0
         job.level = level
