@@ -26,6 +26,7 @@ cdef class _Job:
 cdef class _JobQueue:
     # One level's FIFO of jobs: a chain from head to tail.
     cdef _Job head, tail
+    cdef Py_ssize_t n          # its jobs: what `_path.spent` tests of the interrupt FIFO (`walk`)
     cdef void push(self, _Job job) noexcept
     cdef void unlink(self, _Job job) noexcept
 

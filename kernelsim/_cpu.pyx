@@ -31,7 +31,7 @@ kernel held interrupts off for the length of a path.
 cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from kernelsim._engine cimport Engine, EventTarget, try_advance
-from kernelsim._path cimport Path, SpendFn, set_spender, swap_walker
+from kernelsim._path cimport Path, SpendFn, Walk, set_spender, swap_walker, walk
 from kernelsim._waits cimport Waiter
 
 from kernelsim._pyiter cimport resume as _send, take_raised
@@ -62,6 +62,7 @@ cdef class _JobQueue:
         else:
             self.tail.next = job
         self.tail = job
+        self.n += 1
 
     cdef void unlink(self, _Job job) noexcept:
         """Take `job` out (the head, but after a misuse anywhere in the chain)."""
@@ -77,6 +78,7 @@ cdef class _JobQueue:
                 self.tail = prev
         if self.head is None:
             self.tail = None
+        self.n -= 1
 
 
 cdef class Cpu(EventTarget):
@@ -89,6 +91,12 @@ cdef class Cpu(EventTarget):
         self._ev = -1
         self._in_real_run = False
         self._ahead = False
+
+    def __dealloc__(self):
+        # `walk` keeps this CPU's field addresses between its walks (`_walk_start`): another
+        # CPU made at the same address must not find them.
+        if walk.owner == <PyObject*> self:
+            walk.owner = NULL
 
     cpdef submit(self, int level, object gen, object on_done, bint last=False):
         """Run path `gen` at `level`; call `on_done(value, exc)` when it returns or raises.
@@ -105,7 +113,12 @@ cdef class Cpu(EventTarget):
         else:
             self._spare = job.next
         job.gen = gen
-        job.path = <Path> gen if isinstance(gen, Path) else None
+        # Two assignments, not one of a conditional expression: that one is an untyped
+        # object, tested again against `Path` (its type's bases walked) per job.
+        if isinstance(gen, Path):
+            job.path = <Path> gen
+        else:
+            job.path = None
         job.on_done = on_done
         job.remaining = 0.0
         job.level = level
@@ -191,7 +204,7 @@ cdef class Cpu(EventTarget):
         cdef PyObject* res = NULL
         cdef double c
         # The paths a C path runs may spend their segments in place (`_path.spent`).
-        cdef PyObject* walker = swap_walker(<PyObject*> self if job.path is not None else NULL)
+        cdef PyObject* walker = _walk_start(self, job)
         cdef int r = _walk_unchecked(self, job, &c, &res)
         swap_walker(walker)
         if r == -1:
@@ -280,7 +293,7 @@ cdef int _run_first(Cpu cpu, _Job job) except -1:
     cdef object on_done, out
     cdef bint ahead
     cdef _JobQueue q
-    cdef PyObject* walker = swap_walker(<PyObject*> cpu if job.path is not None else NULL)
+    cdef PyObject* walker = _walk_start(cpu, job)
     cdef int r = _walk_unchecked(cpu, job, &c, &res)
     swap_walker(walker)
     if r != 0:
@@ -289,6 +302,7 @@ cdef int _run_first(Cpu cpu, _Job job) except -1:
         q.head = job
         if q.tail is None:
             q.tail = job
+        q.n += 1
         if r == -1:
             exc = take_raised()
             if not isinstance(exc, Exception):
@@ -322,7 +336,6 @@ cdef int _walk(Cpu cpu, _Job job, double* cost, PyObject** value) except -1:
     1: it yielded `cost[0]`, a segment that needs an event; 0: it returned, a new
     reference to its value in `value[0]`; -1: it raised (`_advance` gives the error to the
     path's waiter)."""
-    global _refused
     cdef object out
     cdef int r
     cdef double c
@@ -330,7 +343,7 @@ cdef int _walk(Cpu cpu, _Job job, double* cost, PyObject** value) except -1:
     while True:
         if path is not None:
             # A C state machine: its next instant by a C call, no generator resume.
-            _refused = False
+            walk.refused = False
             r = path.step(&c)
             if r == 0:
                 out = path.value
@@ -341,7 +354,7 @@ cdef int _walk(Cpu cpu, _Job job, double* cost, PyObject** value) except -1:
             if not cpu.modeled:
                 continue
         else:
-            _refused = False
+            walk.refused = False
             r = _send(job.gen, value)
             if r == 0:
                 return 0
@@ -352,8 +365,8 @@ cdef int _walk(Cpu cpu, _Job job, double* cost, PyObject** value) except -1:
                 continue
             c = <double> out
         if c > 0.0:
-            if _refused:
-                _refused = False        # the path asked already: the engine said no
+            if walk.refused:
+                walk.refused = False    # the path asked already: the engine said no
             elif _over(cpu, job.level, c):
                 continue
             cost[0] = c
@@ -375,20 +388,46 @@ cdef inline bint _over(Cpu cpu, int level, double c) except -1:
     return False
 
 
-# A path that asked (`_spend`) was told to yield: `_walk` need not ask the engine again.
-cdef bint _refused = False
+cdef inline PyObject* _walk_start(Cpu cpu, _Job job) noexcept:
+    """Make `cpu` the walker of `job`'s path (none for a generator: `_path.spent`) and, on
+    a modeled CPU, point `walk` at the fields `_over` tests for this job, so that the
+    common ask is answered inline; the previous walker back.
+
+    The fields stay between walks (`walk.owner`): the next walk of the same CPU at the
+    same level (most of them) sets none. A walk of another CPU nested in this one leaves
+    them that CPU's: this one's asks go by the call (`_spend`) for the rest of its walk."""
+    cdef double* busy
+    # `walk` by a local pointer: gcc reloads the module's pointer to it after every store
+    # through it otherwise (it may alias anything).
+    cdef Walk* w = &walk
+    cdef PyObject* prev = w.walker
+    if job.path is None:
+        w.walker = NULL
+        return prev
+    w.walker = <PyObject*> cpu
+    if cpu.modeled:
+        busy = &cpu.busy_irq_s if job.level == IRQ_LEVEL else &cpu.busy_proc_s
+        if w.owner != <PyObject*> cpu or w.busy != busy:
+            w.owner = <PyObject*> cpu
+            w.engine = <PyObject*> cpu.engine
+            w.ahead = &cpu._ahead
+            w.irq_waiting = &cpu._irq.n if job.level == PROC_LEVEL else NULL
+            w.busy = busy
+            w.advanced = &cpu.segments_advanced
+    return prev
 
 
 cdef int _spend(Cpu cpu, double c) except -1:
-    """`_path.spent` for the CPU walking a path: what `_walk` would do with the yield of
-    `c` that the path asks about (a real-time CPU and a segment of no time go on at once).
+    """`_path.spent`'s call for the CPU walking a path (the asks it does not answer
+    inline: a real-time CPU, a segment of no time, a walk whose fields `walk` does not
+    hold): what `_walk` would do with the yield of `c` that the path asks about (a
+    real-time CPU and a segment of no time go on at once).
     (The walker is borrowed: typed as the argument, it is not counted again.)"""
-    global _refused
     if not cpu.modeled or c <= 0.0:
         return 1
     if cpu._running is not None and _over(cpu, cpu._running.level, c):
         return 1
-    _refused = True
+    walk.refused = True
     return 0
 
 

@@ -35,30 +35,22 @@ from cpython.ref cimport PyObject, Py_XDECREF
 __all__ = ["Path", "RxHandler"]
 
 
-# The CPU walking a Path now (borrowed: the walk holds it), and its test (`_cpu._spend`).
-cdef PyObject* _walker = NULL
-cdef SpendFn _spend = NULL
-
-
-cdef int spent(double c) except -1:
-    """1 if the CPU walking this path has spent `c` seconds of it in place (go on now);
-    0 if the path is to yield `c` (no walk, or something may happen before its end)."""
-    if _walker == NULL:
-        return 0
-    return _spend(_walker, c)
+# No walk yet; the CPU's answer once `_cpu` is imported (`set_spender`).
+walk.walker = NULL
+walk.spend = NULL
+walk.owner = NULL
+walk.refused = False
 
 
 cdef PyObject* swap_walker(PyObject* walker) noexcept:
     """Make `walker` the CPU walking the paths stepped from here on; the previous one back."""
-    global _walker
-    cdef PyObject* prev = _walker
-    _walker = walker
+    cdef PyObject* prev = walk.walker
+    walk.walker = walker
     return prev
 
 
 cdef int set_spender(SpendFn fn) except -1:
-    global _spend
-    _spend = fn
+    walk.spend = fn
     return 0
 
 
