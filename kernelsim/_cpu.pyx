@@ -249,22 +249,11 @@ cdef class Cpu(EventTarget):
         return 0
 
     cdef int _finish(self, _Job job, object value, object exc) except -1:
-        cdef object on_done = job.on_done
         cdef bint ahead = self._ahead
         (self._irq if job.level == IRQ_LEVEL else self._proc).unlink(job)
         if self._running is job:
             self._running = None
-        # Nothing refers to the job now (its segment event has run or was cancelled): spare it.
-        job.gen = None
-        job.path = None
-        job.on_done = None
-        job.next = self._spare
-        self._spare = job
-        self._ahead = False             # whoever waits for this path may look at this instant
-        if isinstance(on_done, Completion):
-            (<Completion> on_done).complete(value, exc)
-        else:
-            on_done(value, exc)
+        _end(self, job, value, exc)
         if self.modeled:
             # The next path starts as the last thing of whoever owned this instant: it may
             # go on ahead as this one could (what `on_done` did that someone outside must
@@ -284,13 +273,31 @@ cdef class Cpu(EventTarget):
         }
 
 
+cdef inline int _end(Cpu cpu, _Job job, object value, object exc) except -1:
+    """A job's end, once out of its FIFO (`Cpu._finish`, `_run_first`): spared, as nothing
+    refers to it now (its segment event has run or was cancelled), then whoever waits for
+    its path told -- free to look at this instant."""
+    cdef object on_done = job.on_done
+    job.gen = None
+    job.path = None
+    job.on_done = None
+    job.next = cpu._spare
+    cpu._spare = job
+    cpu._ahead = False
+    if isinstance(on_done, Completion):
+        (<Completion> on_done).complete(value, exc)
+    else:
+        on_done(value, exc)
+    return 0
+
+
 cdef int _run_first(Cpu cpu, _Job job) except -1:
     """`Cpu._advance` and, for a path that returns, `Cpu._finish`, for the job `submit`
     runs on an idle CPU, which is in no FIFO yet: a path that must wait (or raises) is put
     at the head of its own and goes on by the ordinary calls."""
     cdef PyObject* res = NULL
     cdef double c
-    cdef object on_done, out
+    cdef object out
     cdef bint ahead
     cdef _JobQueue q
     cdef PyObject* walker = _walk_start(cpu, job)
@@ -311,19 +318,9 @@ cdef int _run_first(Cpu cpu, _Job job) except -1:
         return cpu._start_segment(job, c)
     out = <object> res
     Py_XDECREF(res)
-    on_done = job.on_done
     ahead = cpu._ahead
     cpu._running = None
-    job.gen = None
-    job.path = None
-    job.on_done = None
-    job.next = cpu._spare
-    cpu._spare = job
-    cpu._ahead = False
-    if isinstance(on_done, Completion):
-        (<Completion> on_done).complete(out, None)
-    else:
-        on_done(out, None)
+    _end(cpu, job, out, None)
     cpu._ahead = ahead
     if cpu._irq.head is not None or cpu._proc.head is not None:
         cpu._dispatch()
