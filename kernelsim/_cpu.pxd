@@ -28,6 +28,7 @@ cdef class _JobQueue:
     cdef _Job head, tail
     cdef Py_ssize_t n          # its jobs: what `_path.spent` tests of the interrupt FIFO (`walk`)
     cdef void push(self, _Job job) noexcept
+    cdef void push_first(self, _Job job) noexcept
     cdef void unlink(self, _Job job) noexcept
 
 cdef class Cpu(EventTarget):

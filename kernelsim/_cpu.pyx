@@ -64,6 +64,13 @@ cdef class _JobQueue:
         self.tail = job
         self.n += 1
 
+    cdef void push_first(self, _Job job) noexcept:
+        job.next = self.head
+        self.head = job
+        if self.tail is None:
+            self.tail = job
+        self.n += 1
+
     cdef void unlink(self, _Job job) noexcept:
         """Take `job` out (the head, but after a misuse anywhere in the chain)."""
         cdef _Job prev
@@ -299,17 +306,11 @@ cdef int _run_first(Cpu cpu, _Job job) except -1:
     cdef double c
     cdef object out
     cdef bint ahead
-    cdef _JobQueue q
     cdef PyObject* walker = _walk_start(cpu, job)
     cdef int r = _walk_unchecked(cpu, job, &c, &res)
     swap_walker(walker)
     if r != 0:
-        q = cpu._irq if job.level == IRQ_LEVEL else cpu._proc
-        job.next = q.head
-        q.head = job
-        if q.tail is None:
-            q.tail = job
-        q.n += 1
+        (cpu._irq if job.level == IRQ_LEVEL else cpu._proc).push_first(job)
         if r == -1:
             exc = take_raised()
             if not isinstance(exc, Exception):

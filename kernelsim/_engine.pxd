@@ -76,14 +76,17 @@ cdef class Engine:
 
 
 cdef inline int try_advance(Engine e, double t) except -1:
-    """`e.advance(t)` with its common answers given in the caller: a refusal for the window's
-    own reasons, and a yes when the heap's top key (live or cancelled, the earliest of all)
-    comes after `t`. A key at or before `t` asks the engine (a cancelled one is dropped
-    there). The CPU asks this per segment, the cards per event they fold (~30 per round trip)."""
+    """Move `e.now` to `t` if nothing can happen before it (see `_engine.pyx`'s essay), in
+    the caller: a refusal for the window's own reasons, and a yes when the heap's top key
+    (live or cancelled, the earliest of all) comes after `t`; a key at or before `t` looks
+    for the live one (a cancelled one is dropped). The CPU asks this per segment, the cards per event they fold (~30 per round trip).
+    `Engine.advance` is this, for Python."""
     if not e._look or e.stop_requested or t > e._until or t < e.now:
         return 0
-    if e._size and e._heap[0].time <= t:
-        return e.advance(t)
+    # The top key is the earliest of all, live or cancelled: past `t`, no live event comes
+    # first, without a call to find the live one (most asks end here).
+    if e._size and e._heap[0].time <= t and e._live_top() and e._heap[0].time <= t:
+        return 0
     e.now = t
     e.advances += 1
     return 1

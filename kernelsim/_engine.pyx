@@ -285,15 +285,7 @@ cdef class Engine:
 
     cpdef bint advance(self, double t) except -1:
         """Move `now` to `t` if nothing can happen before it (see the module's essay)."""
-        if not self._look or self.stop_requested or t > self._until or t < self.now:
-            return False
-        # The top key is the earliest of all, live or cancelled: past `t`, no live event
-        # comes first, without a call to find the live one (most asks end here).
-        if self._size and self._heap[0].time <= t and self._live_top() and self._heap[0].time <= t:
-            return False
-        self.now = t
-        self.advances += 1
-        return True
+        return try_advance(self, t)
 
     cpdef open_window(self, double until):
         """The caller is about to run the engine up to `until` from outside: it may advance."""

@@ -132,10 +132,7 @@ cdef class IrqController:
         """Drive `line` to `high`. ``last=True``: the caller owns this instant (an engine
         event of the device's) and does nothing more at it, so the interrupt path may go
         on ahead (`Cpu.submit`)."""
-        cdef _Line ln = self._lines[line]
-        ln.level = high
-        if high and not ln.in_service and ln.handlers:
-            self._start(ln, last)
+        drive_line(self, line, high, last)
 
     cdef _start(self, _Line ln, bint last=False):
         ln.in_service = True

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 
-from kernelsim._irq cimport IrqController
+from kernelsim._irq cimport IrqController, drive_line
 from kernelsim._waits cimport WaitQueue
 from kernelsim._path cimport RxHandler, step_any
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
@@ -101,7 +101,7 @@ cdef class NetDevice(IrqHandler):
     cdef int drive_irq(self, bint level, bint last=False) except -1:
         # `last`: see IrqController.set_level
         if self.irq_line >= 0:
-            self._irq.set_level(self.irq_line, level, last)
+            drive_line(self._irq, self.irq_line, level, last)
         return 0
 
     def release_resources(self) -> None:

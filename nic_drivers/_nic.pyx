@@ -24,7 +24,7 @@ from kernelsim._node import WouldBlock
 from kernelsim._engine cimport Engine, EventTarget
 from kernelsim.media._port cimport FrameSink
 from kernelsim._physmem cimport PhysMem
-from kernelsim._irq cimport _Line
+from kernelsim._irq cimport drive_line
 
 __all__ = ["NicModel", "NicDriver"]
 
@@ -64,19 +64,14 @@ cdef class NicModel(FrameSink):
         """Drive the card's interrupt line. ``last=True``: the card's own engine event does
         nothing more at this instant (see IrqController.set_level)."""
         cdef NetDevice dev = self._irq_dev
-        cdef _Line ln
         if line != self._line:
             self._line = line
             if line:
                 self.irq_raised += 1
             if dev is not None:
-                # `dev.drive_irq` -> `IrqController.set_level` written out: a raise and a
-                # lower per message each, and those two calls cost more than their work.
+                # `dev.drive_irq` without its method call (a raise and a lower per message).
                 if dev.irq_line >= 0:
-                    ln = <_Line> dev._irq._lines[dev.irq_line]
-                    ln.level = line
-                    if line and not ln.in_service and ln.handlers:
-                        dev._irq._start(ln, last)
+                    drive_line(dev._irq, dev.irq_line, line, last)
             elif self._irq_sink is not None:
                 self._irq_sink(line)
 
