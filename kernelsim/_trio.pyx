@@ -1462,7 +1462,8 @@ cdef _UserNow _user_now_unchecked = <_UserNow> _user_now
 
 
 cdef inline bint _ended_now(int how, _Completion done, task, PyObject** res) except -1:
-    """`_first_try`'s test: the try ended the call (its value in ``res[0]``; its error raised)."""
+    """The try ended the call (its value in ``res[0]``; its error raised): `_first_try`'s
+    test, and `_entry_now`'s and `_user_now`'s."""
     if (how == _INLINE or how == _WOKEN) and (done.exc is None or not isinstance(done.exc, WouldBlock)) \
             and not (how == _INLINE and _cancel_pending(task)):
         value = _outcome(done)
@@ -1572,11 +1573,7 @@ cdef int _first_try(_PathMaker call, task, double before, PyObject** res) except
     path = call.make_after(True, before)
     cdef _Completion done = _completion(engine)
     cdef int how = _start_path(engine, node.cpu, path, done, task)
-    if (how == _INLINE or how == _WOKEN) and (done.exc is None or not isinstance(done.exc, WouldBlock)) \
-            and not (how == _INLINE and _cancel_pending(task)):
-        value = _outcome(done)
-        Py_INCREF(value)
-        res[0] = <PyObject*> value
+    if _ended_now(how, done, task, res):
         return 0
     if how == _PARK and _fast_park:
         return _park_call(call, task, done, _PARKED_PATH, _refuse_abort, res)
